@@ -1,0 +1,68 @@
+# The verbs a newcomer needs. Every target installs what it needs by itself.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help venv demo test unit verify crds generate lint fmt typecheck importlint testbed-bin testbed-up testbed-down bench clean
+
+help: ## list the verbs
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP) ## create .venv and install the package with its dev tools
+
+demo: $(STAMP) testbed-bin ## bring up the local testbed and run the main flow end to end
+	$(BIN)/sparkrun-k8s demo
+
+test: verify testbed-bin ## install everything, run every check and the whole test suite
+	SPARKRUN_TESTBED_BIN="$$(hack/testbed-bin.sh --print)" $(BIN)/pytest $(PYTEST_ARGS)
+
+unit: $(STAMP) ## only the tests that need no testbed
+	$(BIN)/pytest -m 'not testbed' $(PYTEST_ARGS)
+
+crds generate: $(STAMP) ## regenerate every generated file (CRDs, chart CRDs, OpenAPI)
+	$(PY) -m sparkrun_operator.api.generate
+
+verify: generate lint typecheck importlint ## regenerate, run all static checks, fail on any diff
+	@hack/verify-clean.sh
+
+lint: $(STAMP) ## ruff lint and format check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+fmt: $(STAMP) ## apply ruff fixes and formatting
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+typecheck: $(STAMP) ## mypy --strict on the package
+	$(BIN)/mypy
+
+importlint: $(STAMP) ## enforce the layer contracts
+	$(BIN)/lint-imports
+
+testbed-bin: ## build the pinned Kubernetes binaries into ~/.cache/sparkrun-testbed (once)
+	hack/testbed-bin.sh
+
+testbed-up: $(STAMP) testbed-bin ## start a local testbed and print how to reach it
+	$(BIN)/sparkrun-k8s testbed up
+
+testbed-down: $(STAMP) ## stop the local testbed
+	$(BIN)/sparkrun-k8s testbed down
+
+bench: $(STAMP) testbed-bin ## run every benchmark in bench/
+	@for b in bench/*.py; do n=$$(basename $$b .py); [[ $$n == _* ]] && continue; echo "== $$n"; $(PY) -m bench.$$n; done
+
+clean: ## remove the venv and caches (the testbed binary cache stays)
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Fail when regenerating produced a diff, or a generated file that git does not track.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+paths=(crds manifests/crds)
+existing=(); for p in "${paths[@]}"; do [[ -e $p ]] && existing+=("$p"); done
+status=0
+if ! git diff --exit-code --stat -- "${existing[@]}"; then
+  echo "verify: generated files differ from what is committed; run 'make generate' and commit" >&2; status=1
+fi
+untracked=$(git ls-files --others --exclude-standard -- "${existing[@]}")
+if [[ -n $untracked ]]; then
+  echo "verify: untracked generated files:" >&2; echo "$untracked" >&2; status=1
+fi
+exit $status

@@ -1,0 +1,1 @@
+"""Pure planners: observed state -> next actions. No I/O, no clock reads (time is passed in)."""
