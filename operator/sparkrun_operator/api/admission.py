@@ -1,0 +1,156 @@
+"""Offline admission: check a manifest the way the apiserver would, without a cluster.
+
+It applies the CRD's structural defaults, validates against the OpenAPI v3 schema with strict
+field validation (unknown fields are errors, as with ``kubectl apply --server-side``), then
+evaluates every CEL rule (``x-kubernetes-validations``), transition rules too when the old
+object is given. Each finding carries the field path the apiserver would report.
+
+Used by ``sparkrun-k8s validate``, ``make demo`` before the testbed exists, and the tests; the
+real apiserver remains the authority (the testbed tests run the same corpus against it).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import celpy
+import jsonschema
+from celpy.adapter import json_to_cel
+from celpy.evaluation import CELEvalError
+
+from sparkrun_operator.api.crdgen import crd
+from sparkrun_operator.api.meta import API_VERSION
+from sparkrun_operator.api.resources import KINDS_BY_NAME
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One rejection: the field path (``spec.topology.gpusPerNode``) and the message."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+def schema_for(manifest: dict[str, Any], crds: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The openAPIV3Schema for the manifest's kind (from ``crds`` by kind, else generated)."""
+    kind = manifest.get("kind")
+    if manifest.get("apiVersion") != API_VERSION or kind not in KINDS_BY_NAME:
+        raise ValueError(
+            f"not a {API_VERSION} resource: apiVersion={manifest.get('apiVersion')!r} kind={kind!r}"
+        )
+    doc = crds[kind] if crds is not None else crd(KINDS_BY_NAME[kind])
+    schema: dict[str, Any] = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
+    """Structural defaulting, as the apiserver does it: missing properties get their default."""
+    if isinstance(value, dict) and "properties" in schema:
+        for name, sub in schema["properties"].items():
+            if name not in value and "default" in sub:
+                value[name] = copy.deepcopy(sub["default"])
+            if name in value:
+                value[name] = apply_defaults(sub, value[name])
+    elif isinstance(value, dict) and isinstance(schema.get("additionalProperties"), dict):
+        for key in value:
+            value[key] = apply_defaults(schema["additionalProperties"], value[key])
+    elif isinstance(value, list) and "items" in schema:
+        return [apply_defaults(schema["items"], item) for item in value]
+    return value
+
+
+def _strict(schema: dict[str, Any]) -> dict[str, Any]:
+    out = dict(schema)
+    out.pop("x-kubernetes-validations", None)
+    if "properties" in out:
+        out["properties"] = {k: _strict(v) for k, v in out["properties"].items()}
+        if not out.get("x-kubernetes-preserve-unknown-fields"):
+            out["additionalProperties"] = False
+    if isinstance(out.get("additionalProperties"), dict):
+        out["additionalProperties"] = _strict(out["additionalProperties"])
+    if isinstance(out.get("items"), dict):
+        out["items"] = _strict(out["items"])
+    if out.get("x-kubernetes-preserve-unknown-fields") and "type" not in out:
+        return {}
+    return out
+
+
+def _path(parts: Any) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<root>"
+
+
+_ENV = celpy.Environment()
+_PROGRAMS: dict[str, Any] = {}
+
+
+def _program(expr: str) -> Any:
+    prog = _PROGRAMS.get(expr)
+    if prog is None:
+        prog = _PROGRAMS[expr] = _ENV.program(_ENV.compile(expr))
+    return prog
+
+
+def _cel(schema: dict[str, Any], value: Any, old: Any, path: list[Any], errors: list[FieldError]) -> None:
+    for entry in schema.get("x-kubernetes-validations", []):
+        expr = entry["rule"]
+        if "oldSelf" in expr and old is None:
+            continue  # transition rules run on update only
+        activation: dict[str, Any] = {"self": json_to_cel(value)}
+        if old is not None:
+            activation["oldSelf"] = json_to_cel(old)
+        try:
+            ok = _program(expr).evaluate(activation)
+        except CELEvalError as exc:  # e.g. no such key: the apiserver rejects too
+            ok = False
+            message = f"{entry['message']} (rule error: {exc})"
+        else:
+            message = entry["message"]
+        if not bool(ok):
+            where = _path(path) + entry.get("fieldPath", "")
+            errors.append(FieldError(where, message))
+    if isinstance(value, dict) and "properties" in schema:
+        for name, sub in schema["properties"].items():
+            if name in value:
+                old_child = old.get(name) if isinstance(old, dict) else None
+                _cel(sub, value[name], old_child, [*path, name], errors)
+    elif isinstance(value, dict) and isinstance(schema.get("additionalProperties"), dict):
+        for key, child in value.items():
+            _cel(schema["additionalProperties"], child, None, [*path, key], errors)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            _cel(schema["items"], item, None, [*path, i], errors)
+
+
+def validate(
+    manifest: dict[str, Any],
+    *,
+    old: dict[str, Any] | None = None,
+    crds: dict[str, dict[str, Any]] | None = None,
+) -> list[FieldError]:
+    """Every admission error of ``manifest`` (empty when the apiserver would accept it).
+
+    ``crds`` maps kind -> CRD document (e.g. loaded from ``crds/``); by default the CRD is
+    generated from the types. ``old`` enables transition rules (``oldSelf``) as on update.
+    """
+    try:
+        schema = schema_for(manifest, crds)
+    except ValueError as exc:
+        return [FieldError("apiVersion", str(exc))]
+    obj = apply_defaults(schema, copy.deepcopy(manifest))
+    old_obj = apply_defaults(schema, copy.deepcopy(old)) if old is not None else None
+    errors: list[FieldError] = []
+    validator = jsonschema.Draft4Validator(_strict(schema))
+    for err in sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path))):
+        errors.append(FieldError(_path(err.absolute_path), err.message))
+    if errors:
+        return errors  # the apiserver runs CEL only on schema-valid objects
+    _cel(schema, obj, old_obj, [], errors)
+    return errors

@@ -1,0 +1,83 @@
+"""Condition types, reasons and phases shared by the controllers, the shim and the CLI.
+
+Reasons are CamelCase, stable, and documented in ``docs/concepts.md``: users and tools match
+on them, so changing one is a breaking change.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- condition types ----------------------------------------------------------------------
+READY: Final = "Ready"
+PROGRESSING: Final = "Progressing"
+DEGRADED: Final = "Degraded"
+SCHEDULED: Final = "Scheduled"
+CACHE_READY: Final = "CacheReady"
+SLEEPING: Final = "Sleeping"
+RECIPE_RESOLVED: Final = "RecipeResolved"
+VALID: Final = "Valid"
+COMPLETE: Final = "Complete"
+FAILED: Final = "Failed"
+
+# -- reasons ------------------------------------------------------------------------------
+# Ready
+REASON_ALL_REPLICAS_READY: Final = "AllReplicasReady"
+REASON_REPLICAS_NOT_READY: Final = "ReplicasNotReady"
+REASON_STOPPED: Final = "Stopped"
+REASON_ASLEEP: Final = "Asleep"
+REASON_WAITING_FOR_CACHE: Final = "WaitingForCache"
+# Progressing
+REASON_CREATING: Final = "Creating"
+REASON_ROLLING_OUT: Final = "RollingOut"
+REASON_SCALING: Final = "Scaling"
+REASON_STABLE: Final = "Stable"
+# Scheduled
+REASON_INSUFFICIENT_GPU: Final = "InsufficientGPU"
+REASON_NO_FITTING_NODES: Final = "NoFittingNodes"
+REASON_CLUSTER_NOT_FOUND: Final = "ClusterNotFound"
+REASON_PODS_PENDING: Final = "PodsPending"
+REASON_ALL_PODS_SCHEDULED: Final = "AllPodsScheduled"
+# Degraded
+REASON_GROUP_RESTARTING: Final = "GroupRestarting"
+REASON_GROUP_FAILED: Final = "GroupFailed"
+REASON_AS_EXPECTED: Final = "AsExpected"
+# CacheReady
+REASON_CACHE_NOT_FOUND: Final = "CacheNotFound"
+REASON_CACHE_NOT_READY: Final = "CacheNotReady"
+REASON_CACHE_READY: Final = "CacheReady"
+REASON_NO_CACHE: Final = "NoCacheConfigured"
+# RecipeResolved
+REASON_RECIPE_NOT_FOUND: Final = "RecipeNotFound"
+REASON_RECIPE_REVISION_MISMATCH: Final = "RecipeRevisionMismatch"
+REASON_RECIPE_INVALID: Final = "RecipeInvalid"
+REASON_RECIPE_RESOLVED: Final = "Resolved"
+# generic
+REASON_INVALID_SPEC: Final = "InvalidSpec"
+REASON_RECONCILE_ERROR: Final = "ReconcileError"
+
+# -- phases (a summary for humans and printer columns; controllers never branch on them) --
+WORKLOAD_PHASES: Final = (
+    "Pending",
+    "Starting",
+    "Running",
+    "Updating",
+    "Degraded",
+    "Sleeping",
+    "Stopped",
+    "Failed",
+)
+CACHE_PHASES: Final = ("Pending", "Resolving", "Downloading", "Verifying", "Ready", "Failed")
+BENCHMARK_PHASES: Final = ("Pending", "Running", "Succeeded", "Failed")
+JOB_STATES: Final = (
+    "queued",
+    "starting",
+    "running",
+    "waiting_input",
+    "cancelling",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "lost",
+)
+JOB_TERMINAL_STATES: Final = frozenset({"succeeded", "failed", "cancelled", "lost"})

@@ -1,0 +1,315 @@
+"""``InferenceWorkload``: one served model (ARCHITECTURE section 4 and 5)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field
+
+from sparkrun_operator.api import cel
+from sparkrun_operator.api.meta import (
+    DNS_LABEL,
+    DNS_SUBDOMAIN,
+    Condition,
+    EnvVar,
+    KubeModel,
+    LocalObjectReference,
+    Toleration,
+)
+
+DEFAULT_ENGINE_IMAGE = "vllm/vllm-openai:v0.11.0"
+ENGINE_PORT = 8000
+MASTER_PORT = 29501
+MAX_NODES = 64
+MAX_GPUS_PER_NODE = 16
+
+WorkloadState = Literal["Running", "Sleeping", "Stopped"]
+WorkloadPhase = Literal[
+    "Pending", "Starting", "Running", "Updating", "Degraded", "Sleeping", "Stopped", "Failed"
+]
+
+
+class ModelSpec(KubeModel):
+    """Which model to serve."""
+
+    name: str = Field(
+        description="Hugging Face model id (org/name) or a path the engine understands.",
+        min_length=1,
+        max_length=256,
+    )
+    revision: str | None = Field(
+        default=None,
+        description="Model revision: a commit SHA (recommended: reproducible) or a branch/tag.",
+        min_length=1,
+        max_length=128,
+    )
+    served_name: str | None = Field(
+        default=None,
+        description="Name clients use in the 'model' field; defaults to the model name.",
+        min_length=1,
+        max_length=256,
+    )
+    aliases: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(
+        default_factory=list,
+        description="Extra names the gateway routes to this workload.",
+        max_length=16,
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    cache_ref: LocalObjectReference | None = Field(
+        default=None,
+        description="ModelCache in the same namespace holding the weights. No pod starts until it is Ready; "
+        "the cache volume is mounted read-only and the engine reads from it.",
+    )
+
+
+class EngineSpec(KubeModel):
+    """The inference engine and its arguments."""
+
+    kind: Literal["vllm"] = Field(default="vllm", description="Engine kind. Only vllm is supported.")
+    image: str = Field(
+        default=DEFAULT_ENGINE_IMAGE,
+        description="Container image of the engine.",
+        min_length=1,
+        max_length=512,
+    )
+    args: list[str] = Field(
+        default_factory=list,
+        description="Extra 'vllm serve' arguments, appended after the ones the operator derives. "
+        "Each item is one argument; items are shell-quoted.",
+        max_length=128,
+    )
+    env: list[EnvVar] = Field(
+        default_factory=list, description="Extra environment variables.", max_length=128
+    )
+    max_model_len: int | None = Field(
+        default=None, description="Maximum context length (--max-model-len).", ge=1, le=10_000_000
+    )
+    gpu_memory_utilization: float | None = Field(
+        default=None,
+        description="Fraction of GPU memory vLLM may use (--gpu-memory-utilization), in (0, 1].",
+        gt=0,
+        le=1,
+    )
+    enable_sleep_mode: bool = Field(
+        default=False,
+        description="Start vLLM with --enable-sleep-mode so state Sleeping can free GPU memory without "
+        "stopping the pods. Required for state Sleeping.",
+    )
+
+
+class TopologySpec(KubeModel):
+    """How one replica is laid out over nodes and GPUs."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel.rules(
+            cel.rule(
+                "(self.tensorParallel * self.pipelineParallel) % self.nodes == 0",
+                "tensorParallel x pipelineParallel must be a multiple of nodes",
+                field_path=".nodes",
+            ),
+            cel.rule(
+                "self.gpusPerNode * self.nodes == self.tensorParallel * self.pipelineParallel",
+                "gpusPerNode x nodes must equal tensorParallel x pipelineParallel "
+                "(every GPU of the replica serves one rank)",
+                field_path=".gpusPerNode",
+            ),
+        )
+    )
+
+    nodes: int = Field(default=1, description="Nodes per replica (one pod per node).", ge=1, le=MAX_NODES)
+    gpus_per_node: int = Field(
+        default=1, description="GPUs each pod requests (nvidia.com/gpu limit).", ge=1, le=MAX_GPUS_PER_NODE
+    )
+    tensor_parallel: int = Field(
+        default=1, description="Tensor-parallel size (--tensor-parallel-size).", ge=1, le=1024
+    )
+    pipeline_parallel: int = Field(
+        default=1, description="Pipeline-parallel size (--pipeline-parallel-size).", ge=1, le=MAX_NODES
+    )
+
+
+class RolloutSpec(KubeModel):
+    """How a change of the serving revision is rolled out."""
+
+    max_surge: int = Field(
+        default=1,
+        description="Extra replicas created ahead of deleting old ones. 0 deletes an old replica first "
+        "(for clusters without spare GPUs).",
+        ge=0,
+        le=100,
+    )
+    max_unavailable: int = Field(
+        default=0,
+        description="Replicas that may be unavailable during a rollout beyond those maxSurge=0 implies.",
+        ge=0,
+        le=100,
+    )
+
+
+class SchedulingSpec(KubeModel):
+    """Placement and queueing of the workload's pods."""
+
+    queue_name: str | None = Field(
+        default=None,
+        description="Kueue LocalQueue; set as the kueue.x-k8s.io/queue-name label on every JobSet.",
+        max_length=63,
+        pattern=DNS_LABEL,
+    )
+    priority_class_name: str | None = Field(
+        default=None, description="PriorityClass of the pods.", max_length=253, pattern=DNS_SUBDOMAIN
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list, description="Tolerations added to every pod.", max_length=32
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node labels every pod must match."
+    )
+
+
+class RecipeRef(KubeModel):
+    """A Recipe to serve."""
+
+    name: str = Field(
+        description="Name of a Recipe in the same namespace.",
+        min_length=1,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+    )
+    revision: str | None = Field(
+        default=None,
+        description="Pin to this recipe revision (12 hex). On mismatch nothing is rolled and a condition "
+        "says so. Unset: follow the recipe, rolling out each new revision.",
+        pattern=r"^[0-9a-f]{12}$",
+    )
+
+
+class InferenceWorkloadSpec(KubeModel):
+    """Desired state of a served model."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel.rules(
+            cel.rule(
+                "has(self.model) || has(self.recipe)",
+                "either model or recipe must be set",
+                reason="FieldValueRequired",
+                field_path=".model",
+            ),
+            cel.rule(
+                "self.state != 'Sleeping' || self.engine.enableSleepMode",
+                "state Sleeping needs engine.enableSleepMode: true",
+                field_path=".state",
+            ),
+            cel.rule(
+                "!has(oldSelf.manager) || (has(self.manager) && self.manager == oldSelf.manager)",
+                "manager is immutable once set",
+                field_path=".manager",
+            ),
+        )
+    )
+
+    model: ModelSpec | None = Field(
+        default=None, description="The model to serve. Optional when a recipe provides it."
+    )
+    engine: EngineSpec = Field(
+        default_factory=EngineSpec, description="Engine image, arguments and settings."
+    )
+    topology: TopologySpec = Field(default_factory=TopologySpec, description="Nodes and GPUs per replica.")
+    replicas: int = Field(
+        default=1, description="Number of independent serving replicas (scale subresource).", ge=0, le=1000
+    )
+    cluster: str | None = Field(
+        default=None,
+        description="InferenceCluster whose nodes serve this workload; unset uses the default cluster "
+        "if one exists, else any node.",
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+    )
+    state: WorkloadState = Field(
+        default="Running",
+        description="Running serves; Sleeping puts the engine to sleep (pods and GPUs kept, not routed); "
+        "Stopped suspends the JobSets (pods deleted, fast resume).",
+    )
+    rollout: RolloutSpec = Field(
+        default_factory=RolloutSpec, description="Rollout of serving-revision changes."
+    )
+    scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec, description="Placement and queueing.")
+    recipe: RecipeRef | None = Field(
+        default=None, description="Serve a Recipe; this workload's own fields override the recipe's."
+    )
+    manager: str | None = Field(
+        default=None,
+        description="Identity owning this workload for guarded daemon operations (stop, sleep, wake, "
+        "reconcile). Immutable once set.",
+        min_length=1,
+        max_length=253,
+    )
+
+
+class Endpoint(KubeModel):
+    """Where one replica serves."""
+
+    replica: int = Field(description="Replica index.", ge=0)
+    url: str = Field(description="Base URL of the replica's OpenAI-compatible server.")
+    ready: bool = Field(description="Whether the leader passes its readiness probe.")
+
+
+StartupStage = Literal["accepted", "cacheReady", "scheduled", "running", "ready"]
+
+
+class StartupEvent(KubeModel):
+    """One step of a replica's cold start."""
+
+    stage: StartupStage = Field(description="accepted, cacheReady, scheduled, running or ready.")
+    time: dt.datetime = Field(description="When the stage was first observed.")
+    replica: int | None = Field(
+        default=None, description="Replica index, when the stage is per replica.", ge=0
+    )
+    revision: str | None = Field(default=None, description="Serving revision the stage belongs to.")
+
+
+class FailureRecord(KubeModel):
+    """The most recent failure seen in the workload's pods or JobSets."""
+
+    reason: str = Field(description="Reason, e.g. OOMKilled, Error, FailedScheduling, BackoffLimitExceeded.")
+    message: str = Field(default="", description="Details from the pod or JobSet.")
+    time: dt.datetime = Field(description="When the failure was observed.")
+    object: str | None = Field(default=None, description="The pod or JobSet it came from (kind/name).")
+    exit_code: int | None = Field(default=None, description="Container exit code, when there is one.")
+
+
+class InferenceWorkloadStatus(KubeModel):
+    """Observed state of a served model, written only by the operator."""
+
+    observed_generation: int | None = Field(
+        default=None, description="The .metadata.generation this status describes.", ge=0
+    )
+    phase: WorkloadPhase | None = Field(
+        default=None, description="One-word summary for humans; see conditions."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready, Progressing, Degraded, Scheduled, CacheReady, Sleeping, RecipeResolved.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    revision: str | None = Field(default=None, description="Hash of the effective serving spec now desired.")
+    replicas: int = Field(default=0, description="Replicas that exist (scale subresource).", ge=0)
+    ready_replicas: int = Field(default=0, description="Replicas whose leader is Ready.", ge=0)
+    selector: str | None = Field(
+        default=None, description="Label selector of the leader pods, for the scale subresource and HPA."
+    )
+    endpoints: list[Endpoint] = Field(default_factory=list, description="Per-replica serving addresses.")
+    startup: list[StartupEvent] = Field(
+        default_factory=list, description="Cold-start timeline of the current revision.", max_length=256
+    )
+    restarts: int = Field(default=0, description="Group restarts counted over all replicas.", ge=0)
+    last_failure: FailureRecord | None = Field(default=None, description="The most recent failure.")
+    workload_id: str | None = Field(
+        default=None,
+        description="sparkrun workload id, sparkrun_<intent>_<placement>, used by the daemon API.",
+        pattern=r"^sparkrun_[0-9a-f]{16}_[0-9a-f]{12}$",
+    )
+    intent_id: str | None = Field(
+        default=None, description="sparkrun intent id of the serving configuration."
+    )
+    recipe_revision: str | None = Field(default=None, description="Revision of the Recipe being served.")
