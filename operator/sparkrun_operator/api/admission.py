@@ -12,6 +12,7 @@ real apiserver remains the authority (the testbed tests run the same corpus agai
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +88,7 @@ def _path(parts: Any) -> str:
     return out or "<root>"
 
 
+_REQUIRED = re.compile(r"^'(.+)' is a required property$")
 _ENV = celpy.Environment()
 _PROGRAMS: dict[str, Any] = {}
 
@@ -114,7 +116,8 @@ def _cel(schema: dict[str, Any], value: Any, old: Any, path: list[Any], errors: 
         else:
             message = entry["message"]
         if not bool(ok):
-            where = _path(path) + entry.get("fieldPath", "")
+            where = (_path(path) if path else "") + entry.get("fieldPath", "")
+            where = where.removeprefix(".") or "<root>"
             errors.append(FieldError(where, message))
     if isinstance(value, dict) and "properties" in schema:
         for name, sub in schema["properties"].items():
@@ -149,7 +152,13 @@ def validate(
     errors: list[FieldError] = []
     validator = jsonschema.Draft4Validator(_strict(schema))
     for err in sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path))):
-        errors.append(FieldError(_path(err.absolute_path), err.message))
+        parts = list(err.absolute_path)
+        if err.validator == "required":
+            # The apiserver reports a missing field at the field itself ("Required value").
+            parts.append(_REQUIRED.match(err.message).group(1))  # type: ignore[union-attr]
+            errors.append(FieldError(_path(parts), "Required value"))
+        else:
+            errors.append(FieldError(_path(parts), err.message))
     if errors:
         return errors  # the apiserver runs CEL only on schema-valid objects
     _cel(schema, obj, old_obj, [], errors)
