@@ -165,9 +165,15 @@ INVALID: list[InvalidCase] = [
     _case("sleeping-without-sleep-mode", MN, _set("spec.state", "Sleeping"), "spec.state", "enableSleepMode"),
     InvalidCase(
         "name-too-long",
-        _mutate(WL, _set("metadata.name", "a" * 41)),
+        _mutate(WL, _set("metadata.name", "a" * 36)),
         "metadata.name",
-        "at most 40 characters",
+        "at most 35 characters",
+    ),
+    InvalidCase(
+        "name-starts-with-digit",
+        _mutate(WL, _set("metadata.name", "1-qwen")),
+        "metadata.name",
+        "must start with a lowercase letter",
     ),
     InvalidCase(
         "manager-changed",

@@ -170,9 +170,12 @@ def model_schema(model: type[BaseModel]) -> dict[str, Any]:
     return out
 
 
-#: InferenceWorkload names are limited so that every child name stays a DNS label (63 chars):
-#: JobSet ``<name>-<replica:3>-<rev:5>``, its Job ``<jobset>-worker-0`` and pod host ``<job>-<index:2>``.
-WORKLOAD_NAME_MAX = 40
+#: InferenceWorkload names are limited so that every child name stays a DNS-1035 label (63
+#: chars). JobSet's webhook validates the longest *pod name* it will generate,
+#: ``<jobset>-worker-<jobIdx>-<podIdx>-<random5>``: with JobSet ``<name>-<replica:3>-<rev:5>``
+#: and a worker pod index of up to 2 digits (64 nodes) that is ``len(name) + 28``, so 35.
+#: ``render/names.py`` derives the same number; a unit test keeps them equal.
+WORKLOAD_NAME_MAX = 35
 
 
 def crd(kind: Kind) -> dict[str, Any]:
@@ -207,7 +210,13 @@ def crd(kind: Kind) -> dict[str, Any]:
                 "message": f"name must be at most {WORKLOAD_NAME_MAX} characters so that the names of "
                 "its JobSets, Jobs and pods fit in 63",
                 "fieldPath": ".metadata.name",
-            }
+            },
+            {
+                "rule": "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+                "message": "name must start with a lowercase letter and contain only lowercase letters, "
+                "digits and '-' (JobSet names its Jobs and pods after it)",
+                "fieldPath": ".metadata.name",
+            },
         ]
     subresources: dict[str, Any] = {"status": {}}
     if kind.scale:
