@@ -6,7 +6,7 @@ recipe's (``defaults``, ``env``, ``container``, ``command`` template, ``min_node
 are rendered from) plus the issues found on the way. ``validate_recipe`` gives a Recipe's own
 issues (``Recipe.status.issues``).
 
-Precedence rules (docs/decisions/0003-workload-rendering.md):
+Precedence rules (docs/decisions/0010-workload-rendering.md):
 
 - ``spec.model`` replaces the recipe's model (and, when it names a different model, its pinned
   revision); ``spec.model.servedName`` beats ``defaults.served_model_name``.
