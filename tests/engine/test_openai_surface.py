@@ -11,6 +11,7 @@ import json
 import math
 import re
 import time
+from collections.abc import Iterator
 
 import httpx
 import openai
@@ -18,9 +19,24 @@ import pytest
 
 from .conftest import EngineProc, StartEngine
 
+_clients: dict[str, openai.OpenAI] = {}
+
 
 def client(engine: EngineProc) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{engine.url}/v1", api_key="unused", max_retries=0, timeout=20)
+    """A client per engine, closed when the module's tests are done."""
+    if engine.url not in _clients:
+        _clients[engine.url] = openai.OpenAI(
+            base_url=f"{engine.url}/v1", api_key="unused", max_retries=0, timeout=20
+        )
+    return _clients[engine.url]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    for c in _clients.values():
+        c.close()
+    _clients.clear()
 
 
 def metric(engine: EngineProc, name: str, **labels: str) -> float:

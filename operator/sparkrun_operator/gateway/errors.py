@@ -1,0 +1,106 @@
+"""Gateway errors and their wire shapes per API family.
+
+One exception, :class:`GatewayError` (HTTP status + message), rendered three ways:
+
+- OpenAI (``/v1/...``): ``{"error": {"message", "type", "param", "code"}}`` -- the shape seed 004
+  describes ("an error object holding message, type and code") and vLLM returns.
+- Anthropic (``/v1/messages``): ``{"type": "error", "error": {"type", "message"}}``.
+- Ollama (``/api/...``): ``{"error": "message"}``.
+
+The messages that seed 004 fixes are built here: ``No instance found for model X`` (404),
+``Command not found or already completed`` (404).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+Family = Literal["openai", "anthropic", "ollama"]
+
+_OPENAI_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    408: "timeout_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    499: "cancelled",
+    502: "upstream_error",
+    503: "service_unavailable",
+    504: "timeout_error",
+}
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    499: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+
+
+class GatewayError(Exception):
+    """A request the gateway answers with an error of its own (never an upstream body)."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.retry_after = retry_after
+
+    def body(self, family: Family) -> bytes:
+        return render(family, self.status, self.message, param=self.param, code=self.code)
+
+
+def render(
+    family: Family, status: int, message: str, *, param: str | None = None, code: str | None = None
+) -> bytes:
+    """The error body of ``family`` for ``status`` and ``message``."""
+    if family == "anthropic":
+        kind = _ANTHROPIC_TYPES.get(status, "api_error")
+        return _dumps({"type": "error", "error": {"type": kind, "message": message}})
+    if family == "ollama":
+        return _dumps({"error": message})
+    kind = _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return _dumps({"error": {"message": message, "type": kind, "param": param, "code": code or status}})
+
+
+def _dumps(obj: object) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def no_instance(model: str) -> GatewayError:
+    """Seed 004: "calling /v1/chat/completions for an unplaced model returns a 404 No instance found"."""
+    return GatewayError(404, f"No instance found for model {model}", param="model", code="model_not_found")
+
+
+def lacks_capability(model: str, capability: str) -> GatewayError:
+    """Seed 004: a model without the endpoint's capability is 400 before anything is dispatched."""
+    return GatewayError(
+        400,
+        f"Model {model} does not support {capability}",
+        param="model",
+        code="model_capability_mismatch",
+    )
+
+
+def bad_request(message: str, *, param: str | None = None) -> GatewayError:
+    return GatewayError(400, message, param=param)

@@ -1,0 +1,147 @@
+"""Serving the gateway with uvicorn: the command line, and a header deadline uvicorn lacks.
+
+``python -m sparkrun_operator.gateway --routes FILE [--host H] [--port P] [--keys FILE] ...``
+
+uvicorn has no limit on how long a client may take to send its request head (a slow-loris client
+holds a connection forever), so the HTTP protocol is uvicorn's httptools protocol plus a timer:
+a connection whose request head is not complete ``header_timeout`` seconds after the connection
+(or after the first byte of a later request) gets ``408`` and is closed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .app import Gateway
+from .auth import StaticKeySource
+from .config import GatewaySettings
+from .routing import StaticRoutingSource
+
+log = logging.getLogger("sparkrun.gateway")
+
+
+_TIMEOUT_BODY = b'{"error":{"message":"request head not received in time","type":"timeout_error","code":408}}'
+_TIMEOUT_RESPONSE = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
+    b"content-length: %d\r\n\r\n%s" % (len(_TIMEOUT_BODY), _TIMEOUT_BODY)
+)
+
+
+class HeaderDeadlineProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a deadline for each request head."""
+
+    header_timeout: float = 10.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head_timer: asyncio.TimerHandle | None = None
+
+    def _arm(self) -> None:
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.header_timeout, self._head_expired)
+
+    def _disarm(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_expired(self) -> None:
+        self._head_timer = None
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(_TIMEOUT_RESPONSE)
+            self.transport.close()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm()
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+
+def protocol_class(header_timeout: float) -> type[HeaderDeadlineProtocol]:
+    """A protocol class bound to ``header_timeout`` (uvicorn instantiates it per connection)."""
+    return type("GatewayHttpProtocol", (HeaderDeadlineProtocol,), {"header_timeout": header_timeout})
+
+
+def uvicorn_config(app: Gateway, *, host: str, port: int, log_level: str = "info") -> uvicorn.Config:
+    """The uvicorn configuration the gateway runs with (uvloop when installed, no access log)."""
+    try:
+        import uvloop  # noqa: F401
+
+        loop = "uvloop"
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        loop = "asyncio"
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=protocol_class(app.settings.header_timeout),
+        loop=loop,
+        lifespan="on",
+        access_log=False,
+        log_level=log_level,
+        timeout_keep_alive=75,
+        server_header=False,
+        backlog=4096,
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    d = GatewaySettings()
+    p = argparse.ArgumentParser(prog="sparkrun-k8s gateway", description="OpenAI/Anthropic/Ollama gateway")
+    p.add_argument("--routes", required=True, help="routing file (YAML or JSON), re-read on change")
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--keys", help="API keys file (YAML); without it the gateway is open")
+    p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes)
+    p.add_argument("--header-timeout", type=float, default=d.header_timeout)
+    p.add_argument("--body-timeout", type=float, default=d.body_timeout)
+    p.add_argument("--connect-timeout", type=float, default=d.connect_timeout)
+    p.add_argument("--read-timeout", type=float, default=d.read_timeout)
+    p.add_argument("--wake-timeout", type=float, default=d.wake_timeout)
+    p.add_argument("--poll-interval", type=float, default=1.0, help="seconds between routing-file checks")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    return p
+
+
+def build(argv: Sequence[str]) -> tuple[Gateway, argparse.Namespace]:
+    """The gateway a command line describes (not started)."""
+    ns = _parser().parse_args(list(argv))
+    settings = GatewaySettings(
+        max_body_bytes=ns.max_body_bytes,
+        header_timeout=ns.header_timeout,
+        body_timeout=ns.body_timeout,
+        connect_timeout=ns.connect_timeout,
+        read_timeout=ns.read_timeout,
+        wake_timeout=ns.wake_timeout,
+    )
+    keys = StaticKeySource.from_file(ns.keys) if ns.keys else None
+    source = StaticRoutingSource(ns.routes, poll_interval=ns.poll_interval)
+    return Gateway(source, settings=settings, keys=keys), ns
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the gateway until SIGINT/SIGTERM; returns the exit status."""
+    gateway, ns = build(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=ns.log_level.upper(), format="%(levelname)s %(asctime)s %(name)s %(message)s")
+    server = uvicorn.Server(uvicorn_config(gateway, host=ns.host, port=ns.port, log_level=ns.log_level))
+    server.run()
+    return 0 if server.started else 1
