@@ -34,6 +34,7 @@ unit: $(STAMP) ## only the tests that need no testbed
 
 crds generate: $(STAMP) ## regenerate every generated file (CRDs, chart CRDs, OpenAPI)
 	$(PY) -m sparkrun_operator.api.generate
+	$(PY) hack/gen-ops-catalog.py
 
 verify: generate lint typecheck importlint ## regenerate, run all static checks, fail on any diff
 	@hack/verify-clean.sh

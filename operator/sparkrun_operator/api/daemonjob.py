@@ -3,6 +3,11 @@
 Created by the API shim, executed by the operator. ``spec`` records the request and is
 immutable except that ``cancel`` may be set (never withdrawn); answers to prompts arrive in
 ``spec.answers`` (secret answers only as references to Secrets, never as values).
+
+``status.result`` holds any JSON value (operation results may be objects, arrays, scalars or
+null). Results whose JSON encoding exceeds :data:`RESULT_INLINE_BYTES` are stored gzip-compressed
+and base64-encoded in ``status.resultGzip`` instead, so a result up to the daemon's 2 MiB limit
+fits into one object (etcd's per-object limit is about 1.5 MiB).
 """
 
 from __future__ import annotations
@@ -20,6 +25,14 @@ JobState = Literal[
 ]
 
 MAX_EVENTS = 200
+#: Results whose JSON encoding is larger than this are stored compressed (``status.resultGzip``).
+RESULT_INLINE_BYTES = 256 * 1024
+
+
+def _any_json(schema: dict[str, Any]) -> None:
+    """Schema of a field holding any JSON value: preserved as is, no (null) default in the CRD."""
+    schema.pop("default", None)
+    schema["x-kubernetes-preserve-unknown-fields"] = True
 
 
 class Principal(KubeModel):
@@ -78,6 +91,12 @@ class DaemonJobSpec(KubeModel):
         max_length=253,
         json_schema_extra={"x-kubernetes-validations": [cel.immutable("manager")]},
     )
+    client: str | None = Field(
+        default=None,
+        description="Advisory client label (X-Sparkrun-Client); no effect on authorization or ownership.",
+        max_length=100,
+        json_schema_extra={"x-kubernetes-validations": [cel.immutable("client")]},
+    )
     idempotency_key: str | None = Field(
         default=None,
         description="Idempotency-Key of the request.",
@@ -121,6 +140,11 @@ class JobPrompt(KubeModel):
     )
     message: str = Field(description="The question.")
     expires_at: dt.datetime | None = Field(default=None, description="When the prompt times out.")
+    default: Any = Field(
+        default=None,
+        description="Value suggested to the person answering (never a secret).",
+        json_schema_extra=_any_json,
+    )
     details: dict[str, Any] | None = Field(
         default=None, description="Extra data.", json_schema_extra=cel.FREE_FORM
     )
@@ -153,10 +177,16 @@ class DaemonJobStatus(KubeModel):
         description="Complete and Failed.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-    result: dict[str, Any] | None = Field(
+    result: Any = Field(
         default=None,
-        description="Operation result (validated against its result schema).",
-        json_schema_extra=cel.FREE_FORM,
+        description="Operation result, any JSON value (validated against the operation's result schema).",
+        json_schema_extra=_any_json,
+    )
+    result_gzip: str | None = Field(
+        default=None,
+        description="The result as base64 of gzip of its JSON encoding, used instead of result when that "
+        f"encoding exceeds {RESULT_INLINE_BYTES} bytes.",
+        max_length=3 * 1024 * 1024,
     )
     error: JobError | None = Field(default=None, description="Failure, when state is failed or lost.")
     prompt: JobPrompt | None = Field(default=None, description="Pending prompt.")
@@ -171,3 +201,5 @@ class DaemonJobStatus(KubeModel):
     finished_at: dt.datetime | None = Field(
         default=None, description="When the job reached a terminal state."
     )
+    cancelled_at: dt.datetime | None = Field(default=None, description="When cancellation was requested.")
+    updated_at: dt.datetime | None = Field(default=None, description="When the status last changed.")

@@ -1,0 +1,173 @@
+"""The daemon API's error vocabulary: one exception per HTTP status, with the daemon's envelope.
+
+Transport errors have the shape ``{"detail": str, "error": {"type", "retryable", "attrs"}}``;
+authentication (401) and permission (403) errors carry only ``detail``, as in the reference
+daemon, except :class:`FeatureDisabled`, whose typed error names why the operation is disabled
+and what to use instead. ``type`` keeps the reference daemon's names (``ValueError`` for 422,
+``LookupError``/``KeyError`` for 404, ``Conflict`` for 409, ``ReplayGap`` for 410,
+``ResultContractError`` for an invalid operation result, ``TimeoutError`` for 504) so clients
+dispatching on them keep working.
+
+Hierarchy::
+
+    DaemonError (500, InternalError)
+    ├── Unauthenticated (401, detail only, WWW-Authenticate: Bearer)
+    ├── Forbidden (403, detail only)
+    │   └── FeatureDisabled (403, typed: reason, alternative, feature_flag)
+    ├── NotFound (404)
+    ├── RequestTimeout (408, detail only)
+    ├── Conflict (409)
+    ├── Gone (410, ReplayGap)
+    ├── BodyTooLarge (413, detail only)
+    ├── Invalid (422, ValueError)
+    ├── ResultContractError (500, attrs.code = invalid_operation_result)
+    ├── Unreachable (502)
+    └── OperationTimeout (504, retryable)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+__all__ = [
+    "BodyTooLarge",
+    "Conflict",
+    "DaemonError",
+    "FeatureDisabled",
+    "Forbidden",
+    "Gone",
+    "Invalid",
+    "NotFound",
+    "OperationTimeout",
+    "RequestTimeout",
+    "ResultContractError",
+    "Unauthenticated",
+    "Unreachable",
+    "error_body",
+]
+
+
+class DaemonError(Exception):
+    """An error with an HTTP status and the daemon's JSON envelope."""
+
+    status: ClassVar[int] = 500
+    type_name: ClassVar[str] = "InternalError"
+    #: Whether the body carries the typed ``error`` object (401/403/408/413 carry only detail).
+    typed: ClassVar[bool] = True
+    default_retryable: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        attrs: Mapping[str, Any] | None = None,
+        retryable: bool | None = None,
+        type_name: str | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.attrs: dict[str, Any] = dict(attrs or {})
+        self.retryable = self.default_retryable if retryable is None else retryable
+        self.error_type = type_name or self.type_name
+
+    def body(self) -> dict[str, Any]:
+        """The response body."""
+        if not self.typed:
+            return {"detail": self.detail}
+        return {
+            "detail": self.detail,
+            "error": {"type": self.error_type, "retryable": self.retryable, "attrs": self.attrs},
+        }
+
+    def headers(self) -> dict[str, str]:
+        """Extra response headers."""
+        return {}
+
+
+class Unauthenticated(DaemonError):
+    status = 401
+    type_name = "AuthenticationError"
+    typed = False
+
+    def __init__(self, detail: str = "Authentication required") -> None:
+        super().__init__(detail)
+
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": "Bearer"}
+
+
+class Forbidden(DaemonError):
+    status = 403
+    type_name = "PermissionError"
+    typed = False
+
+    def __init__(self, detail: str = "Insufficient permission") -> None:
+        super().__init__(detail)
+
+
+class FeatureDisabled(Forbidden):
+    """A registered operation that does not run here; the typed error says why."""
+
+    type_name = "FeatureDisabled"
+    typed = True
+
+    def __init__(self, detail: str, *, attrs: Mapping[str, Any]) -> None:
+        DaemonError.__init__(self, detail, attrs=attrs)
+
+
+class NotFound(DaemonError):
+    status = 404
+    type_name = "LookupError"
+
+
+class RequestTimeout(DaemonError):
+    status = 408
+    typed = False
+
+
+class Conflict(DaemonError):
+    status = 409
+    type_name = "Conflict"
+
+
+class Gone(DaemonError):
+    status = 410
+    type_name = "ReplayGap"
+
+
+class BodyTooLarge(DaemonError):
+    status = 413
+    typed = False
+
+
+class Invalid(DaemonError):
+    status = 422
+    type_name = "ValueError"
+
+
+class ResultContractError(DaemonError):
+    type_name = "ResultContractError"
+    code: ClassVar[str] = "invalid_operation_result"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail, attrs={"code": self.code})
+
+
+class Unreachable(DaemonError):
+    status = 502
+    type_name = "HostsUnreachable"
+
+
+class OperationTimeout(DaemonError):
+    status = 504
+    type_name = "TimeoutError"
+    default_retryable = True
+
+
+def error_body(error: BaseException) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """Status, body and headers for any exception; unexpected ones become an opaque 500."""
+    if isinstance(error, DaemonError):
+        return error.status, error.body(), error.headers()
+    internal = DaemonError("Operation failed; see daemon diagnostics")
+    return internal.status, internal.body(), {}
