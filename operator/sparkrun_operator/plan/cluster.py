@@ -1,0 +1,204 @@
+"""The InferenceCluster planner: member nodes and their pods -> the cluster's status.
+
+Pure (time is passed in). Per member node: readiness, schedulability (ready and not cordoned),
+GPU product (``nvidia.com/gpu.product`` label), GPU capacity/allocatable from the node, allocated
+as the GPU requests of bound, non-terminated pods, free = allocatable - allocated, and the
+InferenceWorkloads (``namespace/name``) with pods there. Ready when at least ``minReadyNodes``
+member nodes are ready. At most one cluster is the default: when several say ``default: true``,
+the oldest (then the first by name) is, and the others are marked Degraded.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from sparkrun_operator.api import conditions as c
+from sparkrun_operator.api.cluster import (
+    ClusterTotals,
+    GPUCounts,
+    InferenceClusterSpec,
+    InferenceClusterStatus,
+    NodeStatus,
+)
+from sparkrun_operator.api.meta import Condition, LabelSelector, set_condition
+
+GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
+TERMINATED_PHASES: Final = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObservedNode:
+    """A Node, reduced to what the cluster status needs."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    ready: bool = False
+    unschedulable: bool = False
+    #: GPU count per resource name, from ``status.capacity`` / ``status.allocatable``.
+    capacity: Mapping[str, int] = field(default_factory=dict)
+    allocatable: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObservedGpuPod:
+    """A pod bound to a node, with its GPU requests per resource."""
+
+    node: str
+    phase: str = "Running"
+    requests: Mapping[str, int] = field(default_factory=dict)
+    #: ``namespace/name`` of the owning InferenceWorkload, when it has the workload label.
+    workload: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterRef:
+    """Another InferenceCluster, for the single-default rule."""
+
+    name: str
+    default: bool
+    created: dt.datetime | None = None
+
+
+def matches(selector: LabelSelector, labels: Mapping[str, str]) -> bool:
+    """Whether ``labels`` satisfy ``selector`` (metav1.LabelSelector semantics)."""
+    for key, value in (selector.match_labels or {}).items():
+        if labels.get(key) != value:
+            return False
+    for req in selector.match_expressions or []:
+        present = req.key in labels
+        values = req.values or []
+        if req.operator == "In" and not (present and labels[req.key] in values):
+            return False
+        if req.operator == "NotIn" and present and labels[req.key] in values:
+            return False
+        if req.operator == "Exists" and not present:
+            return False
+        if req.operator == "DoesNotExist" and present:
+            return False
+    return True
+
+
+def members(spec: InferenceClusterSpec, nodes: Iterable[ObservedNode]) -> list[ObservedNode]:
+    """Member nodes, sorted by name."""
+    if spec.nodes.names is not None:
+        wanted = set(spec.nodes.names)
+        picked = [n for n in nodes if n.name in wanted]
+    elif spec.nodes.selector is not None:
+        selector = spec.nodes.selector
+        picked = [n for n in nodes if matches(selector, n.labels)]
+    else:
+        picked = []
+    return sorted(picked, key=lambda n: n.name)
+
+
+def default_cluster(clusters: Iterable[ClusterRef]) -> str | None:
+    """The cluster that is *the* default: the oldest of those marked default, then by name."""
+    far = dt.datetime.max.replace(tzinfo=dt.UTC)
+    marked = sorted((r for r in clusters if r.default), key=lambda r: (r.created or far, r.name))
+    return marked[0].name if marked else None
+
+
+def node_status(node: ObservedNode, *, gpu_resource: str, pods: Sequence[ObservedGpuPod]) -> NodeStatus:
+    """One member node's status from the node and the pods bound to it."""
+    live = [p for p in pods if p.node == node.name and p.phase not in TERMINATED_PHASES]
+    allocated = sum(p.requests.get(gpu_resource, 0) for p in live)
+    allocatable = node.allocatable.get(gpu_resource, 0)
+    return NodeStatus(
+        name=node.name,
+        ready=node.ready,
+        schedulable=node.ready and not node.unschedulable,
+        gpu_product=node.labels.get(GPU_PRODUCT_LABEL),
+        gpus=GPUCounts(
+            capacity=node.capacity.get(gpu_resource, 0),
+            allocatable=allocatable,
+            allocated=allocated,
+            free=max(0, allocatable - allocated),
+        ),
+        workloads=sorted({p.workload for p in live if p.workload}),
+    )
+
+
+def plan_status(
+    *,
+    name: str,
+    spec: InferenceClusterSpec,
+    generation: int,
+    previous: InferenceClusterStatus,
+    nodes: Sequence[ObservedNode],
+    pods: Sequence[ObservedGpuPod],
+    clusters: Sequence[ClusterRef],
+    now: dt.datetime,
+) -> InferenceClusterStatus:
+    """The complete status of cluster ``name``."""
+    member_nodes = members(spec, nodes)
+    statuses = [node_status(n, gpu_resource=spec.gpu_resource, pods=pods) for n in member_nodes]
+    totals = ClusterTotals(
+        nodes=len(statuses),
+        ready_nodes=sum(1 for s in statuses if s.ready),
+        gpus=GPUCounts(
+            capacity=sum(s.gpus.capacity for s in statuses),
+            allocatable=sum(s.gpus.allocatable for s in statuses),
+            allocated=sum(s.gpus.allocated for s in statuses),
+            free=sum(s.gpus.free for s in statuses),
+        ),
+    )
+    products = {s.gpu_product for s in statuses if s.gpu_product}
+    product = None if not products else (products.pop() if len(products) == 1 else "mixed")
+
+    conditions: list[Condition] = [cond.model_copy() for cond in previous.conditions]
+
+    def put(type_: str, ok: bool, reason: str, message: str) -> None:
+        status: Literal["True", "False"] = "True" if ok else "False"
+        set_condition(
+            conditions,
+            type=type_,
+            status=status,
+            reason=reason,
+            message=message,
+            observed_generation=generation,
+            now=now,
+        )
+
+    enough = totals.ready_nodes >= spec.min_ready_nodes
+    put(
+        c.READY,
+        enough,
+        c.REASON_ENOUGH_READY_NODES if enough else c.REASON_NOT_ENOUGH_READY_NODES,
+        f"{totals.ready_nodes} of {totals.nodes} member nodes ready (minReadyNodes {spec.min_ready_nodes}); "
+        f"{totals.gpus.free} of {totals.gpus.allocatable} {spec.gpu_resource} free",
+    )
+
+    problems: list[tuple[str, str]] = []
+    if spec.default:
+        chosen = default_cluster([*clusters, ClusterRef(name=name, default=True)])
+        if chosen is not None and chosen != name:
+            problems.append(
+                (
+                    c.REASON_DUPLICATE_DEFAULT,
+                    f"InferenceCluster {chosen!r} is already the default; unset spec.default here or there",
+                )
+            )
+    if spec.nodes.names is not None:
+        missing = sorted(set(spec.nodes.names) - {n.name for n in member_nodes})
+        if missing:
+            shown = ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
+            problems.append((c.REASON_NODES_MISSING, f"{len(missing)} named nodes do not exist: {shown}"))
+    not_ready = [s.name for s in statuses if not s.ready]
+    if not_ready:
+        shown = ", ".join(not_ready[:10]) + (" ..." if len(not_ready) > 10 else "")
+        problems.append((c.REASON_NODES_NOT_READY, f"{len(not_ready)} member nodes not ready: {shown}"))
+    if problems:
+        put(c.DEGRADED, True, problems[0][0], "; ".join(message for _, message in problems))
+    else:
+        put(c.DEGRADED, False, c.REASON_AS_EXPECTED, "all member nodes ready")
+
+    return InferenceClusterStatus(
+        observed_generation=generation,
+        conditions=[cond for cond in conditions if cond.type in (c.READY, c.DEGRADED)],
+        nodes=statuses,
+        totals=totals,
+        gpu_product=product,
+    )
