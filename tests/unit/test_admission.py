@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def crds() -> dict[str, dict[str, Any]]:
+def crd_docs() -> dict[str, dict[str, Any]]:
     docs = [yaml.safe_load(p.read_text()) for p in sorted((ROOT / "crds").glob("*.yaml"))]
     return {d["spec"]["names"]["kind"]: d for d in docs}
 
@@ -38,15 +38,15 @@ def test_corpus_is_large_enough() -> None:
 
 
 @pytest.mark.parametrize("manifest", VALID, ids=lambda m: f"{m['kind']}/{m['metadata']['name']}")
-def test_valid_examples_are_accepted(manifest: dict[str, Any], crds: dict[str, dict[str, Any]]) -> None:
-    assert validate(manifest, crds=crds) == []
+def test_valid_examples_are_accepted(manifest: dict[str, Any], crd_docs: dict[str, dict[str, Any]]) -> None:
+    assert validate(manifest, crds=crd_docs) == []
 
 
 @pytest.mark.parametrize("case", INVALID, ids=lambda c: c.name)
 def test_invalid_resources_are_rejected_with_field_path(
-    case: InvalidCase, crds: dict[str, dict[str, Any]]
+    case: InvalidCase, crd_docs: dict[str, dict[str, Any]]
 ) -> None:
-    errors = validate(case.manifest, old=case.old, crds=crds)
+    errors = validate(case.manifest, old=case.old, crds=crd_docs)
     assert errors, f"{case.name} was accepted"
     paths = [e.path for e in errors]
     assert case.field_path in paths, f"expected an error at {case.field_path}, got {errors}"
@@ -56,10 +56,10 @@ def test_invalid_resources_are_rejected_with_field_path(
 
 @pytest.mark.parametrize("case", [c for c in INVALID if c.old is not None], ids=lambda c: c.name)
 def test_transition_rules_allow_the_unchanged_object(
-    case: InvalidCase, crds: dict[str, dict[str, Any]]
+    case: InvalidCase, crd_docs: dict[str, dict[str, Any]]
 ) -> None:
     assert case.old is not None
-    assert validate(case.old, old=case.old, crds=crds) == []
+    assert validate(case.old, old=case.old, crds=crd_docs) == []
 
 
 def test_defaults_are_applied_before_cel() -> None:
