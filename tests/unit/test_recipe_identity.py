@@ -7,7 +7,6 @@ package; every case in it is replayed here against our implementation.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -22,6 +21,7 @@ from sparkrun_operator.render.recipe_identity import (
     recipe_revision,
     workload_id,
 )
+from tests.reference import reference_python
 
 HERE = Path(__file__).resolve().parent
 RECIPES = HERE / "recipes"
@@ -75,14 +75,9 @@ def test_metadata_does_not_move_the_digests() -> None:
     assert intent_id(described) == intent_id(recipe)
 
 
-def test_matches_reference_when_available(tmp_path: Path) -> None:
-    """Differential check: rerun the generator under the reference interpreter, if given."""
-    python = os.environ.get("SPARKRUN_REFERENCE_PYTHON")
-    if not python:
-        pytest.skip("SPARKRUN_REFERENCE_PYTHON is not set (a Python >= 3.12 with sparkrun installed)")
-    probe = subprocess.run([python, "-c", "import sparkrun"], capture_output=True, check=False)
-    if probe.returncode != 0:
-        pytest.skip(f"sparkrun is not importable by {python}")
+def test_matches_reference(tmp_path: Path) -> None:
+    """Differential check: rerun the golden generator under the reference implementation."""
+    python = reference_python()
     out = tmp_path / "goldens.json"
     subprocess.run(
         [python, str(GENERATOR), "--recipes", str(RECIPES), "--out", str(out)],
