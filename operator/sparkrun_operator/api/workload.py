@@ -167,6 +167,27 @@ class SchedulingSpec(KubeModel):
     )
 
 
+Capability = Literal["text-generation", "embedding"]
+
+
+class RoutingSpec(KubeModel):
+    """How the inference gateway routes requests to this workload."""
+
+    capabilities: list[Capability] = Field(
+        default_factory=list,
+        description="What the model can do: text-generation and/or embedding. Empty: derived from the "
+        "engine arguments (--task embed or --runner pooling means embedding, else text-generation). "
+        "The gateway answers 400 for a request the model cannot serve.",
+        max_length=2,
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    prefix_affinity: bool = Field(
+        default=False,
+        description="Send requests sharing a prompt prefix to the same replica (consistent hashing with "
+        "bounded load), so vLLM's prefix cache hits more often.",
+    )
+
+
 class RecipeRef(KubeModel):
     """A Recipe to serve."""
 
@@ -237,6 +258,7 @@ class InferenceWorkloadSpec(KubeModel):
     recipe: RecipeRef | None = Field(
         default=None, description="Serve a Recipe; this workload's own fields override the recipe's."
     )
+    routing: RoutingSpec = Field(default_factory=RoutingSpec, description="Gateway routing of this workload.")
     manager: str | None = Field(
         default=None,
         description="Identity owning this workload for guarded daemon operations (stop, sleep, wake, "
