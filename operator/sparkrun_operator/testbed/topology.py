@@ -19,6 +19,8 @@ GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 POOL_LABEL = "sparkrun.dev/testbed-pool"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_VALUE = "fake"
+PROCESS_RUNTIME_LABEL = "sparkrun.dev/testbed-runtime"
+PROCESS_TAINT = {"key": PROCESS_RUNTIME_LABEL, "value": "process", "effect": "NoSchedule"}
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,11 @@ class NodePool:
     memory: str = "512Gi"
     pods: int = 110
     labels: dict[str, str] = field(default_factory=dict)
+    # Process nodes (testbed/process_runtime.py): pods on them run as local processes, and KWOK
+    # leaves them alone (no kwok annotation); the process runtime registers and heartbeats them.
+    process: bool = False
+    # Taints of the pool's nodes (e.g. PROCESS_TAINT, so only pods that tolerate it run there).
+    taints: tuple[dict[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.count < 0 or self.gpus < 0 or self.pods < 1:
@@ -68,6 +75,10 @@ class Topology:
     def node_names(self) -> list[str]:
         return [name for pool in self.pools for name in pool.node_names()]
 
+    def process_node_names(self) -> list[str]:
+        """Names of the nodes whose pods run as local processes (see :class:`NodePool`)."""
+        return [name for pool in self.pools if pool.process for name in pool.node_names()]
+
     def max_gpus_per_node(self) -> int:
         return max((pool.gpus for pool in self.pools if pool.count), default=0)
 
@@ -90,11 +101,16 @@ def node_manifests(topology: Topology) -> list[dict[str, Any]]:
     for pool in topology.pools:
         resources: dict[str, str] = {"cpu": pool.cpu, "memory": pool.memory, "pods": str(pool.pods)}
         labels = {
-            "type": "kwok",
             "kubernetes.io/os": "linux",
             "kubernetes.io/arch": "amd64",
             POOL_LABEL: pool.prefix,
         }
+        annotations = {KWOK_NODE_ANNOTATION: KWOK_NODE_VALUE}
+        if pool.process:
+            labels[PROCESS_RUNTIME_LABEL] = "process"
+            annotations = {}
+        else:
+            labels["type"] = "kwok"
         if pool.gpus:
             resources[GPU_RESOURCE] = str(pool.gpus)
             labels[GPU_PRODUCT_LABEL] = pool.gpu_product
@@ -107,10 +123,10 @@ def node_manifests(topology: Topology) -> list[dict[str, Any]]:
                     "kind": "Node",
                     "metadata": {
                         "name": name,
-                        "annotations": {KWOK_NODE_ANNOTATION: KWOK_NODE_VALUE},
+                        "annotations": dict(annotations),
                         "labels": {**labels, "kubernetes.io/hostname": name},
                     },
-                    "spec": {},
+                    "spec": {"taints": [dict(t) for t in pool.taints]} if pool.taints else {},
                     "status": {"capacity": dict(resources), "allocatable": dict(resources)},
                 }
             )
