@@ -30,8 +30,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
 from . import messages_api, ollama_api
 from .auth import Grant, KeySource, extract_key
 from .balancer import Backend, Balancer
@@ -40,6 +38,7 @@ from .errors import Family, GatewayError, bad_request, lacks_capability, no_inst
 from .metrics import GatewayMetrics
 from .routing import EMBEDDING, TEXT_GENERATION, RoutingSource, Workload
 from .sse import DONE, SSEParser
+from .upstream import ConnectFailed, UpstreamError, UpstreamPool, UpstreamResponse, UpstreamTimeout
 from .wake import NoopWaker, WakeCoordinator, Waker
 
 log = logging.getLogger("sparkrun.gateway")
@@ -133,7 +132,6 @@ class Gateway:
         waker: Waker | None = None,
         keys: KeySource | None = None,
         metrics: GatewayMetrics | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.source = source
         self.settings = settings or GatewaySettings()
@@ -143,8 +141,7 @@ class Gateway:
         self.wakes = WakeCoordinator(
             source, waker or NoopWaker(), timeout=self.settings.wake_timeout, on_wake=self._on_wake
         )
-        self._transport = transport
-        self._client: httpx.AsyncClient | None = None
+        self._pool: UpstreamPool | None = None
         self._inflight: dict[str, Ctx] = {}
         self._routes = _routes()
         self._started = False
@@ -155,12 +152,7 @@ class Gateway:
         """Open the upstream client and start the routing source (idempotent)."""
         if self._started:
             return
-        self._client = httpx.AsyncClient(
-            transport=self._transport,
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=2048, keepalive_expiry=60),
-            trust_env=False,
-            follow_redirects=False,
-        )
+        self._pool = UpstreamPool()
         await self.source.start()
         self._started = True
 
@@ -169,8 +161,8 @@ class Gateway:
             return
         self._started = False
         await self.source.close()
-        if self._client is not None:
-            await self._client.aclose()
+        if self._pool is not None:
+            await self._pool.aclose()
 
     # -- ASGI -------------------------------------------------------------------------------
 
@@ -345,21 +337,17 @@ class Gateway:
 
     async def connect(
         self, ctx: Ctx, workload: Workload, path: str, payload: bytes, affinity: bytes | None
-    ) -> httpx.Response:
+    ) -> UpstreamResponse:
         """Send the request to a backend; tries others while connecting fails.
 
         On return ``ctx.backend`` is the backend that answered (its outstanding count is held
         until :meth:`release`). Raises :class:`GatewayError` 502/504 when no backend answers.
         """
-        assert self._client is not None, "gateway not started"
+        assert self._pool is not None, "gateway not started"
         tried: list[str] = []
-        timeout = httpx.Timeout(
-            connect=workload.connect_timeout or self.settings.connect_timeout,
-            read=workload.read_timeout or self.settings.read_timeout,
-            write=workload.read_timeout or self.settings.read_timeout,
-            pool=workload.connect_timeout or self.settings.connect_timeout,
-        )
-        headers = {"content-type": "application/json", "accept": "*/*", "x-request-id": ctx.rid}
+        connect_timeout = workload.connect_timeout or self.settings.connect_timeout
+        read_timeout = workload.read_timeout or self.settings.read_timeout
+        headers = b"x-request-id: " + ctx.rid.encode() + b"\r\n"
         last = ""
         for _ in range(self.settings.max_attempts):
             backend = self.balancer.pick(
@@ -369,28 +357,30 @@ class Gateway:
                 break
             tried.append(backend.url)
             self._hold(ctx, backend)
-            request = self._client.build_request(
-                "POST", backend.url + path, content=payload, headers=headers, timeout=timeout
-            )
             try:
-                response = await self._client.send(request, stream=True)
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+                response = await self._pool.request(
+                    backend.url,
+                    path,
+                    payload,
+                    headers,
+                    connect_timeout=connect_timeout,
+                    read_timeout=read_timeout,
+                )
+            except ConnectFailed as exc:
                 self._fail(backend, "connect")
                 self.release(ctx)
-                last = f"{type(exc).__name__}: {exc}"
-                log.warning(
-                    "request %s: cannot reach %s (%s); trying another backend", ctx.rid, backend.url, last
-                )
+                last = str(exc)
+                log.warning("request %s: %s; trying another backend", ctx.rid, last)
                 continue
-            except httpx.TimeoutException:
+            except UpstreamTimeout:
                 self._fail(backend, "timeout")
                 self.release(ctx)
                 raise GatewayError(504, f"Upstream {backend.url} timed out before answering") from None
-            except httpx.TransportError as exc:
+            except UpstreamError as exc:
                 self._fail(backend, "read")
                 self.release(ctx)
-                raise GatewayError(502, f"Upstream {backend.url} failed: {type(exc).__name__}") from None
-            if response.status_code >= 500:
+                raise GatewayError(502, f"Upstream {backend.url} failed: {exc}") from None
+            if response.status >= 500:
                 self._fail(backend, "status")
             else:
                 self.balancer.success(backend)
@@ -419,7 +409,7 @@ class Gateway:
         backend = ctx.backend
         if backend is None:
             return "upstream failed"
-        kind = "timeout" if isinstance(exc, httpx.TimeoutException) else "read"
+        kind = exc.kind if isinstance(exc, UpstreamError) else "read"
         self._fail(backend, kind)
         what = "timed out" if kind == "timeout" else "went away"
         return f"Upstream {backend.url} {what} in the middle of the response"
@@ -484,7 +474,7 @@ async def _openai(gw: Gateway, ctx: Ctx, capability: str, path: str) -> None:
     try:
         await _relay_openai(gw, ctx, response, path)
     finally:
-        await response.aclose()
+        response.close()
 
 
 def _validate_generation(doc: dict[str, Any], path: str) -> None:
@@ -523,21 +513,18 @@ def _affinity_key(doc: dict[str, Any]) -> bytes | None:
     return None
 
 
-async def _relay_openai(gw: Gateway, ctx: Ctx, response: httpx.Response, path: str) -> None:
-    ctype = response.headers.get("content-type", "application/json").encode("latin-1")
+async def _relay_openai(gw: Gateway, ctx: Ctx, response: UpstreamResponse, path: str) -> None:
+    ctype = response.headers.get(b"content-type", b"application/json")
     if not ctype.startswith(b"text/event-stream"):
-        try:
-            body = await _read_all(gw, response)
-        except httpx.HTTPError as exc:
-            raise GatewayError(502, gw.upstream_failed(ctx, exc)) from None
+        body = await _read_all(gw, ctx, response)
         gw.first_byte(ctx)
-        if response.status_code < 400:
+        if response.status < 400:
             gw.record_usage(ctx, body[-512:])
-        await ctx.respond(response.status_code, body, ctype)
+        await ctx.respond(response.status, body, ctype)
         return
     responses_api = path == "/v1/responses"
     ctx.stream_end = _responses_stream_error if responses_api else _openai_stream_error
-    await ctx.start_response(response.status_code, ctype, [(b"cache-control", b"no-cache")])
+    await ctx.start_response(response.status, ctype, [(b"cache-control", b"no-cache")])
     if not responses_api:
         # Seed 004: "streaming chat completions open with the SSE comment line : command_id <id>".
         await ctx.body_part(b": command_id " + ctx.rid.encode() + b"\n\n")
@@ -545,7 +532,7 @@ async def _relay_openai(gw: Gateway, ctx: Ctx, response: httpx.Response, path: s
     last = b""
     first = True
     try:
-        async for chunk in response.aiter_raw():
+        async for chunk in response.chunks():
             if first:
                 gw.first_byte(ctx)
                 first = False
@@ -560,7 +547,7 @@ async def _relay_openai(gw: Gateway, ctx: Ctx, response: httpx.Response, path: s
                 out, tail = data[: cut + 2], data[cut + 2 :]
             await ctx.body_part(out)
             last = out
-    except httpx.HTTPError as exc:
+    except UpstreamError as exc:
         message = gw.upstream_failed(ctx, exc)
         await ctx.body_part(ctx.stream_end(message), more=False)
         return
@@ -583,31 +570,23 @@ def _responses_stream_error(message: str) -> bytes:
     return b"event: error\ndata: " + err.encode() + b"\n\n"
 
 
-async def _read_all(gw: Gateway, response: httpx.Response) -> bytes:
-    limit = gw.settings.max_upstream_body_bytes
-    parts: list[bytes] = []
-    total = 0
-    async for chunk in response.aiter_raw():
-        total += len(chunk)
-        if total > limit:
-            raise GatewayError(502, f"Upstream body exceeds {limit} bytes")
-        parts.append(chunk)
-    return b"".join(parts)
-
-
-async def _upstream_error(ctx: Ctx, gw: Gateway, response: httpx.Response) -> None:
-    """Relay an upstream error status in the client's family (translated routes)."""
+async def _read_all(gw: Gateway, ctx: Ctx, response: UpstreamResponse) -> bytes:
     try:
-        raw = await _read_all(gw, response)
-    except httpx.HTTPError as exc:
+        return await response.read(gw.settings.max_upstream_body_bytes)
+    except UpstreamError as exc:
         raise GatewayError(502, gw.upstream_failed(ctx, exc)) from None
-    message = f"Upstream answered {response.status_code}"
+
+
+async def _upstream_error(ctx: Ctx, gw: Gateway, response: UpstreamResponse) -> None:
+    """Relay an upstream error status in the client's family (translated routes)."""
+    raw = await _read_all(gw, ctx, response)
+    message = f"Upstream answered {response.status}"
     with contextlib.suppress(ValueError, AttributeError, TypeError):
         err = json.loads(raw)
         message = str(
             err["error"]["message"] if isinstance(err.get("error"), dict) else err.get("error") or err
         )
-    await ctx.respond(response.status_code, render(ctx.family, response.status_code, message))
+    await ctx.respond(response.status, render(ctx.family, response.status, message))
 
 
 # -- translated families ---------------------------------------------------------------------
@@ -627,14 +606,11 @@ async def _translated(
 
     response = await gw.connect(ctx, workload, "/v1/chat/completions", payload, affinity)
     try:
-        if response.status_code >= 400:
+        if response.status >= 400:
             await _upstream_error(ctx, gw, response)
             return
         if not stream:
-            try:
-                raw = await _read_all(gw, response)
-            except httpx.HTTPError as exc:
-                raise GatewayError(502, gw.upstream_failed(ctx, exc)) from None
+            raw = await _read_all(gw, ctx, response)
             gw.first_byte(ctx)
             gw.record_usage(ctx, raw[-512:])
             try:
@@ -645,10 +621,10 @@ async def _translated(
             return
         await _relay_translated(gw, ctx, response, translator)
     finally:
-        await response.aclose()
+        response.close()
 
 
-async def _relay_translated(gw: Gateway, ctx: Ctx, response: httpx.Response, translator: Any) -> None:
+async def _relay_translated(gw: Gateway, ctx: Ctx, response: UpstreamResponse, translator: Any) -> None:
     ctx.stream_end = translator.fail
     await ctx.start_response(200, translator.content_type, [(b"cache-control", b"no-cache")])
     opening = translator.start()
@@ -658,7 +634,7 @@ async def _relay_translated(gw: Gateway, ctx: Ctx, response: httpx.Response, tra
     first = True
     done = False
     try:
-        async for chunk in response.aiter_raw():
+        async for chunk in response.chunks():
             if first:
                 gw.first_byte(ctx)
                 first = False
@@ -677,8 +653,8 @@ async def _relay_translated(gw: Gateway, ctx: Ctx, response: httpx.Response, tra
                 out += translator.feed(event)
             if out:
                 await ctx.body_part(bytes(out))
-    except (httpx.HTTPError, ValueError) as exc:
-        message = gw.upstream_failed(ctx, exc) if isinstance(exc, httpx.HTTPError) else str(exc)
+    except (UpstreamError, ValueError) as exc:
+        message = gw.upstream_failed(ctx, exc) if isinstance(exc, UpstreamError) else str(exc)
         await ctx.body_part(translator.fail(message), more=False)
         return
     if not done:

@@ -1,0 +1,234 @@
+"""The gateway's Kubernetes side: routes from watches, wake by patching, keys from Secrets.
+
+- :class:`KubeRoutingSource` keeps the routing table from two watches (no API call per
+  request): InferenceWorkloads (names, aliases, state, capabilities, prefix affinity) and the
+  EndpointSlices of their Services (ready leader addresses). Endpoints are addresses of pods,
+  not ClusterIPs, so the gateway balances across replicas itself.
+- :class:`KubeWaker` wakes a Sleeping or Stopped workload by setting ``spec.state: Running``
+  (a merge patch with the gateway's identity; the operator does the rest).
+- :class:`SecretKeySource` serves API keys from Secrets labelled ``sparkrun.dev/gateway-key``:
+  ``data.key`` is the key; ``data.models`` (optional) a comma- or newline-separated allowlist,
+  ``*`` or absent for every model.
+
+Routing state of a workload: ``spec.state`` when it is not Running; while the engine is still
+asleep after a wake (condition ``Sleeping=True``) it stays ``Sleeping``, so held requests are
+released only once the engine is awake and a leader is ready.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import itertools
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from sparkrun_operator.api.resources import INFERENCE_WORKLOAD
+from sparkrun_operator.gateway.auth import Grant
+from sparkrun_operator.gateway.routing import (
+    EMBEDDING,
+    TEXT_GENERATION,
+    RoutingError,
+    RoutingTable,
+    State,
+    TablePublisher,
+    Workload,
+)
+from sparkrun_operator.k8s.informer import Informer
+from sparkrun_operator.k8s.rest import SECRETS, Resource, Rest, resource_of
+
+log = logging.getLogger("sparkrun.gateway.kube")
+
+ENDPOINT_SLICES = Resource("discovery.k8s.io", "v1", "endpointslices", namespaced=True)
+WORKLOADS = resource_of(INFERENCE_WORKLOAD)
+LABEL_WORKLOAD = "sparkrun.dev/workload"
+LABEL_SERVICE_NAME = "kubernetes.io/service-name"
+LABEL_GATEWAY_KEY = "sparkrun.dev/gateway-key"
+PORT_NAME = "http"
+FIELD_MANAGER = "sparkrun-gateway"
+
+_EMBEDDING_FLAGS = {("--task", "embed"), ("--task", "embedding"), ("--runner", "pooling")}
+
+
+def capabilities_of(spec: dict[str, Any]) -> frozenset[str]:
+    """Declared ``spec.routing.capabilities``, else derived from the engine arguments."""
+    declared = (spec.get("routing") or {}).get("capabilities") or []
+    if declared:
+        return frozenset(str(c) for c in declared)
+    args = [str(a) for a in (spec.get("engine") or {}).get("args") or []]
+    pairs = set(itertools.pairwise(args)) | {tuple(a.split("=", 1)) for a in args if "=" in a}
+    return frozenset({EMBEDDING}) if pairs & _EMBEDDING_FLAGS else frozenset({TEXT_GENERATION})
+
+
+def _condition_true(status: dict[str, Any], type_: str) -> bool:
+    return any(c.get("type") == type_ and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def routing_state(obj: dict[str, Any]) -> State:
+    """The state the gateway routes by (see module docs)."""
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    desired = spec.get("state") or "Running"
+    if desired in ("Sleeping", "Stopped"):
+        return "Sleeping" if desired == "Sleeping" else "Stopped"
+    return "Sleeping" if _condition_true(status, "Sleeping") else "Running"
+
+
+def ready_endpoints(slices: Iterable[dict[str, Any]]) -> tuple[str, ...]:
+    """``http://ip:port`` of every ready, non-terminating endpoint of the slices (sorted)."""
+    urls: set[str] = set()
+    for sl in slices:
+        ports = sl.get("ports") or []
+        port = next((p.get("port") for p in ports if p.get("name") == PORT_NAME), None)
+        if port is None and ports:
+            port = ports[0].get("port")
+        if port is None:
+            continue
+        for ep in sl.get("endpoints") or []:
+            cond = ep.get("conditions") or {}
+            # NB: a nil "ready" means ready (discovery.k8s.io/v1 semantics).
+            if cond.get("ready") is False or cond.get("terminating") is True:
+                continue
+            for address in (ep.get("addresses") or [])[:1]:
+                host = f"[{address}]" if ":" in address else address
+                urls.add(f"http://{host}:{port}")
+    return tuple(sorted(urls))
+
+
+def workload_entry(obj: dict[str, Any], slices: Iterable[dict[str, Any]]) -> Workload:
+    """The routing entry of one InferenceWorkload and its Service's EndpointSlices."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    model = spec.get("model") or {}
+    served = status.get("servedName") or model.get("servedName") or model.get("name") or meta["name"]
+    return Workload(
+        namespace=meta.get("namespace") or "default",
+        name=meta["name"],
+        served_name=str(served),
+        aliases=tuple(str(a) for a in model.get("aliases") or [] if a != served),
+        state=routing_state(obj),
+        capabilities=capabilities_of(spec),
+        endpoints=ready_endpoints(slices),
+        prefix_affinity=bool((spec.get("routing") or {}).get("prefixAffinity", False)),
+    )
+
+
+def build_entries(workloads: Iterable[dict[str, Any]], slices: Iterable[dict[str, Any]]) -> list[Workload]:
+    """Routing entries for ``workloads``, each with the slices of its Service."""
+    by_service: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for sl in slices:
+        meta = sl.get("metadata") or {}
+        service = (meta.get("labels") or {}).get(LABEL_SERVICE_NAME)
+        if service:
+            by_service.setdefault((str(meta.get("namespace") or ""), str(service)), []).append(sl)
+    entries = []
+    for obj in workloads:
+        meta = obj.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        entries.append(workload_entry(obj, by_service.get(key, [])))
+    return entries
+
+
+class KubeRoutingSource:
+    """A :class:`~sparkrun_operator.gateway.routing.RoutingSource` fed by watches."""
+
+    def __init__(self, rest: Rest, *, namespace: str | None = None) -> None:
+        self._publisher = TablePublisher()
+        self._workloads = Informer(rest, WORKLOADS, namespace=namespace, on_change=self._rebuild)
+        self._slices = Informer(
+            rest, ENDPOINT_SLICES, namespace=namespace, label_selector=LABEL_WORKLOAD, on_change=self._rebuild
+        )
+
+    def snapshot(self) -> RoutingTable:
+        return self._publisher.snapshot()
+
+    async def wait_changed(self, version: int) -> RoutingTable:
+        return await self._publisher.wait_changed(version)
+
+    async def start(self) -> None:
+        await self._slices.start()
+        await self._workloads.start()
+
+    async def close(self) -> None:
+        await self._workloads.close()
+        await self._slices.close()
+
+    def _rebuild(self) -> None:
+        if not (self._workloads.synced and self._slices.synced):
+            return
+        entries = build_entries(self._workloads.objects.values(), self._slices.objects.values())
+        try:
+            self._publisher.publish(entries)
+        except RoutingError as error:
+            # NB: two workloads claiming one name; keep serving the last consistent table.
+            log.error("routing table not updated: %s", error)
+
+
+class KubeWaker:
+    """Wakes a workload by setting ``spec.state: Running``."""
+
+    def __init__(self, rest: Rest) -> None:
+        self.rest = rest
+
+    async def wake(self, workload: Workload) -> None:
+        log.info("waking %s (%s)", workload.key, workload.state)
+        await self.rest.merge_patch(
+            WORKLOADS, workload.name, {"spec": {"state": "Running"}}, namespace=workload.namespace
+        )
+
+
+def _decode(secret: dict[str, Any], field: str) -> str | None:
+    raw = (secret.get("data") or {}).get(field)
+    if raw is None:
+        plain = (secret.get("stringData") or {}).get(field)
+        return str(plain) if plain is not None else None
+    try:
+        return base64.b64decode(raw, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+def grant_of(secret: dict[str, Any]) -> tuple[str, Grant] | None:
+    """``(key, grant)`` of a gateway-key Secret, or None when it holds no usable key."""
+    meta = secret.get("metadata") or {}
+    key = (_decode(secret, "key") or "").strip()
+    if not key:
+        log.warning("gateway key Secret %s/%s has no data.key", meta.get("namespace"), meta.get("name"))
+        return None
+    raw_models = _decode(secret, "models")
+    models = [m.strip() for m in (raw_models or "*").replace("\n", ",").split(",") if m.strip()]
+    name = f"{meta.get('namespace')}/{meta.get('name')}"
+    return key, Grant(name, None if not models or "*" in models else frozenset(models))
+
+
+class SecretKeySource:
+    """API keys from labelled Secrets, kept current by a watch (see module docs)."""
+
+    def __init__(self, rest: Rest, *, namespace: str | None = None) -> None:
+        self._grants: dict[str, Grant] = {}
+        self._secrets = Informer(
+            rest, SECRETS, namespace=namespace, label_selector=LABEL_GATEWAY_KEY, on_change=self._rebuild
+        )
+
+    async def start(self) -> None:
+        await self._secrets.start()
+
+    async def close(self) -> None:
+        await self._secrets.close()
+
+    def _rebuild(self) -> None:
+        grants: dict[str, Grant] = {}
+        for secret in self._secrets.objects.values():
+            found = grant_of(secret)
+            if found is not None:
+                grants[found[0]] = found[1]
+        self._grants = grants
+
+    def lookup(self, key: str) -> Grant | None:
+        found = None
+        for candidate, grant in self._grants.items():
+            if hmac.compare_digest(candidate.encode(), key.encode()):
+                found = grant
+        return found

@@ -1,0 +1,306 @@
+"""A lean HTTP/1.1 upstream client: asyncio protocol + httptools' C parser, keep-alive pool.
+
+Why not httpx here: measured in ``bench/gateway.py``, httpx/httpcore cost ~100 us of CPU per
+streamed chunk (pool scans, h11 events, anyio layers) and forwarded every chunk as its own write,
+which made the gateway add milliseconds per request. This client reads whatever the socket has,
+hands the de-chunked bytes over in one piece (so several SSE events leave in one write), and
+keeps idle connections per backend.
+
+Contract:
+
+- :meth:`UpstreamPool.request` sends one request and returns once the response head arrived.
+  It raises :class:`ConnectFailed` when no connection could be made (safe to try another
+  backend), :class:`UpstreamTimeout` when the head did not come within the read timeout, and
+  :class:`UpstreamError` when the connection broke before the head. A reused keep-alive
+  connection that turns out closed before answering is retried once on a fresh connection.
+- :meth:`UpstreamResponse.chunks` yields body bytes as they arrive (read timeout between bytes);
+  :meth:`UpstreamResponse.close` returns a fully read connection to the pool and closes any other
+  (which is how an abandoned request is aborted upstream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator
+from typing import cast
+from urllib.parse import urlsplit
+
+import httptools
+
+_HIGH_WATER = 1 << 20
+_MAX_IDLE_PER_BACKEND = 512
+
+
+class UpstreamError(Exception):
+    """The upstream broke the exchange; ``kind`` is ``connect``, ``timeout`` or ``read``."""
+
+    kind = "read"
+
+
+class ConnectFailed(UpstreamError):
+    kind = "connect"
+
+
+class UpstreamTimeout(UpstreamError):
+    kind = "timeout"
+
+
+class _Conn(asyncio.Protocol):
+    """One connection; parses the response of the request in flight."""
+
+    def __init__(self, key: tuple[str, int, bool]) -> None:
+        self.key = key
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.error: BaseException | None = None
+        self._parser: httptools.HttpResponseParser | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self.status = 0
+        self.headers: dict[bytes, bytes] = {}
+        self.buf = bytearray()
+        self.got_bytes = False
+        self.head_done = False
+        self.complete = False
+        self.keep_alive = True
+        self.paused = False
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # NB: uvloop's transports do not subclass asyncio.Transport; they implement it.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self._parser is None:  # bytes nobody asked for: the connection is unusable
+            self.close()
+            return
+        self.got_bytes = True
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self.error = exc
+            self.close()
+        if len(self.buf) > _HIGH_WATER and not self.paused and self.transport is not None:
+            self.transport.pause_reading()
+            self.paused = True
+        self._wake()
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if exc is not None and self.error is None:
+            self.error = exc
+        self._wake()
+
+    # -- httptools callbacks ----------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers[name.lower()] = value
+
+    def on_headers_complete(self) -> None:
+        assert self._parser is not None
+        self.status = self._parser.get_status_code()
+        self.keep_alive = self._parser.should_keep_alive()
+        self.head_done = True
+
+    def on_body(self, body: bytes) -> None:
+        self.buf += body
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+    # -- use ---------------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        self._parser = httptools.HttpResponseParser(self)
+        self.status = 0
+        self.headers = {}
+        self.buf.clear()
+        self.got_bytes = self.head_done = self.complete = False
+
+    def take(self) -> bytes:
+        data = bytes(self.buf)
+        self.buf.clear()
+        if self.paused and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+        return data
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, limit: float) -> None:
+        """Until something happens on the connection, at most ``limit`` seconds (TimeoutError)."""
+        # NB: a bare timer instead of asyncio.timeout(): this runs once per upstream read.
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(limit, _expire, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
+class UpstreamResponse:
+    """The response of one upstream request; read it, then :meth:`close` it."""
+
+    def __init__(self, pool: UpstreamPool, conn: _Conn, read_timeout: float) -> None:
+        self._pool = pool
+        self._conn = conn
+        self._timeout = read_timeout
+        self.status = conn.status
+        self.headers = conn.headers
+        self._closed = False
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """Body bytes as they arrive (all that is buffered, in one piece)."""
+        conn = self._conn
+        while True:
+            if conn.buf:
+                yield conn.take()
+                continue
+            if conn.complete:
+                return
+            if conn.closed:
+                raise UpstreamError(f"connection lost in the middle of the body ({conn.error or 'closed'})")
+            try:
+                await conn.wait(self._timeout)
+            except TimeoutError:
+                raise UpstreamTimeout(f"no data for {self._timeout}s") from None
+
+    async def read(self, limit: int) -> bytes:
+        parts = []
+        total = 0
+        async for chunk in self.chunks():
+            total += len(chunk)
+            if total > limit:
+                raise UpstreamError(f"body exceeds {limit} bytes")
+            parts.append(chunk)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        """Return the connection to the pool if the exchange completed cleanly; else close it."""
+        if self._closed:
+            return
+        self._closed = True
+        conn = self._conn
+        if conn.complete and conn.keep_alive and not conn.closed and not conn.buf:
+            self._pool.release(conn)
+        else:
+            conn.close()
+
+
+class UpstreamPool:
+    """Keep-alive connections per backend, and the requests over them."""
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple[str, int, bool], list[_Conn]] = {}
+        self._targets: dict[str, tuple[str, int, bool]] = {}
+        self._ssl: ssl.SSLContext | None = None
+
+    def _target(self, base_url: str) -> tuple[str, int, bool]:
+        target = self._targets.get(base_url)
+        if target is None:
+            parts = urlsplit(base_url)
+            tls = parts.scheme == "https"
+            target = (parts.hostname or "127.0.0.1", parts.port or (443 if tls else 80), tls)
+            self._targets[base_url] = target
+        return target
+
+    async def _connect(self, key: tuple[str, int, bool], limit: float) -> _Conn:
+        host, port, tls = key
+        loop = asyncio.get_running_loop()
+        if tls and self._ssl is None:
+            self._ssl = ssl.create_default_context()
+        try:
+            async with asyncio.timeout(limit):
+                _, conn = await loop.create_connection(
+                    lambda: _Conn(key), host, port, ssl=self._ssl if tls else None
+                )
+        except TimeoutError:
+            raise ConnectFailed(f"connect to {host}:{port} timed out after {limit}s") from None
+        except OSError as exc:
+            raise ConnectFailed(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
+        return conn
+
+    def release(self, conn: _Conn) -> None:
+        conn._parser = None
+        idle = self._idle.setdefault(conn.key, [])
+        if len(idle) < _MAX_IDLE_PER_BACKEND:
+            idle.append(conn)
+        else:
+            conn.close()
+
+    def _reuse(self, key: tuple[str, int, bool]) -> _Conn | None:
+        idle = self._idle.get(key)
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                return conn
+        return None
+
+    async def request(
+        self,
+        base_url: str,
+        path: str,
+        body: bytes,
+        headers: bytes,
+        *,
+        connect_timeout: float,
+        read_timeout: float,
+    ) -> UpstreamResponse:
+        """POST ``body`` to ``base_url + path``; ``headers`` are extra raw header lines."""
+        key = self._target(base_url)
+        host, port, _ = key
+        head = (
+            b"POST %s HTTP/1.1\r\nhost: %s:%d\r\ncontent-type: application/json\r\naccept: */*\r\n"
+            b"content-length: %d\r\n%s\r\n" % (path.encode(), host.encode(), port, len(body), headers)
+        )
+        error: BaseException | None = None
+        for _attempt in range(2):
+            conn = self._reuse(key)
+            reused = conn is not None
+            if conn is None:
+                conn = await self._connect(key, connect_timeout)
+            conn.begin()
+            assert conn.transport is not None
+            conn.transport.write(head + body)
+            try:
+                while not conn.head_done and not conn.closed:
+                    await conn.wait(read_timeout)
+            except TimeoutError:
+                conn.close()
+                raise UpstreamTimeout(f"no response head within {read_timeout}s") from None
+            except BaseException:
+                conn.close()  # cancelled while waiting: abort the request upstream
+                raise
+            if conn.head_done:
+                return UpstreamResponse(self, conn, read_timeout)
+            conn.close()
+            error = conn.error
+            if not (reused and not conn.got_bytes):
+                break
+            # A pooled connection the server had closed: retry once on a fresh one.
+        raise UpstreamError(f"connection closed before the response ({error or 'no data'})")
+
+    async def aclose(self) -> None:
+        for idle in self._idle.values():
+            for conn in idle:
+                conn.close()
+        self._idle.clear()
