@@ -127,10 +127,16 @@ def test_short_names_match_design() -> None:
     }
 
 
-def test_nested_object_defaults_to_empty_so_nested_defaults_apply() -> None:
+def test_nested_object_defaults_are_complete_so_cel_rules_hold_for_them() -> None:
     (doc,) = [d for d in _load() if d["spec"]["names"]["kind"] == "InferenceWorkload"]
     spec = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    assert spec["properties"]["topology"]["default"] == {}
+    assert spec["properties"]["topology"]["default"] == {
+        "nodes": 1,
+        "gpusPerNode": 1,
+        "tensorParallel": 1,
+        "pipelineParallel": 1,
+    }
+    assert spec["properties"]["scheduling"]["default"] == {}
     assert spec["properties"]["topology"]["properties"]["nodes"]["default"] == 1
     assert spec["properties"]["state"]["enum"] == ["Running", "Sleeping", "Stopped"]
     assert "default" not in spec["properties"]["engine"]["properties"]["args"]

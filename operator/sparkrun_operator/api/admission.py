@@ -65,17 +65,20 @@ def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
     return value
 
 
-def _strict(schema: dict[str, Any]) -> dict[str, Any]:
+def _strict(schema: dict[str, Any], *, root: bool = True) -> dict[str, Any]:
     out = dict(schema)
     out.pop("x-kubernetes-validations", None)
     if "properties" in out:
-        out["properties"] = {k: _strict(v) for k, v in out["properties"].items()}
+        props = {k: _strict(v, root=False) for k, v in out["properties"].items()}
+        if root and "metadata" in props:
+            props["metadata"] = {k: v for k, v in props["metadata"].items() if k != "additionalProperties"}
+        out["properties"] = props
         if not out.get("x-kubernetes-preserve-unknown-fields"):
             out["additionalProperties"] = False
     if isinstance(out.get("additionalProperties"), dict):
-        out["additionalProperties"] = _strict(out["additionalProperties"])
+        out["additionalProperties"] = _strict(out["additionalProperties"], root=False)
     if isinstance(out.get("items"), dict):
-        out["items"] = _strict(out["items"])
+        out["items"] = _strict(out["items"], root=False)
     if out.get("x-kubernetes-preserve-unknown-fields") and "type" not in out:
         return {}
     return out

@@ -135,10 +135,22 @@ def _factory_defaults(model: type[BaseModel], schema: dict[str, Any], defs: dict
         if annotation is not None:
             _factory_defaults(annotation, prop, defs)
             if info.default_factory is not None and "default" not in prop:
-                prop["default"] = {}
+                # NB: the full default, not {}: the apiserver checks a default against the
+                # schema's CEL rules without applying the nested defaults first.
+                built = info.default_factory()  # type: ignore[call-arg]
+                prop["default"] = _prune_empty(
+                    built.model_dump(by_alias=True, exclude_none=True, mode="json")
+                )
         item_model = _list_item_model(info)
         if item_model is not None and "items" in prop:
             _factory_defaults(item_model, prop["items"], defs)
+
+
+def _prune_empty(value: Any) -> Any:
+    """``value`` without empty lists and maps below the top (they add nothing as defaults)."""
+    if isinstance(value, dict):
+        return {k: _prune_empty(v) for k, v in value.items() if v not in ([], {})}
+    return value
 
 
 def _model_type(info: FieldInfo) -> type[BaseModel] | None:
@@ -176,6 +188,7 @@ def model_schema(model: type[BaseModel]) -> dict[str, Any]:
 #: and a worker pod index of up to 2 digits (64 nodes) that is ``len(name) + 28``, so 35.
 #: ``render/names.py`` derives the same number; a unit test keeps them equal.
 WORKLOAD_NAME_MAX = 35
+WORKLOAD_NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
 
 def crd(kind: Kind) -> dict[str, Any]:
@@ -204,20 +217,20 @@ def crd(kind: Kind) -> dict[str, Any]:
     if kind.spec_required:
         root["required"] = ["spec"]
     if kind.kind == "InferenceWorkload":
-        root["x-kubernetes-validations"] = [
-            {
-                "rule": f"size(self.metadata.name) <= {WORKLOAD_NAME_MAX}",
-                "message": f"name must be at most {WORKLOAD_NAME_MAX} characters so that the names of "
-                "its JobSets, Jobs and pods fit in 63",
-                "fieldPath": ".metadata.name",
+        # NB: the apiserver allows restrictions on metadata.name (and nothing else of metadata);
+        # CEL on self.metadata.name could only report the error at the object root.
+        root["properties"]["metadata"] = {
+            "type": "object",
+            "properties": {
+                "name": {
+                    "type": "string",
+                    "maxLength": WORKLOAD_NAME_MAX,
+                    "pattern": WORKLOAD_NAME_PATTERN,
+                    "description": f"At most {WORKLOAD_NAME_MAX} characters, starting with a lowercase "
+                    "letter: JobSet names its Jobs and pods after it and they must fit in 63.",
+                }
             },
-            {
-                "rule": "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
-                "message": "name must start with a lowercase letter and contain only lowercase letters, "
-                "digits and '-' (JobSet names its Jobs and pods after it)",
-                "fieldPath": ".metadata.name",
-            },
-        ]
+        }
     subresources: dict[str, Any] = {"status": {}}
     if kind.scale:
         subresources["scale"] = {
