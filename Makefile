@@ -10,7 +10,7 @@ PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv demo test unit verify crds generate lint fmt typecheck importlint testbed-bin testbed-up testbed-down bench clean
+.PHONY: help venv demo test unit verify crds generate lint fmt typecheck importlint testbed-bin testbed-up testbed-down bench bench-gateway clean
 
 help: ## list the verbs
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -64,6 +64,10 @@ testbed-down: $(STAMP) ## stop the local testbed
 
 bench: $(STAMP) testbed-bin ## run every benchmark in bench/
 	@for b in bench/*.py; do n=$$(basename $$b .py); [[ $$n == _* ]] && continue; echo "== $$n"; $(PY) -m bench.$$n; done
+
+bench-gateway: $(STAMP) ## gateway vs direct vs LiteLLM proxy (LiteLLM in /tmp/litellm-venv, installed if missing)
+	@test -x /tmp/litellm-venv/bin/litellm || { $(PYTHON) -m venv /tmp/litellm-venv && /tmp/litellm-venv/bin/pip install -q 'litellm[proxy]'; } || echo "LiteLLM could not be installed; benchmarking without it"
+	$(PY) -m bench.gateway
 
 clean: ## remove the venv and caches (the testbed binary cache stays)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import json
 import os
+import secrets
 import sys
 import tempfile
 import time
@@ -32,6 +33,8 @@ from typing import Any
 
 from ._common import Proc, Sample, StreamClient, environment, free_port, median, pct, write_json
 
+# LiteLLM refuses to start without a strong master key; every target gets the same bearer token.
+BENCH_KEY = "sk-" + secrets.token_hex(32)
 PROFILES = {
     "zero": {"SPARKRUN_ENGINE_TTFT_SECONDS": "0", "SPARKRUN_ENGINE_TOKEN_SECONDS": "0"},
     "realistic": {"SPARKRUN_ENGINE_TTFT_SECONDS": "0.05", "SPARKRUN_ENGINE_TOKEN_SECONDS": "0.01"},
@@ -89,7 +92,7 @@ class Targets:
                     *("--num_workers", "1"),
                 ],
                 workdir / f"litellm-{profile}.log",
-                env={"LITELLM_TELEMETRY": "False", "LITELLM_LOG": "ERROR"},
+                env={"LITELLM_TELEMETRY": "False", "LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": BENCH_KEY},
             )
             self.procs["litellm"] = proxy
             proxy.wait_http(f"http://127.0.0.1:{lport}/health/liveliness", timeout=180)
@@ -114,7 +117,9 @@ async def run_round(port: int, concurrency: int, per_worker: int) -> tuple[list[
 
     async def worker() -> None:
         nonlocal errors
-        client = StreamClient("127.0.0.1", port, "/v1/chat/completions", {"authorization": "Bearer unused"})
+        client = StreamClient(
+            "127.0.0.1", port, "/v1/chat/completions", {"authorization": f"Bearer {BENCH_KEY}"}
+        )
         try:
             for _ in range(per_worker):
                 try:
