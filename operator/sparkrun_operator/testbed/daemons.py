@@ -12,6 +12,7 @@ Linux-only, like the binaries it runs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -82,7 +83,7 @@ class Daemon:
         already exited.
         """
         if not self._owns_group():
-            self._reap()
+            self._reap(final=True)
             return
         if self._signal(signal.SIGTERM) and not self._wait_gone(grace):
             self._signal(signal.SIGKILL)
@@ -110,12 +111,23 @@ class Daemon:
         while time.monotonic() < deadline:
             self._reap()
             if not self.group_pids():
+                self._reap(final=True)
                 return True
             time.sleep(0.05)
         return not self.group_pids()
 
-    def _reap(self) -> None:
-        if self.popen is not None:
+    def _reap(self, *, final: bool = False) -> None:
+        """Collect the exit status of a leader we started (no zombie, no ResourceWarning).
+
+        ``final``: the group is known to be gone, so the leader has exited or is a zombie
+        and waiting for it returns at once.
+        """
+        if self.popen is None:
+            return
+        if final:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout=5.0)
+        else:
             self.popen.poll()
 
 

@@ -41,7 +41,7 @@ from typing import Any
 import httpx
 import yaml
 
-from sparkrun_operator.testbed import daemons, jobset, pki
+from sparkrun_operator.testbed import daemons, jobset, pki, process_runtime
 from sparkrun_operator.testbed.binaries import Binaries, repo_root
 from sparkrun_operator.testbed.daemons import Daemon
 from sparkrun_operator.testbed.kubeapi import ApiError, KubeApi, load_manifests
@@ -55,6 +55,7 @@ CONTROLLER_MANAGER = "kube-controller-manager"
 SCHEDULER = "kube-scheduler"
 KWOK = "kwok"
 JOBSET = "jobset"
+PROCESS_RUNTIME = process_runtime.PROCESS_RUNTIME  # only with process nodes in the topology
 COMPONENTS = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER, KWOK, JOBSET)
 
 ADMIN_USER = "sparkrun-admin"
@@ -68,6 +69,7 @@ _PORT_NAMES = (
     "kwok",
     "jobset-webhook",
     "jobset-health",
+    PROCESS_RUNTIME,
 )
 _LOG_TAIL_LINES = 40
 
@@ -251,6 +253,8 @@ class Testbed:
         by_name = {d.name: d for d in self.state.daemons}
         controllers = [d for d in self.state.daemons if d.name not in (APISERVER, ETCD)]
         daemons.stop_all(controllers, grace=grace)
+        # Pods of process nodes and their network namespaces, if the runtime could not clean up.
+        process_runtime.cleanup(self.run_dir)
         for name in (APISERVER, ETCD):
             if name in by_name:
                 daemons.stop_all([by_name[name]], grace=grace)
@@ -295,6 +299,7 @@ class Testbed:
             SCHEDULER: f"https://{LOOPBACK}:{p['scheduler']}/healthz",
             KWOK: f"http://{LOOPBACK}:{p['kwok']}/healthz",
             JOBSET: f"http://{LOOPBACK}:{p['jobset-health']}/readyz",
+            PROCESS_RUNTIME: process_runtime.health_url(p.get(PROCESS_RUNTIME, 0)),
         }.get(name, "")
 
     def _probe_client(self) -> httpx.Client:
@@ -354,6 +359,8 @@ class _Launcher:
                     self._spawn(KWOK, self._kwok_args()),
                     self._spawn(JOBSET, self._jobset_args()),
                 ]
+                if self.options.topology.process_node_names():
+                    started.append(self._spawn_process_runtime())
                 for daemon in started:
                     self._wait_healthy(daemon, probe)
                 self._guard(apiserver, lambda: self._register_webhooks(api), "registering JobSet webhooks")
@@ -384,6 +391,18 @@ class _Launcher:
     def _spawn(self, name: str, args: Sequence[str]) -> Daemon:
         daemon = daemons.start(
             name, [str(self.bin.path(name)), *args], log=self.dir / "logs" / f"{name}.log", env=self.env
+        )
+        self.state.daemons.append(daemon)
+        self.state.save()
+        return daemon
+
+    def _spawn_process_runtime(self) -> Daemon:
+        # Process nodes: their pods run as local processes (testbed/process_runtime.py).
+        daemon = process_runtime.launch(
+            self.dir,
+            self.options.topology.process_node_names(),
+            health_port=self.state.ports[PROCESS_RUNTIME],
+            env=self.env,
         )
         self.state.daemons.append(daemon)
         self.state.save()
@@ -430,6 +449,7 @@ class _Launcher:
         ca.issue("kube-apiserver", hosts=hosts).write(d / "apiserver.crt", d / "apiserver.key")
         for name in (CONTROLLER_MANAGER, SCHEDULER, "jobset-webhook"):
             ca.issue(name, hosts=(LOOPBACK, "localhost")).write(d / f"{name}.crt", d / f"{name}.key")
+        process_runtime.prepare_credentials(d)
         ca.issue(ADMIN_USER, organizations=("system:masters",), client=True).write(
             d / "admin.crt", d / "admin.key"
         )
@@ -508,6 +528,8 @@ class _Launcher:
             f"--proxy-client-key-file={d / 'front-proxy-client.key'}",
             "--enable-aggregator-routing=true",
             "--profiling=false",
+            # `kubectl logs` for pods on process nodes: kubelet client credentials.
+            *process_runtime.apiserver_args(d),
             *self.options.extra_apiserver_args,
         ]
 
@@ -591,7 +613,7 @@ def _apply_crds(api: KubeApi, crds: Iterable[dict[str, Any]], *, timeout: float)
 
 def _crd_established(api: KubeApi, name: str) -> bool:
     crd = api.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
-    conditions = (crd or {}).get("status", {}).get("conditions", [])
+    conditions = (crd or {}).get("status", {}).get("conditions") or []
     return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
 
@@ -612,7 +634,7 @@ def _create_nodes(api: KubeApi, topology: Topology, *, timeout: float) -> list[s
 
 def _node_ready(api: KubeApi, name: str) -> bool:
     node = api.get("v1", "Node", name)
-    conditions = (node or {}).get("status", {}).get("conditions", [])
+    conditions = (node or {}).get("status", {}).get("conditions") or []
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
