@@ -16,6 +16,7 @@ cache_root=${SPARKRUN_TESTBED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sparkrun-te
 
 key=$( (go env GOVERSION; cat "$mods"/*/go.mod "$mods"/*/go.sum) | sha256sum | cut -c1-16)
 bin="$cache_root/$key/bin"
+share="$cache_root/$key/share"
 
 if [[ "${1:-}" == "--print" ]]; then echo "$bin"; exit 0; fi
 mkdir -p "$bin"
@@ -56,19 +57,21 @@ build etcd etcd -- go.etcd.io/etcd/server/v3
 LDFLAGS_EXTRA="$stamp" build k8s kube-apiserver kube-controller-manager kube-scheduler -- \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
 build jobset jobset -- sigs.k8s.io/jobset
-build kwok kwok -- sigs.k8s.io/kwok/cmd/kwok
-build helm helm -- helm.sh/helm/v3/cmd/helm
 # The JobSet CRD and webhook manifests come from the same pinned module.
 js_dir=$(cd "$mods/jobset" && go list -m -f '{{.Dir}}' sigs.k8s.io/jobset)
-mkdir -p "$bin/../share/jobset"
-cp -f "$js_dir/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" "$bin/../share/jobset/"
-cp -f "$js_dir/config/components/webhook/manifests.yaml" "$bin/../share/jobset/webhook-manifests.yaml"
+mkdir -p "$share/jobset"
+cp -f "$js_dir/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" "$share/jobset/"
+cp -f "$js_dir/config/components/webhook/manifests.yaml" "$share/jobset/webhook-manifests.yaml"
+build kwok kwok -- sigs.k8s.io/kwok/cmd/kwok
+# kwokctl's default stages minus pod-complete (pods of Jobs stay Running instead of finishing).
 kwok_dir=$(cd "$mods/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
-rm -rf "$bin/../share/kwok-stages"; mkdir -p "$bin/../share/kwok-stages"
-cp -f "$kwok_dir"/kustomize/stage/node/fast/node-initialize.yaml "$kwok_dir"/kustomize/stage/node/heartbeat-with-lease/*.yaml \
-      "$kwok_dir"/kustomize/stage/pod/fast/pod-ready.yaml "$kwok_dir"/kustomize/stage/pod/fast/pod-delete.yaml \
-      "$bin/../share/kwok-stages/" 2>/dev/null || true
-chmod -R u+w "$bin/../share"
+mkdir -p "$share/kwok-stages"
+rm -f "$share/kwok-stages/kustomization.yaml"  # copied by an earlier version of this script
+stages=$kwok_dir/kustomize/stage
+cp -f "$stages/node/fast/node-initialize.yaml" "$stages/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml" \
+      "$stages/pod/fast/pod-ready.yaml" "$stages/pod/fast/pod-delete.yaml" "$share/kwok-stages/"
+chmod -R u+w "$share"
+build helm helm -- helm.sh/helm/v3/cmd/helm
 log "all binaries present in $bin (this run: $((SECONDS - t_all)) s)"
 "$bin/kube-apiserver" --version >&2
 echo "$bin"
