@@ -287,11 +287,16 @@ class StaticRoutingSource:
             return False
         try:
             text, stamp = await asyncio.to_thread(self._read)
+        except OSError as exc:
+            log.warning("routing: cannot read %s: %s (keeping the current table)", self.path, exc)
+            return False
+        # NB: remember the stamp even when the content is bad, so a broken file is reported once.
+        self._stamp = stamp
+        try:
             table = self._publisher.publish(parse_document(text))
-        except (OSError, RoutingError) as exc:
+        except RoutingError as exc:
             log.warning("routing: %s unusable: %s (keeping the current table)", self.path, exc)
             return False
-        self._stamp = stamp
         log.info("routing: reloaded %s (version %d)", self.path, table.version)
         return True
 

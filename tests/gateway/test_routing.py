@@ -1,0 +1,148 @@
+"""Routing documents, the static source, the balancer and key grants (no network).
+
+Covers: field validation with the offending path, name conflicts, reloads that keep the last good
+table, least-outstanding choice, ejection backoff, bounded-load prefix affinity, key lookup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from sparkrun_operator.gateway import StaticKeySource, StaticRoutingSource
+from sparkrun_operator.gateway.auth import extract_key
+from sparkrun_operator.gateway.balancer import Balancer
+from sparkrun_operator.gateway.routing import RoutingError, RoutingTable, dump_document, parse_document
+
+
+@pytest.mark.parametrize(
+    ("doc", "needle"),
+    [
+        ("workloads: [{servedName: m}]", "workloads[0].name is required"),
+        ("workloads: [{name: a}]", "workloads[0].servedName is required"),
+        ("workloads: [{name: a, servedName: m, state: Asleep}]", "workloads[0].state must be one of"),
+        ("workloads: [{name: a, servedName: m, capabilities: [vision]}]", "unknown ['vision']"),
+        ("workloads: [{name: a, servedName: m, endpoints: [10.0.0.1:8000]}]", "is not an http(s) URL"),
+        ("workloads: [{name: a, servedName: m, timeouts: {read: -1}}]", "timeouts.read must be a positive"),
+        ("workloads: 3", "'workloads' must be a list"),
+        ("[1]", "must be a mapping"),
+        ("workloads: [{name: a, servedName: m}, {name: b, servedName: x, aliases: [m]}]", "claimed by"),
+    ],
+)
+def test_bad_documents_name_the_field(doc: str, needle: str) -> None:
+    with pytest.raises(RoutingError) as err:
+        RoutingTable.build(parse_document(doc), 1)
+    assert needle in str(err.value)
+
+
+def test_document_round_trip() -> None:
+    text = (
+        "workloads:\n  - {namespace: ml, name: a, servedName: m, aliases: [x], state: Sleeping,\n"
+        "     capabilities: [embedding], endpoints: ['http://h:1/'], prefixAffinity: true,\n"
+        "     timeouts: {connect: 2, read: 9}}\n"
+    )
+    (wl,) = parse_document(text)
+    assert wl.key == "ml/a"
+    assert wl.endpoints == ("http://h:1",)
+    assert wl.connect_timeout == 2.0
+    assert not wl.routable
+    assert parse_document(dump_document([wl])) == [wl]
+
+
+async def test_static_source_keeps_the_last_good_table(tmp_path: Path) -> None:
+    path = tmp_path / "routes.yaml"
+    path.write_text("workloads: [{name: a, servedName: m, endpoints: ['http://h:1']}]\n")
+    source = StaticRoutingSource(path, poll_interval=3600)
+    await source.start()
+    try:
+        first = source.snapshot()
+        assert first.lookup("m") is not None
+        path.write_text("workloads: [{name: a}]\n")
+        assert await source.reload() is False
+        assert source.snapshot() is first
+        path.write_text("workloads: [{name: a, servedName: n, endpoints: ['http://h:1']}]\n")
+        waiter = asyncio.create_task(source.wait_changed(first.version))
+        assert await source.reload() is True
+        table = await asyncio.wait_for(waiter, 1)
+        assert table.lookup("n") is not None
+        assert table.lookup("m") is None
+    finally:
+        await source.close()
+
+
+async def test_static_source_refuses_to_start_on_a_broken_file(tmp_path: Path) -> None:
+    path = tmp_path / "routes.yaml"
+    path.write_text("workloads: [{name: a}]\n")
+    with pytest.raises(RoutingError):
+        await StaticRoutingSource(path).start()
+
+
+def test_least_outstanding_and_rotation() -> None:
+    bal = Balancer()
+    urls = ["http://a", "http://b", "http://c"]
+    picks = [bal.pick(urls) for _ in range(3)]
+    assert {p.url for p in picks if p} == set(urls)  # idle backends are used in turn
+    busy = bal.backend("http://a")
+    busy.outstanding = 5
+    bal.backend("http://b").outstanding = 1
+    chosen = bal.pick(urls)
+    assert chosen is not None
+    assert chosen.url == "http://c"
+    assert bal.pick(urls, exclude=urls) is None
+
+
+def test_ejection_backs_off_and_recovers() -> None:
+    now = [100.0]
+    bal = Balancer(eject_base=1.0, eject_max=4.0, clock=lambda: now[0])
+    bad = bal.backend("http://bad")
+    assert [bal.failure(bad) for _ in range(4)] == [1.0, 2.0, 4.0, 4.0]
+    picked = {bal.pick(["http://bad", "http://good"]).url for _ in range(5)}  # type: ignore[union-attr]
+    assert picked == {"http://good"}
+    only = bal.pick(["http://bad"])  # all ejected: try anyway
+    assert only is bad
+    now[0] += 5
+    bal.success(bad)
+    assert bad.healthy(now[0])
+
+
+def test_prefix_affinity_is_sticky_but_bounded() -> None:
+    bal = Balancer(load_factor=1.25)
+    urls = [f"http://b{i}" for i in range(4)]
+    key = b"system prompt"
+    first = bal.pick(urls, affinity_key=key)
+    assert first is not None
+    assert all(bal.pick(urls, affinity_key=key) is first for _ in range(5))
+    first.outstanding = 10  # far over its fair share: spill to the next on the ring
+    spill = bal.pick(urls, affinity_key=key)
+    assert spill is not None
+    assert spill is not first
+
+
+def test_keys() -> None:
+    keys = StaticKeySource.from_mapping({"sk-a": ["m"], "sk-all": ["*"]})
+    grant = keys.lookup("sk-a")
+    assert grant is not None
+    assert grant.allows("m")
+    assert not grant.allows("n")
+    all_grant = keys.lookup("sk-all")
+    assert all_grant is not None
+    assert all_grant.allows("anything")
+    assert keys.lookup("sk-b") is None
+    assert extract_key({b"authorization": b"Bearer sk-a"}) == "sk-a"
+    assert extract_key({b"x-api-key": b"sk-x", b"authorization": b"Bearer sk-a"}) == "sk-x"
+    assert extract_key({b"authorization": b"Basic abc"}) is None
+
+
+def test_key_file(tmp_path: Path) -> None:
+    path = tmp_path / "keys.yaml"
+    path.write_text("keys:\n  - {key: sk-1, name: team, models: [m]}\n  - {key: sk-2}\n")
+    keys = StaticKeySource.from_file(path)
+    assert keys.lookup("sk-1") is not None
+    grant2 = keys.lookup("sk-2")
+    assert grant2 is not None
+    assert grant2.models is None
+    path.write_text("keys:\n  - {models: [m]}\n")
+    with pytest.raises(ValueError, match=r"keys\[0\] needs a non-empty 'key'"):
+        StaticKeySource.from_file(path)
