@@ -6,10 +6,16 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from sparkrun_operator.cli import operator as operator_cli
+from sparkrun_operator.cli import testbed, validate
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sparkrun-k8s", description=__doc__)
-    parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    testbed.register(subparsers)
+    validate.register(subparsers)
+    operator_cli.register(subparsers)
     return parser
 
 
@@ -19,7 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    return 0
+    return int(args.func(args))
 
 
 if __name__ == "__main__":

@@ -111,6 +111,8 @@ class ObservedPod:
     ready_time: dt.datetime | None = None
     #: The most recent container failure (reason, message, exit code, time).
     failure: FailureRecord | None = None
+    #: The pod has a deletionTimestamp (a group restart or a deletion is removing it).
+    deleting: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -280,7 +282,9 @@ class _Conditions:
 
 
 def _leader_pod(pods: Iterable[ObservedPod], jobset: str) -> ObservedPod | None:
+    """The leader pod of ``jobset``: one not being deleted first (a group restart overlaps two)."""
     leaders = [p for p in pods if p.jobset == jobset and p.role == "leader"]
+    leaders.sort(key=lambda p: (p.deleting, not p.ready, p.name))
     return leaders[0] if leaders else None
 
 

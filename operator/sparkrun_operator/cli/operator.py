@@ -1,0 +1,93 @@
+"""``sparkrun-k8s operator run``: run the InferenceWorkload, InferenceCluster and Recipe controllers."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+
+from sparkrun_operator.controllers.context import DEFAULT_DRIFT_SECONDS, OperatorConfig
+from sparkrun_operator.controllers.operator import PEERING_NAME, RunOptions, describe, run
+from sparkrun_operator.render.workload import RenderOptions
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``operator`` command to the top-level parser."""
+    parser = subparsers.add_parser(
+        "operator", help="run the operator (controllers for the sparkrun.dev kinds)"
+    )
+    commands = parser.add_subparsers(dest="operator_command", metavar="SUBCOMMAND", required=True)
+    runner = commands.add_parser("run", help="run the controllers until interrupted")
+    runner.add_argument(
+        "--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, else $KUBECONFIG)"
+    )
+    runner.add_argument("--context", default=None, help="kubeconfig context")
+    scope = runner.add_mutually_exclusive_group()
+    scope.add_argument(
+        "-n", "--namespace", action="append", default=[], help="serve only this namespace (repeatable)"
+    )
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="serve every namespace (default)")
+    runner.add_argument(
+        "--standalone", action="store_true", help="no peering: for a single replica (no HA) or development"
+    )
+    runner.add_argument(
+        "--priority",
+        type=int,
+        default=None,
+        help="peering priority (default: random, so one replica is active)",
+    )
+    runner.add_argument(
+        "--peering-name", default=PEERING_NAME, help="ClusterKopfPeering object (%(default)s)"
+    )
+    runner.add_argument(
+        "--liveness",
+        default=os.environ.get("SPARKRUN_OPERATOR_LIVENESS"),
+        help="liveness endpoint URL, e.g. http://0.0.0.0:8080/healthz",
+    )
+    runner.add_argument(
+        "--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port"
+    )
+    runner.add_argument("--metrics-host", default="0.0.0.0", help="address for /metrics (%(default)s)")
+    runner.add_argument(
+        "--drift-seconds",
+        type=float,
+        default=DEFAULT_DRIFT_SECONDS,
+        help="reconcile every object at least this often (%(default)s)",
+    )
+    runner.add_argument(
+        "--max-restarts", type=int, default=5, help="JobSet maxRestarts for new replicas (%(default)s)"
+    )
+    runner.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    runner.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not args.verbose:
+        # kopf logs every handler and index call at INFO: one line per pod event.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    options = RunOptions(
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        namespaces=tuple(args.namespace),
+        standalone=args.standalone,
+        priority=args.priority,
+        peering_name=args.peering_name,
+        liveness_endpoint=args.liveness,
+        metrics_host=args.metrics_host,
+        metrics_port=args.metrics_port,
+        config=OperatorConfig(
+            drift_seconds=args.drift_seconds, render=RenderOptions(max_restarts=args.max_restarts)
+        ),
+    )
+    for line in describe(options):
+        logging.getLogger("sparkrun.operator").info("%s", line)
+    try:
+        asyncio.run(run(options))
+    except KeyboardInterrupt:
+        return 130
+    return 0

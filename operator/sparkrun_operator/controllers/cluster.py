@@ -1,0 +1,127 @@
+"""InferenceCluster controller: member nodes and their GPU pods -> the cluster's status.
+
+A per-cluster daemon (``ic-reconcile``) recomputes the status with ``plan/cluster.py`` from the
+node and GPU-pod indexes whenever a Node, a GPU-requesting pod or another InferenceCluster
+changes (bursts coalesce), and at least every drift interval; it writes only when the status
+changed. The cluster has no children, so it needs no other action.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from sparkrun_operator.api.cluster import InferenceClusterSpec, InferenceClusterStatus
+from sparkrun_operator.api.meta import utcnow
+from sparkrun_operator.api.resources import INFERENCE_CLUSTER
+from sparkrun_operator.controllers import common, indexes
+from sparkrun_operator.controllers.context import Context
+from sparkrun_operator.k8s.client import resource_of
+from sparkrun_operator.plan import observe
+from sparkrun_operator.plan.cluster import ClusterRef, ObservedGpuPod, ObservedNode, plan_status
+
+CLUSTERS = resource_of(INFERENCE_CLUSTER)
+CLUSTER_ID = indexes.CLUSTER_ID
+
+
+def _key(name: str) -> tuple[str, str]:
+    return ("ic", name)
+
+
+def _all(index: Mapping[Any, Any] | None) -> list[Any]:
+    if index is None:
+        return []
+    return [value for key in list(index) for value in index[key]]
+
+
+async def reconcile(ctx: Context, *, body: kopf.Body, indices: Mapping[str, Any]) -> float | None:
+    """One pass for one cluster; never asks for an early requeue."""
+    meta = body.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return None
+    name = str(meta["name"])
+    spec = InferenceClusterSpec.model_validate(body.get("spec") or {})
+    try:
+        previous = InferenceClusterStatus.model_validate(body.get("status") or {})
+    except ValueError:
+        previous = InferenceClusterStatus()
+    nodes: list[ObservedNode] = _all(indices.get("iw_nodes"))
+    pods: list[ObservedGpuPod] = _all(indices.get("iw_gpu_pods"))
+    refs: list[ClusterRef] = []
+    for raw in _all(indices.get("iw_clusters")):
+        parsed = observe.cluster_from(raw)
+        if parsed is not None and parsed[1].name != name:
+            refs.append(parsed[1])
+    status = plan_status(
+        name=name,
+        spec=spec,
+        generation=int(meta.get("generation") or 0),
+        previous=previous,
+        nodes=nodes,
+        pods=pods,
+        clusters=refs,
+        now=utcnow(),
+    )
+    await common.write_status(
+        ctx, resource=CLUSTERS, name=name, namespace=None, current=body.get("status"), desired=status
+    )
+    ready = next((cond.status for cond in status.conditions if cond.type == "Ready"), "Unknown")
+    ctx.metrics.observe_ready("InferenceCluster", name, ready)
+    return None
+
+
+def register(registry: kopf.OperatorRegistry, *, drift_seconds: float) -> None:
+    """Register the cluster controller's handlers on ``registry`` (indexes are shared)."""
+
+    def poke_all(ctx: Context) -> None:
+        ctx.triggers.poke_where(lambda key: isinstance(key, tuple) and key[0] == "ic")
+
+    @kopf.on.event("", "v1", "nodes", id="ic-node-changed", registry=registry)
+    def ic_node_changed(*, memo: Any, **_: Any) -> None:
+        poke_all(memo.ctx)
+
+    @kopf.on.event("", "v1", "pods", id="ic-pod-changed", registry=registry)
+    def ic_pod_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
+        if observe.gpu_pod_from(body) is not None:
+            poke_all(memo.ctx)
+
+    @kopf.on.event(*CLUSTER_ID, id="ic-changed", registry=registry)
+    def ic_changed(*, memo: Any, **_: Any) -> None:
+        poke_all(memo.ctx)  # the single-default rule involves every cluster
+
+    @kopf.timer(
+        *CLUSTER_ID, id="ic-drift", interval=drift_seconds, initial_delay=drift_seconds, registry=registry
+    )
+    def ic_drift(*, name: str, memo: Any, **_: Any) -> None:
+        memo.ctx.triggers.poke(_key(name))
+
+    @kopf.daemon(*CLUSTER_ID, id="ic-reconcile", cancellation_timeout=10.0, registry=registry)
+    async def ic_reconcile(
+        *,
+        name: str,
+        body: kopf.Body,
+        memo: Any,
+        stopped: kopf.DaemonStopped,
+        logger: logging.Logger | logging.LoggerAdapter[Any],
+        **kwargs: Any,
+    ) -> None:
+        ctx: Context = memo.ctx
+        indices = indexes.pick(kwargs)
+
+        async def one_pass() -> float | None:
+            return await reconcile(ctx, body=body, indices=indices)
+
+        try:
+            await common.run_loop(
+                ctx,
+                key=_key(name),
+                kind="InferenceCluster",
+                stopped=stopped,
+                logger=logger,
+                reconcile=one_pass,
+            )
+        finally:
+            ctx.metrics.observe_ready("InferenceCluster", name, None)

@@ -1,0 +1,158 @@
+"""Pieces every controller uses: the one status write, engine calls, the reconcile loop.
+
+- :func:`write_status`: one merge patch of the status subresource, skipped when nothing
+  changed (idle objects cost no API writes); top-level fields that disappeared are nulled.
+- :class:`Engine`: the few engine endpoints the operator calls (``/is_sleeping``, ``/sleep``,
+  ``/wake_up``), with explicit timeouts.
+- :func:`run_loop`: the body of a per-object reconciling daemon: wait for a poke (or the drift
+  interval, or a requested requeue), coalesce bursts, run one pass, repeat until stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Hashable, Mapping
+from typing import Any
+
+import httpx
+import kopf
+from pydantic import BaseModel
+
+from sparkrun_operator.controllers.context import Context
+from sparkrun_operator.k8s import errors
+from sparkrun_operator.k8s.client import Resource
+
+
+def status_patch(current: Mapping[str, Any] | None, desired: BaseModel) -> dict[str, Any] | None:
+    """The merge patch turning ``current`` (the raw status) into ``desired``; ``None`` if equal.
+
+    Compared after normalising ``current`` through the same model, so formatting differences
+    (timestamps, omitted defaults) never cause a write.
+    """
+    wire = desired.model_dump(by_alias=True, exclude_none=True, mode="json")
+    normalised: dict[str, Any] | None
+    try:
+        normalised = (
+            type(desired)
+            .model_validate(dict(current))
+            .model_dump(by_alias=True, exclude_none=True, mode="json")
+            if current
+            else {}
+        )
+    except ValueError:
+        normalised = None
+    if normalised == wire:
+        return None
+    patch: dict[str, Any] = dict(wire)
+    for key in current or {}:
+        if key not in wire:
+            patch[key] = None
+    return patch
+
+
+async def write_status(
+    ctx: Context,
+    *,
+    resource: Resource,
+    name: str,
+    namespace: str | None,
+    current: Mapping[str, Any] | None,
+    desired: BaseModel,
+) -> bool:
+    """Write ``desired`` as the status when it differs from ``current``; whether it wrote."""
+    patch = status_patch(current, desired)
+    if patch is None:
+        return False
+    try:
+        await ctx.kube.merge_patch(resource, name, {"status": patch}, namespace, subresource="status")
+    except errors.NotFound:
+        return False  # deleted meanwhile: nothing to report on
+    return True
+
+
+class Engine:
+    """Calls to a leader's vLLM server (dev-mode endpoints included)."""
+
+    def __init__(self, http: httpx.AsyncClient, *, timeout: float) -> None:
+        self.http = http
+        self.timeout = timeout
+
+    async def is_sleeping(self, url: str) -> bool | None:
+        """``GET /is_sleeping``; ``None`` when the engine cannot say (down, no sleep mode)."""
+        try:
+            response = await self.http.get(f"{url}/is_sleeping", timeout=self.timeout)
+            if response.status_code != 200:
+                return None
+            value = response.json().get("is_sleeping")
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        return value if isinstance(value, bool) else None
+
+    async def call(self, url: str, action: str) -> str | None:
+        """``POST /sleep?level=1`` or ``POST /wake_up``; an error message, or ``None`` on success."""
+        path = "/sleep?level=1" if action == "sleep" else "/wake_up"
+        try:
+            response = await self.http.post(f"{url}{path}", timeout=self.timeout)
+        except httpx.HTTPError as error:
+            return f"{action} on {url} failed: {type(error).__name__}: {error}"
+        if response.status_code >= 300:
+            return f"{action} on {url} answered {response.status_code}: {response.text[:200]}"
+        return None
+
+
+Pass = Callable[[], Awaitable[float | None]]
+
+
+async def run_loop(
+    ctx: Context,
+    *,
+    key: Hashable,
+    kind: str,
+    stopped: kopf.DaemonStopped,
+    logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
+    reconcile: Pass,
+) -> None:
+    """Reconcile ``key`` whenever poked, at least every drift interval, until ``stopped``.
+
+    ``reconcile`` returns seconds after which to look again regardless of events (or ``None``).
+    API unavailability and conflicts become ``kopf.TemporaryError``: kopf restarts the daemon
+    after the delay, with its own backoff bookkeeping.
+    """
+    trigger = ctx.triggers.register(key)
+    config = ctx.config
+    requeue: float | None = None
+    try:
+        while not stopped:
+            timeout = ctx.jitter(config.drift_seconds)
+            if requeue is not None:
+                timeout = min(timeout, requeue)
+            waiter = asyncio.ensure_future(trigger.wait())
+            stopper = asyncio.ensure_future(stopped.wait())
+            try:
+                await asyncio.wait({waiter, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (waiter, stopper):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            if stopped:
+                return
+            if config.debounce_seconds:
+                await asyncio.sleep(config.debounce_seconds)  # coalesce a burst of child events
+            trigger.clear()
+            with ctx.metrics.reconcile_seconds.labels(kind=kind).time():
+                try:
+                    requeue = await reconcile()
+                except (errors.Unavailable, errors.Conflict) as error:
+                    ctx.metrics.reconcile_errors.labels(kind=kind, error=type(error).__name__).inc()
+                    raise kopf.TemporaryError(
+                        str(error), delay=5 if isinstance(error, errors.Conflict) else 15
+                    ) from error
+                except errors.KubeError as error:
+                    ctx.metrics.reconcile_errors.labels(kind=kind, error=type(error).__name__).inc()
+                    logger.error("reconcile failed: %s", error)
+                    requeue = 30.0
+    finally:
+        ctx.triggers.unregister(key)

@@ -1,0 +1,145 @@
+"""What every controller shares: settings, the API client, wake-up triggers and metrics.
+
+One :class:`Context` per operator process, built at startup and handed to kopf as ``memo``
+(no module globals). Triggers are the operator's work queue: each reconciling daemon waits on
+its own ``asyncio.Event``; watch handlers of children and dependencies set it. Several pokes
+before the daemon wakes coalesce into one reconcile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass, field
+from typing import Final
+
+import httpx
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from sparkrun_operator.k8s.client import Kube
+from sparkrun_operator.render.workload import RenderOptions
+
+DEFAULT_DRIFT_SECONDS: Final = 300.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperatorConfig:
+    """Operator-wide settings (CLI flags)."""
+
+    #: How often every object is reconciled even without events (drift repair).
+    drift_seconds: float = DEFAULT_DRIFT_SECONDS
+    #: Coalescing window for bursts of child events before a reconcile.
+    debounce_seconds: float = 0.2
+    #: How long to wait for the watch cache to show the operator's own writes.
+    expectation_seconds: float = 10.0
+    render: RenderOptions = field(default_factory=RenderOptions)
+    #: Timeout of calls to engines (``/is_sleeping``, ``/sleep``, ``/wake_up``).
+    engine_timeout: float = 10.0
+
+
+class Triggers:
+    """Per-object wake-up events, keyed by e.g. ``("iw", namespace, name)``."""
+
+    def __init__(self) -> None:
+        self._events: dict[Hashable, asyncio.Event] = {}
+
+    def register(self, key: Hashable) -> asyncio.Event:
+        """The event of ``key`` (created set, so the first pass runs at once)."""
+        event = self._events.get(key)
+        if event is None:
+            event = self._events[key] = asyncio.Event()
+            event.set()
+        return event
+
+    def unregister(self, key: Hashable) -> None:
+        self._events.pop(key, None)
+
+    def poke(self, key: Hashable) -> bool:
+        """Wake ``key``'s daemon; ``False`` when no daemon runs for it (yet)."""
+        event = self._events.get(key)
+        if event is None:
+            return False
+        event.set()
+        return True
+
+    def poke_where(self, predicate: Callable[[Hashable], bool]) -> int:
+        """Wake every daemon whose key matches; the number woken."""
+        count = 0
+        for key, event in self._events.items():
+            if predicate(key):
+                event.set()
+                count += 1
+        return count
+
+    def keys(self) -> Iterator[Hashable]:
+        return iter(list(self._events))
+
+
+class Metrics:
+    """Prometheus metrics of the operator (one registry per operator, so tests can run several)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.reconcile_seconds = Histogram(
+            "sparkrun_operator_reconcile_seconds",
+            "Duration of one reconcile pass (observe, plan, act, status write).",
+            ["kind"],
+            registry=self.registry,
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        self.reconcile_errors = Counter(
+            "sparkrun_operator_reconcile_errors_total",
+            "Reconcile passes that failed, by error type.",
+            ["kind", "error"],
+            registry=self.registry,
+        )
+        self.api_writes = Counter(
+            "sparkrun_operator_api_writes_total",
+            "Write requests the operator's own client sent to the apiserver.",
+            ["verb"],
+            registry=self.registry,
+        )
+        self.objects = Gauge(
+            "sparkrun_operator_objects",
+            "Objects by kind and the status of their Ready condition.",
+            ["kind", "ready"],
+            registry=self.registry,
+        )
+        self._ready: dict[tuple[str, Hashable], str] = {}
+
+    def observe_ready(self, kind: str, key: Hashable, ready: str | None) -> None:
+        """Record ``key``'s Ready status (``None``: the object is gone) and refresh the gauge."""
+        slot = (kind, key)
+        if ready is None:
+            self._ready.pop(slot, None)
+        else:
+            self._ready[slot] = ready
+        counts: dict[str, int] = {"True": 0, "False": 0, "Unknown": 0}
+        for (k, _), value in self._ready.items():
+            if k == kind:
+                counts[value] = counts.get(value, 0) + 1
+        for value, count in counts.items():
+            self.objects.labels(kind=kind, ready=value).set(count)
+
+    def count_write(self, verb: str, _path: str) -> None:
+        self.api_writes.labels(verb=verb).inc()
+
+
+@dataclass(kw_only=True)
+class Context:
+    """Everything handlers need, passed as kopf's ``memo``."""
+
+    config: OperatorConfig
+    kube: Kube
+    http: httpx.AsyncClient
+    metrics: Metrics
+    triggers: Triggers = field(default_factory=Triggers)
+    #: Workload key -> names it depends on (``recipe``, ``cache``, ``cluster``), for fan-out.
+    dependencies: dict[tuple[str, str], tuple[str | None, str | None, str | None]] = field(
+        default_factory=dict
+    )
+
+    def jitter(self, seconds: float) -> float:
+        """``seconds`` +-10%, so that many objects' timers do not fire in lockstep."""
+        return seconds * random.uniform(0.9, 1.1)

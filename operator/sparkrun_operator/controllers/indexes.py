@@ -1,0 +1,102 @@
+"""kopf indexes: the operator's in-memory view of every object its controllers read.
+
+kopf updates an index from its watch before it runs any handler for the event, so a reconcile
+reads JobSets, pods, Services, Recipes, ModelCaches, InferenceClusters and Nodes from memory and
+makes no read request. Index ids are the keyword names handlers receive them under:
+
+=============== ====================================== =========================================
+id              key                                    value
+=============== ====================================== =========================================
+``iw_jobsets``  ``(namespace, workload)``              :class:`~..plan.workload.ObservedJobSet`
+``iw_pods``     ``(namespace, workload)``              :class:`~..plan.workload.ObservedPod`
+``iw_services`` ``(namespace, workload)``              ``{"spec": ...}`` of the Service
+``iw_recipes``  ``(namespace, name)``                  the Recipe's spec
+``iw_caches``   ``(namespace, name)``                  the ModelCache's spec and status
+``iw_clusters`` ``name``                               the InferenceCluster's metadata and spec
+``iw_nodes``    node name                              :class:`~..plan.cluster.ObservedNode`
+``iw_gpu_pods`` node name                              :class:`~..plan.cluster.ObservedGpuPod`
+=============== ====================================== =========================================
+
+Values are small parsed records, not whole objects, to keep memory proportional to what is used.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import kopf
+
+from sparkrun_operator.api.resources import INFERENCE_CLUSTER, MODEL_CACHE, RECIPE
+from sparkrun_operator.plan import observe
+from sparkrun_operator.render import keys
+
+RECIPE_ID: Final = (RECIPE.group, RECIPE.version, RECIPE.plural)
+CACHE_ID: Final = (MODEL_CACHE.group, MODEL_CACHE.version, MODEL_CACHE.plural)
+CLUSTER_ID: Final = (INFERENCE_CLUSTER.group, INFERENCE_CLUSTER.version, INFERENCE_CLUSTER.plural)
+JOBSET_ID: Final = (keys.JOBSET_GROUP, keys.JOBSET_VERSION, keys.JOBSET_PLURAL)
+OURS: Final = {keys.LABEL_WORKLOAD: kopf.PRESENT}
+NAMES: Final = (
+    "iw_jobsets",
+    "iw_pods",
+    "iw_services",
+    "iw_recipes",
+    "iw_caches",
+    "iw_clusters",
+    "iw_nodes",
+    "iw_gpu_pods",
+)
+
+
+def pick(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The indexes among a handler's keyword arguments."""
+    return {name: kwargs[name] for name in NAMES if name in kwargs}
+
+
+def register(registry: kopf.OperatorRegistry) -> None:
+    """Register every index on ``registry`` (once per operator)."""
+
+    @kopf.index(*JOBSET_ID, id="iw_jobsets", labels=OURS, registry=registry)
+    def iw_jobsets(*, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
+        key = observe.workload_key(body)
+        parsed = observe.jobset_from(body)
+        return {key: parsed} if key and parsed else None
+
+    @kopf.index("", "v1", "pods", id="iw_pods", labels=OURS, registry=registry)
+    def iw_pods(*, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
+        key = observe.workload_key(body)
+        parsed = observe.pod_from(body)
+        return {key: parsed} if key and parsed else None
+
+    @kopf.index("", "v1", "services", id="iw_services", labels=OURS, registry=registry)
+    def iw_services(*, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
+        key = observe.workload_key(body)
+        if key is None or body.get("metadata", {}).get("name") != key[1]:
+            return None
+        return {key: {"spec": dict(body.get("spec") or {})}}
+
+    @kopf.index(*RECIPE_ID, id="iw_recipes", registry=registry)
+    def iw_recipes(*, namespace: str | None, name: str, spec: kopf.Spec, **_: Any) -> dict[Any, Any]:
+        return {(namespace, name): dict(spec)}
+
+    @kopf.index(*CACHE_ID, id="iw_caches", registry=registry)
+    def iw_caches(*, namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return {
+            (namespace, name): {
+                "spec": dict(body.get("spec") or {}),
+                "status": dict(body.get("status") or {}),
+            }
+        }
+
+    @kopf.index(*CLUSTER_ID, id="iw_clusters", registry=registry)
+    def iw_clusters(*, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return {name: {"metadata": dict(body.get("metadata") or {}), "spec": dict(body.get("spec") or {})}}
+
+    @kopf.index("", "v1", "nodes", id="iw_nodes", registry=registry)
+    def iw_nodes(*, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
+        parsed = observe.node_from(body)
+        return {parsed.name: parsed} if parsed else None
+
+    @kopf.index("", "v1", "pods", id="iw_gpu_pods", registry=registry)
+    def iw_gpu_pods(*, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
+        parsed = observe.gpu_pod_from(body)
+        return {parsed.node: parsed} if parsed else None

@@ -1,0 +1,176 @@
+"""Running the operator: kopf settings, the shared context, metrics, liveness and peering.
+
+:func:`run` connects, builds the :class:`~.context.Context` (kopf's ``memo``), registers the
+workload, cluster and recipe controllers on a fresh kopf registry and runs kopf until stopped.
+
+High availability: run two (or more) replicas with peering on (the default). kopf's peering
+lets only the highest-priority live operator work and pauses the others; every replica picks
+a random priority at start unless one is given, so exactly one is active and another takes
+over within the peering lifetime after it dies. The ``ClusterKopfPeering`` CRD must be
+installed (``manifests/kopf-peering.yaml``); the peering object itself is created at start.
+
+kopf's own bookkeeping (finalizer, progress and diff-base annotations) uses the
+``operator.sparkrun.dev`` prefix, not ``kopf.zalando.org``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import httpx
+import kopf
+from prometheus_client import start_http_server
+
+from sparkrun_operator.controllers import cluster, indexes, recipe, workload
+from sparkrun_operator.controllers.context import Context, Metrics, OperatorConfig
+from sparkrun_operator.k8s import errors
+from sparkrun_operator.k8s.client import CLUSTER_PEERINGS, Kube, connect
+from sparkrun_operator.render import keys
+
+PEERING_NAME: Final = "sparkrun-operator"
+log = logging.getLogger("sparkrun.operator")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """How to run the operator (the ``sparkrun-k8s operator run`` flags)."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    #: Namespaces to serve; empty serves all (cluster-wide).
+    namespaces: tuple[str, ...] = ()
+    standalone: bool = False
+    priority: int | None = None
+    peering_name: str = PEERING_NAME
+    liveness_endpoint: str | None = None
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int | None = None
+    config: OperatorConfig = field(default_factory=OperatorConfig)
+
+
+def build_settings(options: RunOptions) -> kopf.OperatorSettings:
+    """kopf settings: our annotation prefix, explicit watch timeouts, events for warnings only."""
+    settings = kopf.OperatorSettings()
+    settings.persistence.finalizer = f"{keys.KOPF_PREFIX}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=keys.KOPF_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=keys.KOPF_PREFIX, key="last-handled-configuration"
+    )
+    # NB: server-side watch timeouts, so a silently dropped connection is noticed (kopf#698).
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 10
+    settings.networking.request_timeout = 60
+    # Handler log lines at INFO would become Kubernetes Events; only warnings should.
+    settings.posting.level = logging.WARNING
+    settings.peering.name = options.peering_name
+    settings.peering.clusterwide = not options.namespaces
+    settings.peering.mandatory = not options.standalone
+    settings.peering.standalone = options.standalone
+    settings.peering.priority = options.priority if options.priority is not None else random.randint(1, 2**31)
+    return settings
+
+
+def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
+    """A registry with every controller, the login handler and nothing from import-time globals."""
+    registry = kopf.OperatorRegistry()
+    indexes.register(registry)
+    workload.register(registry, drift_seconds=config.drift_seconds)
+    cluster.register(registry, drift_seconds=config.drift_seconds)
+    recipe.register(registry)
+
+    @kopf.on.login(id="login", registry=registry)
+    async def login(*, memo: Any, **_: Any) -> kopf.ConnectionInfo:
+        return await connection_info(memo.ctx.kube)
+
+    return registry
+
+
+async def connection_info(kube: Kube) -> kopf.ConnectionInfo:
+    """kopf's credentials, taken from our own (already loaded) client configuration."""
+    configuration = kube.api.configuration
+    header = await configuration.get_api_key_with_prefix("BearerToken")
+    scheme: str | None = None
+    token: str | None = None
+    if header:
+        parts = str(header).split(" ", 1)
+        scheme, token = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
+    return kopf.ConnectionInfo(
+        server=str(configuration.host),
+        ca_path=configuration.ssl_ca_cert,
+        insecure=not configuration.verify_ssl,
+        scheme=scheme,
+        token=token,
+        certificate_path=configuration.cert_file,
+        private_key_path=configuration.key_file,
+    )
+
+
+async def ensure_peering(kube: Kube, name: str) -> None:
+    """Create the ClusterKopfPeering object kopf keeps its keep-alives in, if missing."""
+    try:
+        await kube.create(
+            CLUSTER_PEERINGS,
+            {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": name}},
+        )
+    except errors.AlreadyExists:
+        return
+    except errors.NotFound as error:
+        raise errors.KubeError(
+            "the ClusterKopfPeering CRD is not installed: apply manifests/kopf-peering.yaml, "
+            "or run with --standalone (single replica)"
+        ) from error
+
+
+def serve_metrics(metrics: Metrics, *, host: str, port: int) -> None:
+    """Serve ``/metrics`` from a daemon thread (prometheus_client's server never touches the loop)."""
+    start_http_server(port, addr=host, registry=metrics.registry)
+
+
+async def run(
+    options: RunOptions,
+    *,
+    stop_flag: asyncio.Event | threading.Event | None = None,
+    ready_flag: asyncio.Event | threading.Event | None = None,
+) -> None:
+    """Run the operator until ``stop_flag`` is set or the process is signalled."""
+    api = await connect(kubeconfig=options.kubeconfig, context=options.context)
+    metrics = Metrics()
+    kube = Kube(api, on_write=metrics.count_write)
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+    http = httpx.AsyncClient(limits=limits, timeout=options.config.engine_timeout)
+    ctx = Context(config=options.config, kube=kube, http=http, metrics=metrics)
+    try:
+        if options.metrics_port is not None:
+            serve_metrics(metrics, host=options.metrics_host, port=options.metrics_port)
+        if not options.standalone:
+            await ensure_peering(kube, options.peering_name)
+        await kopf.operator(
+            registry=build_registry(options.config),
+            settings=build_settings(options),
+            memo=kopf.Memo(ctx=ctx),
+            clusterwide=not options.namespaces,
+            namespaces=list(options.namespaces),
+            # NB: no peering_name here: kopf would make peering mandatory even when standalone;
+            # the settings carry the name.
+            standalone=options.standalone,
+            liveness_endpoint=options.liveness_endpoint,
+            stop_flag=stop_flag,
+            ready_flag=ready_flag,
+        )
+    finally:
+        await http.aclose()
+        await kube.close()
+
+
+def describe(options: RunOptions) -> Sequence[str]:
+    """Lines logged at start: what this replica serves and how."""
+    scope = ", ".join(options.namespaces) if options.namespaces else "all namespaces"
+    peering = "standalone" if options.standalone else f"peering {options.peering_name!r}"
+    return [f"serving {scope}; {peering}; drift check every {options.config.drift_seconds:.0f}s"]

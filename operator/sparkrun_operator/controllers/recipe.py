@@ -1,0 +1,61 @@
+"""Recipe controller: writes ``status.revision``, ``intentId``, ``issues`` and ``Valid``.
+
+A Recipe's status depends on its spec alone, so kopf's change-detecting handlers fit: one
+handler (``rcp-status``) for create, update and resume computes the status with
+``plan/recipe.py`` and writes it when it changed. Workloads that serve the recipe are poked by
+the workload controller's own watch of Recipes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from sparkrun_operator.api.meta import utcnow
+from sparkrun_operator.api.recipe import RecipeSpec, RecipeStatus
+from sparkrun_operator.api.resources import RECIPE
+from sparkrun_operator.controllers import common
+from sparkrun_operator.controllers.context import Context
+from sparkrun_operator.k8s.client import resource_of
+from sparkrun_operator.plan.recipe import plan_status
+
+RECIPES = resource_of(RECIPE)
+RECIPE_ID = (RECIPE.group, RECIPE.version, RECIPE.plural)
+
+
+async def reconcile(ctx: Context, *, body: kopf.Body) -> None:
+    """Compute and write the Recipe's status; warn with an event when it is not servable."""
+    meta = body.get("metadata") or {}
+    spec = RecipeSpec.model_validate(body.get("spec") or {})
+    try:
+        previous = RecipeStatus.model_validate(body.get("status") or {})
+    except ValueError:
+        previous = RecipeStatus()
+    status = plan_status(
+        spec=spec, generation=int(meta.get("generation") or 0), previous=previous, now=utcnow()
+    )
+    wrote = await common.write_status(
+        ctx,
+        resource=RECIPES,
+        name=str(meta["name"]),
+        namespace=str(meta["namespace"]),
+        current=body.get("status"),
+        desired=status,
+    )
+    valid = status.conditions[0] if status.conditions else None
+    ctx.metrics.observe_ready(
+        "Recipe", (meta.get("namespace"), meta.get("name")), valid.status if valid else None
+    )
+    if wrote and valid is not None and valid.status == "False":
+        kopf.event(body, type="Warning", reason="InvalidRecipe", message=valid.message[:1024])
+
+
+def register(registry: kopf.OperatorRegistry) -> None:
+    """Register the Recipe controller's handlers on ``registry``."""
+
+    @kopf.on.resume(*RECIPE_ID, id="rcp-status", registry=registry)
+    @kopf.on.create(*RECIPE_ID, id="rcp-status", registry=registry)
+    @kopf.on.update(*RECIPE_ID, id="rcp-status", field="spec", registry=registry)
+    async def rcp_status(*, body: kopf.Body, memo: Any, **_: Any) -> None:
+        await reconcile(memo.ctx, body=body)

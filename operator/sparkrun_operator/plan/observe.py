@@ -1,0 +1,323 @@
+"""Raw Kubernetes objects (as the API returns them) -> the planners' observed-state types.
+
+Pure and total: a malformed or foreign object gives ``None`` (it is not ours) rather than an
+exception, because these run on every watch event of pods and nodes in the cluster.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from sparkrun_operator.api.cluster import InferenceClusterSpec
+from sparkrun_operator.api.meta import LabelSelector
+from sparkrun_operator.api.workload import FailureRecord
+from sparkrun_operator.plan.cluster import ClusterRef, ObservedGpuPod, ObservedNode
+from sparkrun_operator.plan.workload import ObservedCache, ObservedCluster, ObservedJobSet, ObservedPod
+from sparkrun_operator.render import keys
+
+Obj = Mapping[str, Any]
+
+
+def parse_time(value: Any) -> dt.datetime | None:
+    """An RFC 3339 timestamp as the apiserver writes it, else ``None``."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+def _meta(obj: Obj) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _labels(obj: Obj) -> Mapping[str, str]:
+    labels = _meta(obj).get("labels")
+    return labels if isinstance(labels, Mapping) else {}
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _conditions(obj: Obj) -> list[Mapping[str, Any]]:
+    status = obj.get("status")
+    if not isinstance(status, Mapping):
+        return []
+    return [c for c in status.get("conditions") or [] if isinstance(c, Mapping)]
+
+
+def _condition(obj: Obj, type_: str) -> Mapping[str, Any] | None:
+    return next((c for c in _conditions(obj) if c.get("type") == type_), None)
+
+
+def workload_key(obj: Obj) -> tuple[str, str] | None:
+    """``(namespace, workload)`` of a child labelled with ``sparkrun.dev/workload``."""
+    workload = _labels(obj).get(keys.LABEL_WORKLOAD)
+    namespace = _meta(obj).get("namespace")
+    if not workload or not namespace:
+        return None
+    return str(namespace), str(workload)
+
+
+def jobset_from(obj: Obj) -> ObservedJobSet | None:
+    """A JobSet of a workload (without leader readiness: see :func:`with_readiness`)."""
+    meta = _meta(obj)
+    labels = _labels(obj)
+    if keys.LABEL_WORKLOAD not in labels or not meta.get("name"):
+        return None
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+    assert isinstance(spec, Mapping)
+    assert isinstance(status, Mapping)
+    terminal: Any = None
+    terminal_time = None
+    terminal_message = ""
+    for type_ in ("Failed", "Completed"):
+        cond = _condition(obj, type_)
+        if cond is not None and cond.get("status") == "True":
+            terminal = type_
+            terminal_time = parse_time(cond.get("lastTransitionTime"))
+            terminal_message = str(cond.get("message") or cond.get("reason") or "")
+            break
+    return ObservedJobSet(
+        name=str(meta["name"]),
+        uid=str(meta.get("uid") or ""),
+        replica=_int(labels.get(keys.LABEL_REPLICA)),
+        revision=labels.get(keys.LABEL_REVISION),
+        suspended=bool(spec.get("suspend")),
+        deleting=bool(meta.get("deletionTimestamp")),
+        terminal=terminal,
+        terminal_time=terminal_time,
+        terminal_message=terminal_message,
+        restarts=_int(status.get("restarts")) or 0,
+        created=parse_time(meta.get("creationTimestamp")),
+    )
+
+
+def _failure(pod_name: str, statuses: Iterable[Any]) -> FailureRecord | None:
+    best: FailureRecord | None = None
+    for cs in statuses:
+        if not isinstance(cs, Mapping):
+            continue
+        for state in (cs.get("state"), cs.get("lastState")):
+            term = state.get("terminated") if isinstance(state, Mapping) else None
+            if not isinstance(term, Mapping):
+                continue
+            code = _int(term.get("exitCode"))
+            reason = str(term.get("reason") or "Error")
+            if code == 0 and reason != "OOMKilled":
+                continue
+            when = parse_time(term.get("finishedAt"))
+            if when is None:
+                continue
+            message = str(term.get("message") or f"container {cs.get('name')} exited with code {code}")
+            record = FailureRecord(
+                reason=reason, message=message[:1024], time=when, object=f"Pod/{pod_name}", exit_code=code
+            )
+            if best is None or record.time > best.time:
+                best = record
+    return best
+
+
+def pod_from(obj: Obj) -> ObservedPod | None:
+    """A pod of a workload's JobSet, or ``None`` for any other pod."""
+    meta = _meta(obj)
+    labels = _labels(obj)
+    jobset = labels.get(keys.JOBSET_NAME_LABEL)
+    if keys.LABEL_WORKLOAD not in labels or not jobset or not meta.get("name"):
+        return None
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+    assert isinstance(spec, Mapping)
+    assert isinstance(status, Mapping)
+    name = str(meta["name"])
+    ready_cond = _condition(obj, "Ready")
+    sched = _condition(obj, "PodScheduled")
+    unschedulable = None
+    scheduled_time = None
+    if sched is not None:
+        if sched.get("status") == "False" and sched.get("reason") == "Unschedulable":
+            unschedulable = str(sched.get("message") or "Unschedulable")
+        elif sched.get("status") == "True":
+            scheduled_time = parse_time(sched.get("lastTransitionTime"))
+    running_time = None
+    statuses = [cs for cs in status.get("containerStatuses") or [] if isinstance(cs, Mapping)]
+    for cs in statuses:
+        if cs.get("name") == keys.CONTAINER_ENGINE:
+            state = cs.get("state")
+            running = state.get("running") if isinstance(state, Mapping) else None
+            if isinstance(running, Mapping):
+                running_time = parse_time(running.get("startedAt"))
+    ready = ready_cond is not None and ready_cond.get("status") == "True"
+    failure = _failure(name, [*statuses, *(status.get("initContainerStatuses") or [])])
+    if failure is None and status.get("phase") == "Failed" and status.get("reason"):
+        # evicted, preempted, node lost: no container state says so
+        failure = FailureRecord(
+            reason=str(status["reason"]),
+            message=str(status.get("message") or "")[:1024],
+            time=parse_time(meta.get("deletionTimestamp"))
+            or parse_time(status.get("startTime"))
+            or dt.datetime.fromtimestamp(0, dt.UTC),
+            object=f"Pod/{name}",
+        )
+    return ObservedPod(
+        name=name,
+        jobset=str(jobset),
+        role=str(labels.get(keys.LABEL_ROLE) or labels.get(keys.JOBSET_RJOB_LABEL) or ""),
+        replica=_int(labels.get(keys.LABEL_REPLICA)),
+        revision=labels.get(keys.LABEL_REVISION),
+        phase=str(status.get("phase") or "Pending"),
+        ready=ready,
+        ip=status.get("podIP") or None,
+        node=spec.get("nodeName") or None,
+        unschedulable=unschedulable,
+        scheduled_time=scheduled_time,
+        running_time=running_time,
+        ready_time=parse_time(ready_cond.get("lastTransitionTime")) if ready and ready_cond else None,
+        failure=failure,
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def with_readiness(jobset: ObservedJobSet, pods: Iterable[ObservedPod]) -> ObservedJobSet:
+    """``jobset`` with ``leader_ready``: its leader pod is Ready and not being deleted."""
+    ready = any(
+        p.jobset == jobset.name and p.role == keys.ROLE_LEADER and p.ready and not p.deleting for p in pods
+    )
+    if ready == jobset.leader_ready:
+        return jobset
+    return replace(jobset, leader_ready=ready)
+
+
+def _quantity(value: Any) -> int:
+    """An integer extended-resource quantity (``"8"``); anything else counts as 0."""
+    number = _int(value)
+    return number if number is not None and number > 0 else 0
+
+
+def _extended(resources: Any) -> dict[str, int]:
+    if not isinstance(resources, Mapping):
+        return {}
+    return {str(k): _quantity(v) for k, v in resources.items() if "/" in str(k)}
+
+
+def node_from(obj: Obj) -> ObservedNode | None:
+    """A Node with its extended-resource capacity (GPUs)."""
+    meta = _meta(obj)
+    if not meta.get("name"):
+        return None
+    status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    assert isinstance(status, Mapping)
+    assert isinstance(spec, Mapping)
+    ready = _condition(obj, "Ready")
+    return ObservedNode(
+        name=str(meta["name"]),
+        labels=dict(_labels(obj)),
+        ready=ready is not None and ready.get("status") == "True",
+        unschedulable=bool(spec.get("unschedulable")),
+        capacity=_extended(status.get("capacity")),
+        allocatable=_extended(status.get("allocatable")),
+    )
+
+
+def gpu_pod_from(obj: Obj) -> ObservedGpuPod | None:
+    """A bound pod that requests extended resources, with its effective requests.
+
+    Effective request per resource: the larger of the containers' sum and any one init
+    container (the scheduler's rule); for extended resources a limit implies the request.
+    """
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    assert isinstance(spec, Mapping)
+    node = spec.get("nodeName")
+    if not node:
+        return None
+
+    def requests(container: Any) -> dict[str, int]:
+        if not isinstance(container, Mapping):
+            return {}
+        res = container.get("resources")
+        if not isinstance(res, Mapping):
+            return {}
+        merged = _extended(res.get("limits"))
+        merged.update(_extended(res.get("requests")))
+        return merged
+
+    total: dict[str, int] = {}
+    for container in spec.get("containers") or []:
+        for name, value in requests(container).items():
+            total[name] = total.get(name, 0) + value
+    for container in spec.get("initContainers") or []:
+        for name, value in requests(container).items():
+            total[name] = max(total.get(name, 0), value)
+    if not total:
+        return None
+    status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+    assert isinstance(status, Mapping)
+    key = workload_key(obj)
+    return ObservedGpuPod(
+        node=str(node),
+        phase=str(status.get("phase") or "Pending"),
+        requests=total,
+        workload=f"{key[0]}/{key[1]}" if key else None,
+    )
+
+
+def cache_from(obj: Obj | None, *, name: str) -> ObservedCache:
+    """The ModelCache ``name`` (``exists=False`` when ``obj`` is None).
+
+    Storage ``create`` claims are named after the ModelCache.
+    """
+    if obj is None:
+        return ObservedCache(name=name, exists=False)
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+    assert isinstance(spec, Mapping)
+    assert isinstance(status, Mapping)
+    storage = spec.get("storage") if isinstance(spec.get("storage"), Mapping) else {}
+    assert isinstance(storage, Mapping)
+    ready_cond = _condition(obj, "Ready")
+    phase = status.get("phase")
+    ready = phase == "Ready" or (ready_cond is not None and ready_cond.get("status") == "True")
+    claim = storage.get("claimName") or (name if storage.get("create") else None)
+    return ObservedCache(
+        name=name,
+        ready=bool(ready),
+        phase=str(phase) if phase else None,
+        message=str(ready_cond.get("message") or "") if ready_cond else "",
+        claim_name=str(claim) if claim else None,
+        path=str(storage.get("path") or "/"),
+        resolved_revision=status.get("resolvedRevision") or None,
+    )
+
+
+def cluster_from(obj: Obj) -> tuple[ObservedCluster, ClusterRef] | None:
+    """An InferenceCluster as a placement source and as a default-cluster candidate."""
+    meta = _meta(obj)
+    name = meta.get("name")
+    if not name:
+        return None
+    try:
+        spec = InferenceClusterSpec.model_validate(obj.get("spec") or {})
+    except ValueError:
+        return None
+    observed = ObservedCluster(
+        name=str(name),
+        gpu_resource=spec.gpu_resource,
+        node_names=tuple(spec.nodes.names or ()),
+        node_selector=spec.nodes.selector if isinstance(spec.nodes.selector, LabelSelector) else None,
+        tolerations=tuple(spec.tolerations),
+        queue_name=spec.queue_name,
+    )
+    ref = ClusterRef(name=str(name), default=spec.default, created=parse_time(meta.get("creationTimestamp")))
+    return observed, ref
