@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sparkrun_operator.testbed.process_api import call_json
+from sparkrun_operator.testbed.topology import PROCESS_TAINT
 
 log = logging.getLogger("sparkrun.testbed.process")
 
@@ -39,7 +40,7 @@ _CONFLICT = 409
 
 
 def default_manifest(name: str) -> dict[str, Any]:
-    """A Node for ``name`` when the topology has none: 8 GPUs, like the testbed's default pool."""
+    """A Node for ``name`` when the topology has none: 8 GPUs, tainted with ``PROCESS_TAINT``."""
     resources = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"}
     return {
         "apiVersion": "v1",
@@ -53,7 +54,8 @@ def default_manifest(name: str) -> dict[str, Any]:
                 RUNTIME_LABEL: RUNTIME_PROCESS,
             },
         },
-        "spec": {},
+        # NB: tainted: a node nobody declared must not attract pods that did not ask for it.
+        "spec": {"taints": [dict(PROCESS_TAINT)]},
         "status": {"capacity": dict(resources), "allocatable": dict(resources)},
     }
 

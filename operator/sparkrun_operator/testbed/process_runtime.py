@@ -61,6 +61,7 @@ log = logging.getLogger("sparkrun.testbed.process")
 
 PROCESS_RUNTIME = "process-runtime"
 RUNTIME_FILE = "runtime.json"
+STATE_SUBDIR = "process"
 KUBELET_CLIENT = "kube-apiserver-kubelet-client"
 _WATCH_SECONDS = 240
 _KWOK_ANNOTATION = "kwok.x-k8s.io/node"
@@ -99,8 +100,13 @@ def launch(
     health_port: int,
     env: Mapping[str, str] | None = None,
     extra_args: Sequence[str] = (),
+    log: Path | None = None,
 ) -> Daemon:
-    """Start the runtime for ``nodes`` as a daemon of the testbed in ``run_dir``."""
+    """Start the runtime for ``nodes`` as a daemon of the testbed in ``run_dir``.
+
+    ``extra_args`` are more command-line options (see :func:`main`); ``log`` defaults to
+    ``run_dir/logs/process-runtime.log``.
+    """
     argv = [
         sys.executable,
         "-m",
@@ -112,20 +118,22 @@ def launch(
     ]
     environ = dict(env if env is not None else os.environ)
     environ["KUBECONFIG"] = str(run_dir / "kubeconfig")
-    return daemons.start(PROCESS_RUNTIME, argv, log=run_dir / "logs" / f"{PROCESS_RUNTIME}.log", env=environ)
+    log = log or run_dir / "logs" / f"{PROCESS_RUNTIME}.log"
+    return daemons.start(PROCESS_RUNTIME, argv, log=log, env=environ)
 
 
 def health_url(health_port: int) -> str:
     return f"http://127.0.0.1:{health_port}/healthz"
 
 
-def cleanup(run_dir: Path) -> None:
+def cleanup(run_dir: Path, *, state_dir: Path | None = None) -> None:
     """Remove what a runtime of ``run_dir`` left: processes of its pods, its network. Idempotent.
 
     Call it after the runtime's daemon was stopped; a runtime stopped by SIGTERM has cleaned up
-    already, one killed by SIGKILL has not.
+    already, one killed by SIGKILL has not. ``state_dir`` as given to the runtime, if not the
+    default ``run_dir/process``.
     """
-    state_dir = run_dir / "process"
+    state_dir = state_dir or run_dir / STATE_SUBDIR
     netns.cleanup_record(state_dir / "network.json")
     _kill_tracked(state_dir / "pids")
 
@@ -154,6 +162,7 @@ class RuntimeOptions:
     stop_grace: float = 5.0
     settings: Settings = field(default_factory=Settings)
     images_file: Path | None = None
+    state_dir: Path | None = None
 
 
 class ProcessRuntime:
@@ -161,7 +170,7 @@ class ProcessRuntime:
 
     def __init__(self, options: RuntimeOptions) -> None:
         self.options = options
-        self.state_dir = options.run_dir / "process"
+        self.state_dir = options.state_dir or options.run_dir / STATE_SUBDIR
         self.nodes = [_Node(name=name, ip="") for name in options.nodes]
         self.workers: dict[str, PodWorker] = {}
         self.finished: dict[str, None] = {}
@@ -439,11 +448,12 @@ def _node_manifests(run_dir: Path) -> dict[str, dict[str, Any]]:
     return result
 
 
-def read_info(run_dir: Path) -> dict[str, Any] | None:
+def read_info(run_dir: Path, *, state_dir: Path | None = None) -> dict[str, Any] | None:
     """What the runtime of ``run_dir`` reported at start (``network``: ``netns`` or ``loopback``,
     ``description``, ``limitations``, ``nodes``), or None if it has not started."""
     try:
-        info: dict[str, Any] = json.loads((run_dir / "process" / RUNTIME_FILE).read_text())
+        path = (state_dir or run_dir / STATE_SUBDIR) / RUNTIME_FILE
+        info: dict[str, Any] = json.loads(path.read_text())
     except (FileNotFoundError, ValueError):
         return None
     return info
@@ -488,6 +498,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--backoff-initial", type=float, default=Settings.backoff_initial)
     parser.add_argument("--backoff-max", type=float, default=Settings.backoff_max)
     parser.add_argument("--images", type=Path, default=None, help="image rules YAML (process_images)")
+    parser.add_argument(
+        "--state-dir", type=Path, default=None, help="where its files go (default: RUN_DIR/process)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO,
@@ -504,6 +517,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stop_grace=args.stop_grace,
         settings=Settings(backoff_initial=args.backoff_initial, backoff_max=args.backoff_max),
         images_file=args.images,
+        state_dir=args.state_dir.resolve() if args.state_dir else None,
     )
 
     async def serve() -> None:
@@ -518,7 +532,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         asyncio.run(serve())
     except Exception:
         log.exception("process runtime failed after %.1f s", time.monotonic() - started)
-        cleanup(options.run_dir)
+        cleanup(options.run_dir, state_dir=options.state_dir)
         return 1
     return 0
 
