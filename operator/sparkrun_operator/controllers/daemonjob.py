@@ -1,0 +1,305 @@
+"""The DaemonJob controller: executes the jobs the daemon API shim accepted.
+
+One :class:`JobExecutor` per operator process (kept in kopf's ``memo``) is fed by a kopf event
+handler (``on.event``: no finalizers, no kopf bookkeeping on the objects). It
+
+- starts one task per non-terminal job it sees (:func:`~sparkrun_operator.ops.runner.run_job`),
+  handing it the latest object of every later event (cancellation and prompt answers arrive as
+  spec changes);
+- marks ``lost`` the active jobs whose executor is dead (its Lease expired), never rerunning
+  them; jobs of a live executor (another replica) are left alone;
+- renews its own executor Lease every few seconds (``ops.leases``), so ``/v1/reservations``
+  can tell live claims from dead ones;
+- applies retention every few minutes: finished jobs older than 7 days are deleted or, when
+  submitted with an idempotency key, reduced to tombstones kept 30 days.
+
+On shutdown running tasks are cancelled; their jobs are found ``lost`` by the next executor,
+as the daemon does for a worker that died.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime as dt
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import kopf
+
+from sparkrun_operator.api.daemonjob import DaemonJobStatus
+from sparkrun_operator.api.meta import GROUP, VERSION
+from sparkrun_operator.api.resources import DAEMON_JOB
+from sparkrun_operator.k8s.daemonjobs import DaemonJobs
+from sparkrun_operator.k8s.rest import SECRETS, ApiError, Rest
+from sparkrun_operator.ops import catalog as catalog_mod
+from sparkrun_operator.ops import jobs, leases
+from sparkrun_operator.ops.context import Executor, OperationContext, Settings
+from sparkrun_operator.ops.executors import EXECUTORS
+from sparkrun_operator.ops.runner import run_job
+
+__all__ = ["JobExecutor", "register"]
+
+log = logging.getLogger("sparkrun.daemonjobs")
+
+LEASE_RENEW_SECONDS = 10.0
+RETENTION_SECONDS = 300.0
+
+
+def executor_identity() -> str:
+    """``<pod or host>/<pid>/<random>``: unique per process start."""
+    host = os.environ.get("POD_NAME") or socket.gethostname()
+    return f"{host}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+
+
+class _Control:
+    """:class:`~sparkrun_operator.ops.runner.JobControl` of one job."""
+
+    def __init__(self, executor: JobExecutor, obj: dict[str, Any]) -> None:
+        self.executor = executor
+        self._obj = obj
+        self.event = asyncio.Event()
+
+    @property
+    def obj(self) -> dict[str, Any]:
+        return self._obj
+
+    def offer(self, obj: dict[str, Any]) -> None:
+        """A newer copy from a watch event or our own write (older ones are ignored)."""
+        if _rv(obj) >= _rv(self._obj):
+            self._obj = obj
+            self.event.set()
+
+    async def write(self, mutate: Callable[[DaemonJobStatus, dict[str, Any]], None]) -> None:
+        jobs_client = self.executor.jobs_in(self._obj["metadata"]["namespace"])
+        written = await jobs_client.update_status(self._obj, mutate)
+        self.offer(written)
+
+    async def changed(self, wait: float) -> None:
+        self.event.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.event.wait(), wait)
+
+    async def read_secret(self, name: str, key: str) -> str:
+        namespace = self._obj["metadata"]["namespace"]
+        found = await self.executor.rest.get(SECRETS, name, namespace)
+        if found is None:
+            raise LookupError(f"answer Secret {name} is missing")
+        import base64
+
+        raw = (found.get("data") or {}).get(key)
+        return base64.b64decode(raw).decode() if raw else ""
+
+    async def delete_secret(self, name: str) -> None:
+        await self.executor.rest.delete(SECRETS, name, self._obj["metadata"]["namespace"])
+
+
+def _rv(obj: dict[str, Any]) -> int:
+    try:
+        return int(obj.get("metadata", {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+class JobExecutor:
+    """Runs DaemonJobs; one per operator process."""
+
+    def __init__(
+        self,
+        rest: Rest,
+        *,
+        settings: Settings | None = None,
+        executors: dict[str, Executor] | None = None,
+        executor_id: str | None = None,
+        clock: Callable[[], dt.datetime] | None = None,
+    ) -> None:
+        self.rest = rest
+        self.settings = settings or Settings()
+        self.catalog = catalog_mod.load()
+        self.executors = executors if executors is not None else EXECUTORS
+        self.executor_id = executor_id or executor_identity()
+        self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
+        self.controls: dict[tuple[str, str], _Control] = {}
+        self.tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self.namespaces: set[str] = set()
+        self._background: list[asyncio.Task[None]] = []
+        self._clients: dict[str, DaemonJobs] = {}
+
+    def jobs_in(self, namespace: str) -> DaemonJobs:
+        client = self._clients.get(namespace)
+        if client is None:
+            client = self._clients[namespace] = DaemonJobs(self.rest, namespace)
+        return client
+
+    def start(self) -> None:
+        """Start lease renewal and retention (call once, inside the event loop)."""
+        if not self._background:
+            self._background = [
+                asyncio.create_task(self._renew_leases(), name="daemonjob-lease"),
+                asyncio.create_task(self._retention(), name="daemonjob-retention"),
+            ]
+
+    async def stop(self) -> None:
+        """Cancel background work and running jobs (they will be found lost)."""
+        tasks = [*self._background, *self.tasks.values()]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._background.clear()
+        self.tasks.clear()
+
+    async def observe(self, kind: str, obj: dict[str, Any]) -> None:
+        """Handle one watch event of a DaemonJob."""
+        meta = obj.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        if kind == "DELETED":
+            task = self.tasks.pop(key, None)
+            if task is not None:
+                task.cancel()
+            self.controls.pop(key, None)
+            return
+        self.namespaces.add(key[0])
+        control = self.controls.get(key)
+        if control is not None:
+            control.offer(obj)
+            return
+        state = jobs.state_of(obj)
+        if state in jobs.TERMINAL or jobs.is_tombstone(obj):
+            return
+        status = obj.get("status") or {}
+        if state in jobs.ACTIVE and status.get("executor") != self.executor_id:
+            owner = status.get("executor")
+            alive = await leases.executor_liveness(self.rest, key[0])
+            if owner and alive.get(owner):
+                return  # a live executor (another replica) runs it
+        control = self.controls[key] = _Control(self, obj)
+        self.tasks[key] = asyncio.create_task(self._run(key, control), name=f"daemonjob-{key[1]}")
+
+    def _context(self, obj: dict[str, Any]) -> OperationContext:
+        meta, spec = obj["metadata"], obj.get("spec") or {}
+        return OperationContext(
+            rest=self.rest,
+            settings=dataclasses.replace(self.settings, namespace=meta["namespace"]),
+            principal=(spec.get("principal") or {}).get("username", ""),
+            manager=spec.get("manager", "daemon"),
+            operation=spec.get("operation", ""),
+            job_id=meta["name"],
+            job_uid=meta.get("uid"),
+        )
+
+    async def _run(self, key: tuple[str, str], control: _Control) -> None:
+        try:
+            await leases.renew(self.rest, key[0], self.executor_id)
+            await run_job(
+                control,
+                catalog=self.catalog,
+                executors=self.executors,
+                make_context=self._context,
+                executor_id=self.executor_id,
+                prompt_timeout=self.settings.prompt_timeout,
+                clock=self.clock,
+            )
+        except asyncio.CancelledError:
+            raise
+        except LookupError:
+            log.info("DaemonJob %s/%s disappeared while running", *key)
+        except Exception:
+            log.exception("DaemonJob %s/%s: executor failed", *key)
+        finally:
+            self.tasks.pop(key, None)
+            self.controls.pop(key, None)
+
+    async def _renew_leases(self) -> None:
+        while True:
+            for namespace in sorted(self.namespaces):
+                try:
+                    await leases.renew(self.rest, namespace, self.executor_id)
+                except Exception:
+                    log.warning("renewing the executor lease in %s failed", namespace, exc_info=True)
+            await asyncio.sleep(LEASE_RENEW_SECONDS)
+
+    async def _retention(self) -> None:
+        while True:
+            await asyncio.sleep(RETENTION_SECONDS)
+            for namespace in sorted(self.namespaces):
+                try:
+                    await self.apply_retention(namespace)
+                except Exception:
+                    log.warning("DaemonJob retention in %s failed", namespace, exc_info=True)
+
+    async def apply_retention(self, namespace: str) -> list[tuple[str, str]]:
+        """Tombstone or delete expired jobs of ``namespace``; returns what was done."""
+        client = self.jobs_in(namespace)
+        objects = await client.list_all()
+        actions = jobs.retention_actions(objects, now=self.clock())
+        by_name = {o["metadata"]["name"]: o for o in objects}
+        for name, action in actions:
+            obj = by_name[name]
+            try:
+                if action == "delete":
+                    await client.delete(name, uid=obj["metadata"].get("uid"))
+                else:
+                    await _tombstone(client, obj)
+            except (ApiError, LookupError) as error:
+                log.info("retention of DaemonJob %s/%s: %s", namespace, name, error)
+        return list(actions)
+
+
+async def _tombstone(client: DaemonJobs, obj: dict[str, Any]) -> None:
+    def strip(status: DaemonJobStatus, _current: dict[str, Any]) -> None:
+        status.result = None
+        status.result_gzip = None
+        status.events = []
+        status.prompt = None
+
+    await client.update_status(obj, strip)
+    await client.label(obj["metadata"]["name"], {jobs.LABEL_TOMBSTONE: "true"})
+
+
+def register(
+    registry: kopf.OperatorRegistry,
+    *,
+    settings: Settings | None = None,
+    rest_factory: Callable[[Any], Rest] | None = None,
+) -> None:
+    """Add the DaemonJob handlers to ``registry``.
+
+    The executor is created at startup from ``memo.ctx.kube.api`` (the operator's client) unless
+    ``rest_factory(memo)`` is given, and kept as ``memo.daemonjobs``.
+    """
+
+    @kopf.on.startup(id="daemonjob-executor-start", registry=registry)
+    async def start(*, memo: Any, **_: Any) -> None:
+        rest = rest_factory(memo) if rest_factory is not None else Rest(memo.ctx.kube.api)
+        executor = JobExecutor(rest, settings=settings)
+        executor.start()
+        memo.daemonjobs = executor
+
+    @kopf.on.cleanup(id="daemonjob-executor-stop", registry=registry)
+    async def stop(*, memo: Any, **_: Any) -> None:
+        executor = getattr(memo, "daemonjobs", None)
+        if executor is not None:
+            await executor.stop()
+
+    @kopf.on.event(GROUP, VERSION, DAEMON_JOB.plural, id="daemonjob-events", registry=registry)
+    async def event(*, type: str | None, body: Any, memo: Any, **_: Any) -> None:
+        executor: JobExecutor | None = getattr(memo, "daemonjobs", None)
+        if executor is None:
+            return
+        await executor.observe(type or "ADDED", _plain(body))
+
+
+def _plain(value: Any) -> Any:
+    """A deep plain-dict copy of a kopf body (so later events do not mutate what a job holds)."""
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value

@@ -1,0 +1,91 @@
+"""What an operation executor gets: Kubernetes access, settings, identity, feedback and prompts.
+
+An executor is ``async def run(ctx: OperationContext, arguments: dict) -> result``. It acts on
+Kubernetes resources through ``ctx.rest`` in ``ctx.settings.namespace``, reports progress with
+:meth:`OperationContext.feedback` (job events; dropped for queries), asks the caller with
+:meth:`OperationContext.ask` (jobs only: a query has no input channel and the call raises
+``Invalid``), and returns a JSON value that must satisfy the operation's result schema (the
+runner checks it). It raises :class:`~sparkrun_operator.ops.errors.DaemonError` subclasses for
+expected failures; anything else is reported as an internal error.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sparkrun_operator.api.meta import utcnow
+from sparkrun_operator.k8s.rest import Rest
+from sparkrun_operator.ops.errors import Invalid
+
+__all__ = ["Executor", "OperationContext", "Prompter", "Settings"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where and how operations act; one per shim/operator process."""
+
+    #: Namespace of DaemonJobs and of the workloads, recipes and aliases the API manages.
+    namespace: str = "sparkrun-system"
+    #: The gateway's Service (``proxy.*`` operations read its state).
+    gateway_service: str = "sparkrun-gateway"
+    gateway_namespace: str | None = None
+    gateway_port: int = 8080
+    #: Name of the ConfigMap holding gateway model aliases (ADR 0006).
+    aliases_config_map: str = "sparkrun-gateway-aliases"
+    #: How long ``workloads.run``/``ensure_ready`` wait for Ready by default.
+    ready_timeout: float = 1800.0
+    #: Default prompt timeout (the daemon's 300 s).
+    prompt_timeout: float = 300.0
+    #: Bound of one inline query.
+    query_timeout: float = 30.0
+    #: Poll interval while waiting on resources.
+    poll_interval: float = 1.0
+
+    @property
+    def gateway_ns(self) -> str:
+        return self.gateway_namespace or self.namespace
+
+
+class Prompter(Protocol):
+    async def __call__(self, kind: str, message: str, *, default: Any = None) -> Any: ...
+
+
+async def _no_events(kind: str, data: Mapping[str, Any]) -> None:
+    return None
+
+
+@dataclass
+class OperationContext:
+    """One invocation's view of the world."""
+
+    rest: Rest
+    settings: Settings
+    principal: str
+    manager: str = "daemon"
+    operation: str = ""
+    #: The DaemonJob (``None`` for queries).
+    job_id: str | None = None
+    job_uid: str | None = None
+    emit: Callable[[str, Mapping[str, Any]], Awaitable[None]] = _no_events
+    prompt: Prompter | None = None
+    clock: Callable[[], dt.datetime] = field(default=utcnow)
+
+    @property
+    def namespace(self) -> str:
+        return self.settings.namespace
+
+    async def feedback(self, message: str, **fields: Any) -> None:
+        """A structured progress event (``type: feedback``, ``feedback_version: 1``)."""
+        await self.emit("feedback", {"feedback_version": 1, "message": message, **fields})
+
+    async def ask(self, kind: str, message: str, *, default: Any = None) -> Any:
+        """Ask the caller (approval/decision: bool; secret: str). Raises ``Invalid`` for queries."""
+        if self.prompt is None:
+            raise Invalid("This operation requires a worker input channel")
+        return await self.prompt(kind, message, default=default)
+
+
+Executor = Callable[[OperationContext, dict[str, Any]], Coroutine[Any, Any, Any]]

@@ -1,0 +1,324 @@
+"""``discovery.snapshot`` and ``diagnostics.collect``.
+
+Discovery. Endpoints are the InferenceWorkloads' Services, healthy when the workload is Ready
+(the kubelet probes the leaders continuously, so the observation is live). ``workload_ids``
+narrows the sweep; ``metadata_only`` reports recorded workloads without resolving hosts and may
+not be combined with ``hosts``/``cluster``; with ``hosts``/``cluster`` only workloads with pods
+on those nodes are reported, and requested nodes that do not exist are coverage errors.
+
+Diagnostics. A bounded NDJSON bundle (one ``{"section", "record"}`` object per line): nodes of
+the selection, InferenceClusters, InferenceWorkloads (status only), recent DaemonJobs (never
+their arguments), Kubernetes events of the namespace, and ``log_tail`` lines of the workload's
+pods when ``workload_id`` is given. Values of keys that name secrets are redacted. The bundle
+is stored in the ConfigMap ``<job id>-diagnostics``, owned by the DaemonJob, so it expires with
+the job; it is announced by an ``artifact`` event and downloaded from
+``/v1/jobs/{id}/artifacts/diagnostics``. ConfigMaps hold about 1 MiB, so bundles are stored
+gzip-compressed and truncated to ``min(max_bytes, 8 MiB)`` of NDJSON (``truncated: true``).
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from sparkrun_operator.api.meta import API_VERSION
+from sparkrun_operator.api.resources import DAEMON_JOB
+from sparkrun_operator.k8s.rest import CONFIG_MAPS, EVENTS, NODES, PODS, ApiError
+from sparkrun_operator.ops import kube
+from sparkrun_operator.ops.context import Executor, OperationContext
+from sparkrun_operator.ops.errors import Invalid
+from sparkrun_operator.ops.executors.workloads import _sweep, endpoint_entry
+from sparkrun_operator.render import keys
+
+__all__ = ["EXECUTORS", "collect_bundle", "read_bundle"]
+
+BUNDLE_KEY = "diagnostics.ndjson.gz"
+MAX_BUNDLE = 8 * 1024 * 1024
+MAX_STORED = 900 * 1024
+_SECRETISH = re.compile(r"(password|passwd|secret|token|api_key|private_key|authorization)", re.I)
+
+
+async def snapshot(ctx: OperationContext, args: dict[str, Any]) -> Any:
+    if args.get("metadata_only") and (args.get("hosts") or args.get("cluster")):
+        raise Invalid("metadata_only cannot be combined with hosts or cluster")
+    workloads = await ctx.rest.items(kube.WORKLOADS, ctx.namespace)
+    wanted = set(args.get("workload_ids") or ())
+    if wanted:
+        workloads = [
+            w for w in workloads if kube.workload_id_of(w) in wanted or w["metadata"]["name"] in wanted
+        ]
+    if args.get("metadata_only"):
+        return _sweep([endpoint_entry(w) for w in workloads], mode="metadata", hosts=[])
+    seen = await kube.occupancy(ctx.rest)
+    hosts, _ = await kube.cluster_hosts(
+        ctx.rest, hosts=args.get("hosts"), cluster=args.get("cluster"), occupancy_=seen
+    )
+    errors = {h: "node not found" for h in hosts if h not in seen.nodes}
+    if args.get("hosts") or args.get("cluster"):
+        on = {(p.namespace, p.workload) for p in seen.pods if p.node in hosts and p.workload}
+        workloads = [w for w in workloads if (w["metadata"]["namespace"], w["metadata"]["name"]) in on]
+    return _sweep([endpoint_entry(w) for w in workloads], mode="live", hosts=hosts, errors=errors)
+
+
+def _redact(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: ("[redacted]" if _SECRETISH.search(str(k)) else _redact(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v) for v in value]
+    return value
+
+
+def read_bundle(config_map: Mapping[str, Any]) -> bytes:
+    """The NDJSON bytes of a stored bundle."""
+    packed = (config_map.get("binaryData") or {}).get(BUNDLE_KEY)
+    if not packed:
+        return b""
+    return gzip.decompress(base64.b64decode(packed))
+
+
+class _Bundle:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.lines: list[bytes] = []
+        self.size = 0
+        self.truncated = False
+
+    def add(self, section: str, record: Any) -> bool:
+        line = json.dumps({"section": section, "record": _redact(record)}, default=str).encode() + b"\n"
+        if self.size + len(line) > self.limit:
+            self.truncated = True
+            return False
+        self.lines.append(line)
+        self.size += len(line)
+        return True
+
+
+async def collect_bundle(ctx: OperationContext, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Collect, store and announce a bundle; returns the diagnostics.collect result."""
+    limit = min(int(args.get("max_bytes") or MAX_BUNDLE), MAX_BUNDLE)
+    bundle = _Bundle(limit)
+    sections: list[dict[str, Any]] = []
+    host_state: dict[str, bool] = {}
+    dry_run = bool(args.get("dry_run"))
+    planned = ["nodes", "clusters", "workloads", "daemonjobs", "events"]
+    if args.get("workload_id"):
+        planned.append("logs")
+    if dry_run:
+        sections = [{"section": s, "status": "skipped", "detail": "dry run"} for s in planned]
+        return _result(ctx, bundle, sections, host_state, partial=False, stored=0)
+
+    async def section(name: str, records: Any) -> None:
+        try:
+            items = await records
+        except ApiError as error:
+            sections.append(
+                {"section": name, "status": "error", "detail": error.message or str(error.status)}
+            )
+            return
+        for item in items:
+            if not bundle.add(name, item):
+                break
+        sections.append({"section": name, "status": "ok"})
+
+    seen = await kube.occupancy(ctx.rest)
+    hosts, _ = await kube.cluster_hosts(
+        ctx.rest, hosts=args.get("hosts"), cluster=args.get("cluster"), occupancy_=seen
+    )
+    for host in hosts:
+        node = seen.nodes.get(host)
+        host_state[host] = bool(node and node.ready)
+
+    async def nodes() -> list[Any]:
+        out = []
+        for node in await ctx.rest.items(NODES):
+            if node["metadata"]["name"] in hosts:
+                out.append(
+                    {
+                        "metadata": {
+                            "name": node["metadata"]["name"],
+                            "labels": node["metadata"].get("labels"),
+                        },
+                        "status": {
+                            k: node.get("status", {}).get(k)
+                            for k in ("capacity", "allocatable", "conditions", "nodeInfo")
+                        },
+                    }
+                )
+        return out
+
+    async def clusters() -> list[Any]:
+        return [
+            {"metadata": {"name": c["metadata"]["name"]}, "spec": c.get("spec"), "status": c.get("status")}
+            for c in await ctx.rest.items(kube.CLUSTERS)
+        ]
+
+    async def workloads() -> list[Any]:
+        return [
+            {
+                "metadata": {"name": w["metadata"]["name"], "namespace": w["metadata"]["namespace"]},
+                "spec": w.get("spec"),
+                "status": w.get("status"),
+            }
+            for w in await ctx.rest.items(kube.WORKLOADS, ctx.namespace)
+        ]
+
+    async def daemonjobs() -> list[Any]:
+        from sparkrun_operator.k8s.daemonjobs import DAEMON_JOBS
+
+        rows = await ctx.rest.items(DAEMON_JOBS, ctx.namespace)
+        rows.sort(key=lambda o: str(o["metadata"].get("creationTimestamp")), reverse=True)
+        return [
+            {
+                "id": o["metadata"]["name"],
+                "operation": (o.get("spec") or {}).get("operation"),
+                "state": (o.get("status") or {}).get("state") or "queued",
+                "error": (o.get("status") or {}).get("error"),
+                "created": o["metadata"].get("creationTimestamp"),
+            }
+            for o in rows[:100]
+        ]
+
+    async def events() -> list[Any]:
+        rows = await ctx.rest.items(EVENTS, ctx.namespace)
+        rows.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""), reverse=True)
+        return [
+            {k: e.get(k) for k in ("type", "reason", "message", "involvedObject", "lastTimestamp", "count")}
+            for e in rows[:200]
+        ]
+
+    await section("nodes", nodes())
+    await section("clusters", clusters())
+    await section("workloads", workloads())
+    await section("daemonjobs", daemonjobs())
+    await section("events", events())
+    partial = False
+    if args.get("workload_id"):
+        tail = int(args.get("log_tail", 100))
+        try:
+            pods = await ctx.rest.items(PODS, ctx.namespace, label_selector=f"{keys.LABEL_WORKLOAD}")
+            target = args["workload_id"]
+            names = {
+                w["metadata"]["name"]
+                for w in await ctx.rest.items(kube.WORKLOADS, ctx.namespace)
+                if target in (w["metadata"]["name"], kube.workload_id_of(w))
+            }
+            for pod in pods:
+                if (pod["metadata"].get("labels") or {}).get(keys.LABEL_WORKLOAD) not in names:
+                    continue
+                for container in pod.get("spec", {}).get("containers") or ():
+                    path = PODS.path(pod["metadata"]["namespace"], pod["metadata"]["name"]) + "/log"
+                    try:
+                        text = await ctx.rest.request(
+                            "GET", path, query={"container": container["name"], "tailLines": tail}
+                        )
+                    except ApiError as error:
+                        partial = True
+                        bundle.add(
+                            "logs",
+                            {
+                                "pod": pod["metadata"]["name"],
+                                "container": container["name"],
+                                "error": error.message,
+                            },
+                        )
+                        continue
+                    for line in str(text or "").splitlines():
+                        bundle.add(
+                            "logs",
+                            {"pod": pod["metadata"]["name"], "container": container["name"], "line": line},
+                        )
+            sections.append({"section": "logs", "status": "error" if partial else "ok"})
+        except ApiError as error:
+            partial = True
+            sections.append({"section": "logs", "status": "error", "detail": error.message})
+    stored = await _store(ctx, bundle)
+    if stored < bundle.size:
+        partial = True
+    return _result(ctx, bundle, sections, host_state, partial=partial, stored=stored)
+
+
+async def _store(ctx: OperationContext, bundle: _Bundle) -> int:
+    """Store the bundle (compressed, shrunk to fit a ConfigMap); returns the bytes kept."""
+    if ctx.job_id is None:
+        return 0
+    lines = list(bundle.lines)
+    while True:
+        raw = b"".join(lines)
+        packed = base64.b64encode(gzip.compress(raw, compresslevel=6)).decode()
+        if len(packed) <= MAX_STORED or not lines:
+            break
+        lines = lines[: max(0, len(lines) * 3 // 4)]
+        bundle.truncated = True
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": f"{ctx.job_id}-diagnostics",
+            "namespace": ctx.namespace,
+            "labels": {
+                "sparkrun.dev/daemonjob": ctx.job_id,
+                "app.kubernetes.io/managed-by": "sparkrun-daemon-api",
+            },
+            "ownerReferences": (
+                [{"apiVersion": API_VERSION, "kind": DAEMON_JOB.kind, "name": ctx.job_id, "uid": ctx.job_uid}]
+                if ctx.job_uid
+                else []
+            ),
+        },
+        "binaryData": {BUNDLE_KEY: packed},
+    }
+    try:
+        await ctx.rest.create(CONFIG_MAPS, body, ctx.namespace)
+    except ApiError as error:
+        if not error.already_exists:
+            raise
+        await ctx.rest.replace(CONFIG_MAPS, body["metadata"]["name"], body, ctx.namespace)
+    size = len(b"".join(lines))
+    await ctx.emit(
+        "artifact",
+        {
+            "name": "diagnostics",
+            "media_type": "application/x-ndjson",
+            "size_bytes": size,
+            "url": f"/v1/jobs/{ctx.job_id}/artifacts/diagnostics",
+        },
+    )
+    return size
+
+
+def _result(
+    ctx: OperationContext,
+    bundle: _Bundle,
+    sections: list[dict[str, Any]],
+    hosts: dict[str, bool],
+    *,
+    partial: bool,
+    stored: int,
+) -> dict[str, Any]:
+    return {
+        "schema_version": 1,
+        "partial": partial,
+        "truncated": bundle.truncated,
+        "hosts": hosts,
+        "sections": sections,
+        "artifact": {
+            "name": "diagnostics",
+            "media_type": "application/x-ndjson",
+            "size_bytes": stored,
+            "url": f"/v1/jobs/{ctx.job_id}/artifacts/diagnostics" if ctx.job_id else "",
+        },
+    }
+
+
+async def collect(ctx: OperationContext, args: dict[str, Any]) -> Any:
+    return await collect_bundle(ctx, args)
+
+
+EXECUTORS: dict[str, Executor] = {
+    "discovery.snapshot": snapshot,
+    "diagnostics.collect": collect,
+}

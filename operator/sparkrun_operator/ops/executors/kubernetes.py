@@ -1,0 +1,344 @@
+"""``plugins.k8s.*``: the sparkrun Kubernetes plugin's operations, on the operator's own cluster.
+
+The reference plugin drives a *client-side* kubectl/kubeconfig. Here the operator already is in
+the cluster, so every operation acts on it with the operator's identity: ``kubeconfig`` and
+``context`` (which select another cluster) are refused, ``namespace`` defaults to the API
+namespace. Installing Kueue or JobSet (``setup_kueue install: true``) and downloading kubectl
+are refused (install them with their Helm charts; images carry their own tools); writing a
+kubeconfig file on the server is refused (clients cannot choose server output paths).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import platform
+import shutil
+from typing import Any
+
+import yaml
+
+from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
+from sparkrun_operator.k8s.rest import (
+    CLUSTER_ROLE_BINDINGS,
+    CRDS,
+    JOBSETS,
+    NAMESPACES,
+    NODES,
+    SERVICE_ACCOUNTS,
+    ApiError,
+    Resource,
+)
+from sparkrun_operator.ops import kube
+from sparkrun_operator.ops.context import Executor, OperationContext
+from sparkrun_operator.ops.errors import Invalid, NotFound
+from sparkrun_operator.ops.executors.clusters import _hardware
+from sparkrun_operator.plan.cluster import GPU_PRODUCT_LABEL
+
+__all__ = ["EXECUTORS"]
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+RESOURCE_FLAVORS = Resource(KUEUE_GROUP, "v1beta1", "resourceflavors", namespaced=False)
+CLUSTER_QUEUES = Resource(KUEUE_GROUP, "v1beta1", "clusterqueues", namespaced=False)
+LOCAL_QUEUES = Resource(KUEUE_GROUP, "v1beta1", "localqueues", namespaced=True)
+FIELD_MANAGER = "sparkrun-daemon-api"
+
+
+def _no_client_config(args: dict[str, Any]) -> None:
+    for key in ("kubeconfig", "context"):
+        if args.get(key):
+            raise Invalid(
+                f"{key} selects a client-side cluster; the operator acts on its own cluster "
+                "with its own identity"
+            )
+
+
+async def _server_version(ctx: OperationContext) -> str | None:
+    try:
+        found = await ctx.rest.request("GET", "/version")
+    except ApiError:
+        return None
+    return str(found.get("gitVersion")) if isinstance(found, dict) else None
+
+
+async def cluster_info(ctx: OperationContext, args: dict[str, Any]) -> Any:
+    _no_client_config(args)
+    from importlib import metadata
+
+    version = await _server_version(ctx)
+    try:
+        client = "kubernetes-asyncio " + metadata.version("kubernetes_asyncio")
+    except metadata.PackageNotFoundError:
+        client = None
+    message = None
+    if args.get("pin"):
+        message = "pin has no effect: the operator uses the Kubernetes API directly, not kubectl"
+    return {
+        "reachable": version is not None,
+        "current_context": "in-cluster",
+        "namespace": args.get("namespace") or ctx.namespace,
+        "server_version": version,
+        "client_version": client,
+        "message": message,
+    }
+
+
+def _manifests(name: str, namespace: str, *, create_namespace: bool) -> list[dict[str, Any]]:
+    role = "sparkrun-daemon-operate"
+    docs: list[dict[str, Any]] = []
+    if create_namespace:
+        docs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    docs.append(
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {"app.kubernetes.io/managed-by": FIELD_MANAGER},
+            },
+        }
+    )
+    docs.append(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {
+                "name": f"{name}-{namespace}-daemon-operate",
+                "labels": {"app.kubernetes.io/managed-by": FIELD_MANAGER},
+            },
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        }
+    )
+    return docs
+
+
+async def configure_service_account(ctx: OperationContext, args: dict[str, Any]) -> Any:
+    _no_client_config(args)
+    if args.get("write_kubeconfig"):
+        raise Invalid("write_kubeconfig is not available: the server does not write files for clients")
+    name = kube.check_name(args.get("name") or "sparkrun", "service account")
+    namespace = kube.check_name(args.get("namespace") or ctx.namespace, "namespace")
+    docs = _manifests(name, namespace, create_namespace=bool(args.get("create_namespace")))
+    applied = False
+    if not args.get("dry_run"):
+        for doc in docs:
+            resource = {
+                "Namespace": NAMESPACES,
+                "ServiceAccount": SERVICE_ACCOUNTS,
+                "ClusterRoleBinding": CLUSTER_ROLE_BINDINGS,
+            }[doc["kind"]]
+            await ctx.rest.apply(
+                resource,
+                doc,
+                field_manager=FIELD_MANAGER,
+                namespace=namespace if resource.namespaced else None,
+            )
+            await ctx.feedback(f"Applied {doc['kind']} {doc['metadata']['name']}", stage="apply")
+        applied = True
+    return {
+        "name": name,
+        "namespace": namespace,
+        "cluster_role": "sparkrun-daemon-operate",
+        "binding": docs[-1]["metadata"]["name"],
+        "manifests_yaml": yaml.safe_dump_all(docs, sort_keys=False),
+        "dry_run": bool(args.get("dry_run")),
+        "applied": applied,
+        "server": ctx.rest.host,
+        "kubeconfig_path": None,
+    }
+
+
+async def ensure_kubectl(ctx: OperationContext, args: dict[str, Any]) -> Any:
+    _no_client_config(args)
+    path = shutil.which("kubectl")
+    if path is None:
+        if args.get("download"):
+            raise Invalid("kubectl downloads are disabled on the server; the operator does not need kubectl")
+        raise NotFound("kubectl is not installed where the operator runs")
+    version = None
+    process = await asyncio.create_subprocess_exec(
+        path,
+        "version",
+        "--client",
+        "-o",
+        "json",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        out, _ = await asyncio.wait_for(process.communicate(), 20)
+        version = json.loads(out or b"{}").get("clientVersion", {}).get("gitVersion")
+    except (TimeoutError, ValueError):
+        process.kill()
+    if args.get("version") and version and args["version"].lstrip("v") != str(version).lstrip("v"):
+        raise Invalid(f"kubectl {version} is installed, not {args['version']}; downloads are disabled")
+    return {
+        "path": path,
+        "version": version,
+        "source": "path",
+        "os_name": platform.system().lower(),
+        "arch": platform.machine().lower(),
+    }
+
+
+async def jobset_status(ctx: OperationContext, args: dict[str, Any]) -> Any:
+    _no_client_config(args)
+    namespace = args.get("namespace") or ctx.namespace
+    found = await ctx.rest.get(JOBSETS, args["name"], namespace)
+    if found is None:
+        raise NotFound(f"JobSet {namespace}/{args['name']} not found")
+    return {"name": found["metadata"]["name"], "namespace": namespace, "status": found.get("status") or {}}
+
+
+async def _installed(ctx: OperationContext) -> tuple[bool, bool]:
+    kueue = await ctx.rest.get(CRDS, f"clusterqueues.{KUEUE_GROUP}")
+    jobset = await ctx.rest.get(CRDS, "jobsets.jobset.x-k8s.io")
+    return kueue is not None, jobset is not None
+
+
+async def kueue_status(ctx: OperationContext, args: dict[str, Any]) -> Any:
+    _no_client_config(args)
+    kueue, jobset = await _installed(ctx)
+    return {"kueue_installed": kueue, "jobset_installed": jobset}
+
+
+async def list_nodes(ctx: OperationContext, args: dict[str, Any]) -> Any:
+    _no_client_config(args)
+    rows = []
+    try:
+        nodes = await ctx.rest.items(NODES, label_selector=args.get("selector") or None)
+    except ApiError as error:
+        if error.status == 400:
+            raise Invalid(f"invalid label selector: {error.message}") from error
+        raise
+    for raw in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        node = kube.node_view(raw)
+        capacity = node.capacity.get(DEFAULT_GPU_RESOURCE, 0)
+        if args.get("gpu_only") and capacity == 0:
+            continue
+        rows.append(
+            {
+                "name": node.name,
+                "hardware": _hardware(node, DEFAULT_GPU_RESOURCE),
+                "labels": dict(node.labels),
+                "allocatable_gpus": node.allocatable.get(DEFAULT_GPU_RESOURCE, 0),
+                "capacity_gpus": capacity,
+                "schedulable": node.ready and not node.unschedulable,
+            }
+        )
+    return rows
+
+
+async def setup_kueue(ctx: OperationContext, args: dict[str, Any]) -> Any:
+    _no_client_config(args)
+    kueue, jobset = await _installed(ctx)
+    if args.get("install") and not (kueue and jobset):
+        raise Invalid("installing Kueue or JobSet is done with their Helm charts, not through the daemon API")
+    namespace = args.get("namespace") or ctx.namespace
+    products: dict[str, tuple[int, dict[str, str]]] = {}
+    for raw in await ctx.rest.items(NODES):
+        node = kube.node_view(raw)
+        gpus = node.allocatable.get(DEFAULT_GPU_RESOURCE, 0)
+        if gpus <= 0:
+            continue
+        product = node.labels.get(GPU_PRODUCT_LABEL, "gpu")
+        total, labels = products.get(
+            product, (0, {GPU_PRODUCT_LABEL: product} if GPU_PRODUCT_LABEL in node.labels else {})
+        )
+        products[product] = (total + gpus, labels)
+    flavors = []
+    for product, (quota, labels) in sorted(products.items()):
+        slug = kube.check_name(
+            "".join(c if c.isalnum() else "-" for c in product.lower()).strip("-") or "gpu", "flavor"
+        )
+        flavors.append({"name": slug, "node_labels": labels, "gpu_quota": quota, "model": product})
+    docs: list[dict[str, Any]] = []
+    for flavor in flavors:
+        docs.append(
+            {
+                "apiVersion": f"{KUEUE_GROUP}/v1beta1",
+                "kind": "ResourceFlavor",
+                "metadata": {"name": flavor["name"]},
+                "spec": {"nodeLabels": flavor["node_labels"]},
+            }
+        )
+    docs.append(
+        {
+            "apiVersion": f"{KUEUE_GROUP}/v1beta1",
+            "kind": "ClusterQueue",
+            "metadata": {"name": "sparkrun"},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": [DEFAULT_GPU_RESOURCE],
+                        "flavors": [
+                            {
+                                "name": f["name"],
+                                "resources": [{"name": DEFAULT_GPU_RESOURCE, "nominalQuota": f["gpu_quota"]}],
+                            }
+                            for f in flavors
+                        ],
+                    }
+                ],
+            },
+        }
+    )
+    docs.append(
+        {
+            "apiVersion": f"{KUEUE_GROUP}/v1beta1",
+            "kind": "LocalQueue",
+            "metadata": {"name": "sparkrun", "namespace": namespace},
+            "spec": {"clusterQueue": "sparkrun"},
+        }
+    )
+    provisioned = False
+    if not args.get("dry_run") and kueue:
+        for doc in docs:
+            resource = {
+                "ResourceFlavor": RESOURCE_FLAVORS,
+                "ClusterQueue": CLUSTER_QUEUES,
+                "LocalQueue": LOCAL_QUEUES,
+            }[doc["kind"]]
+            await ctx.rest.apply(
+                resource,
+                doc,
+                field_manager=FIELD_MANAGER,
+                namespace=namespace if resource.namespaced else None,
+            )
+        provisioned = True
+    return {
+        "namespace": namespace,
+        "cluster_queue": "sparkrun",
+        "local_queue": "sparkrun",
+        "flavors": flavors,
+        "manifests_yaml": yaml.safe_dump_all(docs, sort_keys=False),
+        "dry_run": bool(args.get("dry_run")),
+        "kueue_version": (args.get("kueue_version") or "installed") if kueue else "",
+        "jobset_version": (args.get("jobset_version") or "installed") if jobset else "",
+        "installed_kueue": False,
+        "installed_jobset": False,
+        "provisioned": provisioned,
+    }
+
+
+async def stop_jobset(ctx: OperationContext, args: dict[str, Any]) -> Any:
+    _no_client_config(args)
+    namespace = args.get("namespace") or ctx.namespace
+    if not await ctx.rest.delete(JOBSETS, args["name"], namespace, propagation="Foreground"):
+        raise NotFound(f"JobSet {namespace}/{args['name']} not found")
+    return True
+
+
+EXECUTORS: dict[str, Executor] = {
+    "plugins.k8s.cluster_info": cluster_info,
+    "plugins.k8s.configure_service_account": configure_service_account,
+    "plugins.k8s.ensure_kubectl": ensure_kubectl,
+    "plugins.k8s.jobset_status": jobset_status,
+    "plugins.k8s.kueue_status": kueue_status,
+    "plugins.k8s.list_nodes": list_nodes,
+    "plugins.k8s.setup_kueue": setup_kueue,
+    "plugins.k8s.stop_jobset": stop_jobset,
+}

@@ -1,0 +1,238 @@
+"""The shim's side of daemon jobs: submit (idempotently), find, list, cancel, answer.
+
+Authorization is the caller's (the shim) business; this module applies the job rules:
+
+- :meth:`JobService.submit` creates the DaemonJob. With an ``Idempotency-Key`` the name is
+  derived from (principal, key), so a retry meets ``AlreadyExists``; the existing job is
+  returned when its request digest matches, a 409 ``Conflict`` is raised when it does not or when
+  the key's job has expired into a tombstone. Keys longer than 200 characters are refused (422).
+- :meth:`JobService.cancel` sets ``spec.cancel`` and moves the status to ``cancelled`` (queued
+  jobs) or ``cancelling``; a finished job is a 409.
+- :meth:`JobService.answer` records an answer in ``spec.answers`` for the pending prompt. A
+  secret answer goes into a Secret owned by the DaemonJob (the spec holds only its reference;
+  the executor deletes the Secret after reading it); approval/decision answers must be booleans.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable
+from typing import Any
+
+from sparkrun_operator.api.daemonjob import DaemonJobStatus
+from sparkrun_operator.api.meta import API_VERSION
+from sparkrun_operator.api.resources import DAEMON_JOB
+from sparkrun_operator.k8s.auth import UserInfo
+from sparkrun_operator.k8s.daemonjobs import DaemonJobs, JobCache, retry_conflicts
+from sparkrun_operator.k8s.rest import SECRETS, ApiError
+from sparkrun_operator.ops import jobs
+from sparkrun_operator.ops.catalog import Operation
+from sparkrun_operator.ops.errors import Conflict, Invalid
+
+__all__ = ["JOB_ID", "JobService"]
+
+#: Job ids are DaemonJob names: 32 lowercase hex characters.
+JOB_ID = re.compile(r"^[0-9a-f]{32}$")
+_ORDER = {"starting": 0, "running": 0, "waiting_input": 0, "cancelling": 0, "queued": 1}
+
+
+def _created(obj: dict[str, Any]) -> str:
+    return str(obj.get("metadata", {}).get("creationTimestamp") or "")
+
+
+class JobService:
+    """Job rules over the DaemonJobs of one namespace."""
+
+    def __init__(
+        self,
+        daemonjobs: DaemonJobs,
+        cache: JobCache,
+        *,
+        clock: Callable[[], dt.datetime] | None = None,
+    ) -> None:
+        self.daemonjobs = daemonjobs
+        self.cache = cache
+        self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
+
+    async def submit(
+        self,
+        op: Operation,
+        arguments: dict[str, Any],
+        *,
+        user: UserInfo,
+        manager: str,
+        client: str | None,
+        key: str | None,
+    ) -> str:
+        """Create (or find, for a repeated key) the job; returns its id."""
+        if key is not None and len(key) > jobs.MAX_KEY_LENGTH:
+            raise Invalid(f"Idempotency key exceeds {jobs.MAX_KEY_LENGTH} characters")
+        digest = jobs.request_digest(op.name, op.version, arguments, manager)
+        name = jobs.job_name(user.username, key)
+        obj = jobs.new_job(
+            name=name,
+            namespace=self.daemonjobs.namespace,
+            operation=op.name,
+            version=op.version,
+            arguments=arguments,
+            username=user.username,
+            uid=user.uid,
+            groups=user.groups,
+            manager=manager,
+            client=client,
+            key=key,
+            digest=digest,
+        )
+        for _ in range(3):
+            try:
+                created = await self.daemonjobs.create(obj)
+            except ApiError as error:
+                if not (error.already_exists and key is not None):
+                    raise
+            else:
+                await self.cache.observe(created)
+                return name
+            existing = await self.daemonjobs.get(name)
+            if existing is None:
+                continue  # deleted in between: create again
+            await self.cache.observe(existing)
+            if jobs.is_tombstone(existing):
+                raise Conflict("The previous result expired; this idempotency key cannot execute again")
+            spec = existing.get("spec", {})
+            same_principal = (spec.get("principal") or {}).get("username") == user.username
+            if not same_principal or spec.get("requestDigest") != digest:
+                raise Conflict("Idempotency key was already used for different arguments")
+            return name
+        raise Conflict("The job for this idempotency key keeps changing; retry")
+
+    async def find(self, job_id: str) -> dict[str, Any] | None:
+        """The job, or ``None`` (unknown id, malformed id, or expired)."""
+        if not JOB_ID.match(job_id):
+            return None
+        found = await self.cache.get(job_id)
+        if found is None or jobs.is_tombstone(found):
+            return None
+        return found
+
+    def listing(self, *, principal: str | None, state: str | None, limit: int) -> list[dict[str, Any]]:
+        """Jobs (of ``principal`` unless ``None``), active first, then queued, newest first."""
+        wanted = jobs.principal_label(principal) if principal is not None else None
+        rows = []
+        for obj in self.cache.values():
+            if jobs.is_tombstone(obj):
+                continue
+            if (
+                wanted is not None
+                and (obj["metadata"].get("labels") or {}).get(jobs.LABEL_PRINCIPAL) != wanted
+            ):
+                continue
+            if (
+                wanted is not None
+                and (obj.get("spec", {}).get("principal") or {}).get("username") != principal
+            ):
+                continue
+            current = jobs.state_of(obj)
+            if state is not None and current != state:
+                continue
+            rows.append(obj)
+        rows.sort(key=_created, reverse=True)
+        rows.sort(key=lambda o: _ORDER.get(jobs.state_of(o), 2))
+        return rows[: min(max(limit, 1), 1000)]
+
+    async def cancel(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Request cancellation; returns the updated job. Raises ``Conflict`` when finished."""
+        name = obj["metadata"]["name"]
+        fresh = await self.daemonjobs.get(name) or obj
+        if jobs.state_of(fresh) in jobs.TERMINAL:
+            raise Conflict("Job is already finished")
+        if not fresh.get("spec", {}).get("cancel"):
+            fresh = await self.daemonjobs.patch_spec(name, {"cancel": True})
+
+        def mutate(status: DaemonJobStatus, current: dict[str, Any]) -> None:
+            jobs.cancel(status, now=self.clock(), created=_created_at(current))
+
+        written = await self.daemonjobs.update_status(fresh, mutate)
+        await self.cache.observe(written)
+        return written
+
+    async def answer(self, obj: dict[str, Any], prompt_id: str, value: Any) -> None:
+        """Answer the pending prompt ``prompt_id`` (see the module docstring)."""
+        name = obj["metadata"]["name"]
+        if jobs.state_of(obj) in jobs.TERMINAL:
+            raise Conflict("Worker has finished; fetch the job result")
+        prompt = (obj.get("status") or {}).get("prompt") or {}
+        answers = obj.get("spec", {}).get("answers") or []
+        previous = next((a for a in answers if a.get("promptId") == prompt_id), None)
+        if previous is not None:
+            if "secretRef" in previous or previous.get("value") == value:
+                return
+            raise Invalid("Prompt was already answered differently")
+        if prompt.get("id") != prompt_id:
+            raise Conflict("Prompt expired or unavailable")
+        deadline = jobs.epoch(prompt.get("expiresAt"))
+        if deadline is not None and deadline < self.clock().timestamp():
+            raise Conflict("Prompt expired or unavailable")
+        kind = prompt.get("kind")
+        if kind == "secret":
+            if value is not None and not isinstance(value, str):
+                raise Invalid("Credential answer must be a string")
+            secret = await self._store_secret(obj, prompt_id, value or "")
+            entry: dict[str, Any] = {"promptId": prompt_id, "secretRef": {"name": secret, "key": "token"}}
+        else:
+            if type(value) is not bool:
+                raise Invalid("Approval answers must be boolean")
+            entry = {"promptId": prompt_id, "value": value}
+
+        async def attempt() -> dict[str, Any]:
+            current = await self.daemonjobs.get(name)
+            if current is None:
+                raise Conflict("Worker has finished; fetch the job result")
+            existing = current.get("spec", {}).get("answers") or []
+            if any(a.get("promptId") == prompt_id for a in existing):
+                return current
+            return await self.daemonjobs.patch_spec(
+                name,
+                {"answers": [*existing, entry]},
+                resource_version=current["metadata"]["resourceVersion"],
+            )
+
+        written = await retry_conflicts(attempt)
+        await self.cache.observe(written)
+
+    async def _store_secret(self, obj: dict[str, Any], prompt_id: str, value: str) -> str:
+        meta = obj["metadata"]
+        name = f"{meta['name']}-answer-{prompt_id}"[:253]
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {
+                "name": name,
+                "namespace": self.daemonjobs.namespace,
+                "labels": {"sparkrun.dev/daemonjob": meta["name"], jobs.LABEL_MANAGED_BY: "sparkrun-shim"},
+                "ownerReferences": [
+                    {
+                        "apiVersion": API_VERSION,
+                        "kind": DAEMON_JOB.kind,
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                        "controller": True,
+                    }
+                ],
+            },
+            "stringData": {"token": value},
+        }
+        try:
+            await self.daemonjobs.rest.create(SECRETS, secret, self.daemonjobs.namespace)
+        except ApiError as error:
+            if not error.already_exists:
+                raise
+        return name
+
+
+def _created_at(obj: dict[str, Any]) -> dt.datetime:
+    raw = obj.get("metadata", {}).get("creationTimestamp")
+    if not raw:
+        return dt.datetime.now(dt.UTC)
+    return dt.datetime.fromisoformat(str(raw).replace("Z", "+00:00"))

@@ -1,0 +1,380 @@
+"""Executing operations: jobs to a terminal state (for the DaemonJob controller), queries inline.
+
+:func:`run_job` drives one DaemonJob, through a :class:`JobControl` given by its host (the
+controller), from ``queued`` to a terminal state:
+
+- a job another executor was running is ``lost`` (never rerun: its effects are uncertain);
+- ``queued`` -> ``starting`` -> ``running`` (one status write), unless cancellation was
+  requested first (-> ``cancelled``);
+- the executor runs as a task; ``spec.cancel`` cancels it (-> ``cancelled``, recorded after the
+  task has unwound, so no effect happens after the terminal state);
+- prompts set ``waiting_input`` with a deadline (default 300 s); an answer in ``spec.answers``
+  resumes the job; a secret answer is read from its Secret, the Secret is deleted, and the value
+  is redacted from every later event, result and error; an expired prompt fails the job;
+- the result is checked against the operation's result schema (``invalid_operation_result``
+  otherwise) and its size (2 MiB), then stored; failures are stored as the job's error.
+
+:func:`run_query` runs a query-kind operation inline with the query timeout and checks its
+result the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from sparkrun_operator.api.daemonjob import DaemonJobStatus
+from sparkrun_operator.k8s.rest import ApiError
+from sparkrun_operator.ops import jobs
+from sparkrun_operator.ops.catalog import Catalog, Operation
+from sparkrun_operator.ops.context import Executor, OperationContext
+from sparkrun_operator.ops.errors import (
+    Conflict,
+    DaemonError,
+    FeatureDisabled,
+    Invalid,
+    NotFound,
+    OperationTimeout,
+)
+from sparkrun_operator.ops.schema import request_validator, result_validator
+
+__all__ = ["JobControl", "Redactor", "as_daemon_error", "run_job", "run_query"]
+
+log = logging.getLogger(__name__)
+
+LOST_MESSAGE = (
+    "The operator executing this job stopped before it finished; its effects are uncertain. "
+    "Inspect and reconcile them before starting another mutation."
+)
+
+
+class JobControl(Protocol):
+    """The host of a running job (the DaemonJob controller)."""
+
+    @property
+    def obj(self) -> dict[str, Any]:
+        """The latest known DaemonJob (kept current by the host's watch)."""
+        ...
+
+    async def write(self, mutate: Callable[[DaemonJobStatus, dict[str, Any]], None]) -> None:
+        """Apply ``mutate`` to the status and write it (resourceVersion-guarded, retried)."""
+        ...
+
+    async def changed(self, wait: float) -> None:
+        """Return when the object may have changed, or after ``wait`` seconds."""
+        ...
+
+    async def read_secret(self, name: str, key: str) -> str:
+        """A secret answer's value."""
+        ...
+
+    async def delete_secret(self, name: str) -> None: ...
+
+
+class Redactor:
+    """Replaces secret answers in any JSON value with ``[redacted]``."""
+
+    def __init__(self) -> None:
+        self.secrets: set[str] = set()
+
+    def add(self, value: str) -> None:
+        if value:
+            self.secrets.add(value)
+
+    def __call__(self, value: Any) -> Any:
+        if not self.secrets:
+            return value
+        if isinstance(value, str):
+            for secret in self.secrets:
+                value = value.replace(secret, "[redacted]")
+            return value
+        if isinstance(value, dict):
+            return {key: self(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self(item) for item in value]
+        return value
+
+
+def as_daemon_error(error: BaseException) -> DaemonError:
+    """Map any failure of an executor to the daemon's error vocabulary."""
+    if isinstance(error, DaemonError):
+        return error
+    if isinstance(error, ApiError):
+        detail = f"Kubernetes API: {error.message or error.reason or error.status}"
+        if error.status == 404:
+            return NotFound(detail)
+        if error.status == 409:
+            return Conflict(detail)
+        if error.status == 403:
+            return DaemonError(detail, type_name="PermissionError")
+        if error.status in (400, 422):
+            return Invalid(detail)
+        return DaemonError(detail, retryable=error.status in (429, 500, 503, 504))
+    if isinstance(error, TimeoutError):
+        return OperationTimeout(str(error) or "Operation timed out")
+    return DaemonError("Operation failed; see operator logs")
+
+
+def _check_enabled(op: Operation | None, name: str, executors: Mapping[str, Executor]) -> Operation:
+    if op is None:
+        raise NotFound(f"Unknown operation: {name}")
+    if not op.enabled:
+        raise FeatureDisabled(op.availability.describe(op.name), attrs={"reason": op.availability.code})
+    if op.name not in executors:
+        raise NotFound(f"Operation {name} has no executor")
+    return op
+
+
+async def run_query(
+    op: Operation,
+    arguments: dict[str, Any],
+    ctx: OperationContext,
+    executors: Mapping[str, Executor],
+    *,
+    limit: float,
+) -> Any:
+    """Run a query inline; returns its checked result. Raises ``DaemonError``."""
+    _check_enabled(op, op.name, executors)
+    try:
+        async with asyncio.timeout(limit):
+            result = await executors[op.name](ctx, arguments)
+    except Exception as error:
+        mapped = as_daemon_error(error)
+        if mapped.status == 500 and not isinstance(error, DaemonError):
+            log.exception("query %s failed", op.name)
+        raise mapped from error
+    result_validator(op.name, op.version, op.result_schema).check_result(op.name, result)
+    return result
+
+
+def _created(obj: Mapping[str, Any]) -> dt.datetime:
+    raw = obj.get("metadata", {}).get("creationTimestamp")
+    if not raw:
+        return dt.datetime.now(dt.UTC)
+    return dt.datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+
+
+class _Job:
+    def __init__(
+        self,
+        control: JobControl,
+        *,
+        executor_id: str,
+        prompt_timeout: float,
+        clock: Callable[[], dt.datetime],
+    ) -> None:
+        self.control = control
+        self.executor_id = executor_id
+        self.prompt_timeout = prompt_timeout
+        self.clock = clock
+        self.redact = Redactor()
+        self.created = _created(control.obj)
+
+    def cancel_requested(self) -> bool:
+        return bool(self.control.obj.get("spec", {}).get("cancel"))
+
+    async def write(self, mutate: Callable[[DaemonJobStatus, dict[str, Any]], None]) -> None:
+        await self.control.write(mutate)
+
+    async def emit(self, kind: str, data: Mapping[str, Any]) -> None:
+        payload = self.redact(dict(data))
+
+        def mutate(status: DaemonJobStatus, _obj: dict[str, Any]) -> None:
+            jobs.add_event(status, kind, payload, now=self.clock(), created=self.created)
+
+        await self.write(mutate)
+
+    async def finish(self, state: str, *, result: Any = None, error: DaemonError | None = None) -> None:
+        if error is not None:
+            error = DaemonError(
+                self.redact(error.detail),
+                attrs=self.redact(error.attrs),
+                retryable=error.retryable,
+                type_name=error.error_type,
+            )
+        result = self.redact(result)
+
+        def mutate(status: DaemonJobStatus, _obj: dict[str, Any]) -> None:
+            jobs.finish(status, state, now=self.clock(), created=self.created, result=result, error=error)  # type: ignore[arg-type]
+
+        await self.write(mutate)
+
+    async def prompt(self, kind: str, message: str, *, default: Any = None) -> Any:
+        prompt_id = uuid.uuid4().hex[:16]
+        expires = self.clock() + dt.timedelta(seconds=self.prompt_timeout)
+        if kind == "secret":
+            default = None
+        event = {
+            "prompt_id": prompt_id,
+            "kind": kind,
+            "message": message,
+            "default": default,
+            "deadline": expires.timestamp(),
+        }
+
+        def ask(status: DaemonJobStatus, _obj: dict[str, Any]) -> None:
+            now = self.clock()
+            status.prompt = jobs.new_prompt(prompt_id, kind, message, default=default, expires=expires)
+            jobs.add_event(status, "prompt", event, now=now, created=self.created)
+            jobs.set_state(status, "waiting_input", now=now, created=self.created)
+
+        await self.write(ask)
+        while True:
+            answer = next(
+                (
+                    a
+                    for a in self.control.obj.get("spec", {}).get("answers") or ()
+                    if a.get("promptId") == prompt_id
+                ),
+                None,
+            )
+            if answer is not None:
+                break
+            if self.cancel_requested():
+                raise asyncio.CancelledError
+            if self.clock() >= expires:
+
+                def expire(status: DaemonJobStatus, _obj: dict[str, Any]) -> None:
+                    status.prompt = None
+                    now = self.clock()
+                    jobs.add_event(
+                        status, "prompt_expired", {"prompt_id": prompt_id}, now=now, created=self.created
+                    )
+                    jobs.set_state(status, "running", now=now, created=self.created)
+
+                await self.write(expire)
+                raise OperationTimeout(
+                    f"Prompt {prompt_id} was not answered within {self.prompt_timeout:g} seconds"
+                )
+            await self.control.changed(0.5)
+        if "secretRef" in answer:
+            ref = answer["secretRef"]
+            value: Any = await self.control.read_secret(ref["name"], ref.get("key", "token"))
+            self.redact.add(value)
+            await self.control.delete_secret(ref["name"])
+        else:
+            value = answer.get("value")
+
+        def answered(status: DaemonJobStatus, _obj: dict[str, Any]) -> None:
+            now = self.clock()
+            status.prompt = None
+            jobs.add_event(status, "answered", {"prompt_id": prompt_id}, now=now, created=self.created)
+            jobs.set_state(status, "running", now=now, created=self.created)
+
+        await self.write(answered)
+        return value
+
+
+async def run_job(
+    control: JobControl,
+    *,
+    catalog: Catalog,
+    executors: Mapping[str, Executor],
+    make_context: Callable[[dict[str, Any]], OperationContext],
+    executor_id: str,
+    prompt_timeout: float = 300.0,
+    clock: Callable[[], dt.datetime] | None = None,
+) -> None:
+    """Drive one job to a terminal state (see the module docstring). Never raises for job failures."""
+    now = clock or (lambda: dt.datetime.now(dt.UTC))
+    job = _Job(control, executor_id=executor_id, prompt_timeout=prompt_timeout, clock=now)
+    obj = control.obj
+    state = jobs.state_of(obj)
+    status = obj.get("status") or {}
+    if state in jobs.TERMINAL:
+        return
+    if state in jobs.ACTIVE and status.get("executor") != executor_id:
+        await job.finish("lost", error=DaemonError(LOST_MESSAGE, type_name="WorkerLost"))
+        return
+    if state == "queued":
+        if job.cancel_requested():
+            await job.finish("cancelled")
+            return
+
+        def claim(st: DaemonJobStatus, current: dict[str, Any]) -> None:
+            if jobs.state_of(current) != "queued":
+                raise Conflict("job was claimed or cancelled concurrently")
+            t = now()
+            st.executor = executor_id
+            st.started_at = t
+            jobs.set_state(st, "starting", now=t, created=job.created)
+            jobs.set_state(st, "running", now=t, created=job.created)
+
+        try:
+            await job.write(claim)
+        except Conflict:
+            # Cancelled (or claimed) between our read and write: start over from the new state.
+            return await run_job(
+                control,
+                catalog=catalog,
+                executors=executors,
+                make_context=make_context,
+                executor_id=executor_id,
+                prompt_timeout=prompt_timeout,
+                clock=clock,
+            )
+    spec = control.obj.get("spec", {})
+    name = str(spec.get("operation", ""))
+    try:
+        op = _check_enabled(catalog.find(name), name, executors)
+        if int(spec.get("operationVersion", 1)) != op.version:
+            raise Invalid(f"Operation {name} version {spec.get('operationVersion')} is not supported")
+        arguments = dict(spec.get("arguments") or {})
+        request_validator(op.name, op.version, op.request_schema).check_request(arguments)
+    except DaemonError as error:
+        await job.finish("failed", error=error)
+        return
+    ctx = make_context(control.obj)
+    ctx.emit = job.emit
+    ctx.prompt = job.prompt
+    task: asyncio.Task[Any] = asyncio.create_task(
+        executors[op.name](ctx, arguments), name=f"daemonjob-{ctx.job_id}"
+    )
+    cancelled = False
+    try:
+        while not task.done():
+            if job.cancel_requested():
+                cancelled = True
+                task.cancel()
+                break
+            waiter = asyncio.create_task(control.changed(1.0))
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiter
+    except asyncio.CancelledError:
+        # The host is stopping (operator shutdown): stop the executor, leave the job to be found
+        # lost by the next executor, as a real worker death would.
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        raise
+    try:
+        result = await task
+    except asyncio.CancelledError:
+        if cancelled or job.cancel_requested():
+            await job.finish("cancelled")
+        else:
+            await job.finish("failed", error=DaemonError("Operation was interrupted"))
+        return
+    except Exception as error:
+        mapped = as_daemon_error(error)
+        if mapped.status == 500 and not isinstance(error, DaemonError):
+            log.exception("job %s (%s) failed", ctx.job_id, op.name)
+        await job.finish("failed", error=mapped)
+        return
+    result = job.redact(result)
+    try:
+        result_validator(op.name, op.version, op.result_schema).check_result(op.name, result)
+    except DaemonError as error:
+        await job.finish("failed", error=error)
+        return
+    if job.cancel_requested():
+        # The executor finished before it saw the cancellation: its effects happened.
+        await job.emit("warning", {"message": "Cancellation arrived after the operation completed."})
+    await job.finish("succeeded", result=result)

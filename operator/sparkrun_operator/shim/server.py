@@ -1,0 +1,196 @@
+"""Running the shim: wiring (Kubernetes client, auth, job cache, app) and the listeners.
+
+Listeners:
+
+- the daemon API listener (``--port``, default 8443): TLS by default (``--tls-cert``/
+  ``--tls-key``); plaintext only with the explicit ``--insecure-plaintext`` (bearer tokens would
+  otherwise cross the network in clear text, as the daemon document forbids);
+- the aggregated API listener (``--aggregated-port``, optional): TLS that requires a client
+  certificate from the apiserver's request-header CA (read from
+  ``kube-system/extension-apiserver-authentication``); only there are ``X-Remote-*`` identity
+  headers trusted.
+
+:func:`build` returns the :class:`~sparkrun_operator.shim.app.Shim` with its cache started (for
+tests and benchmarks that serve it themselves); :func:`serve` runs everything until ``stop``
+is set or ``POST /v1/shutdown`` asks for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import ssl
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from sparkrun_operator.k8s.auth import Authenticator, Authorizer, ManagerDirectory, request_header_config
+from sparkrun_operator.k8s.daemonjobs import DaemonJobs, JobCache
+from sparkrun_operator.k8s.rest import Rest, connect
+from sparkrun_operator.ops import catalog as catalog_mod
+from sparkrun_operator.ops.context import Settings
+from sparkrun_operator.ops.executors import EXECUTORS
+from sparkrun_operator.ops.jobstore import JobService
+from sparkrun_operator.shim.aggregated import Discovery, front_proxy_protocol
+from sparkrun_operator.shim.app import Shim, ShimConfig
+from sparkrun_operator.shim.identity import Gate
+
+__all__ = ["ServeOptions", "build", "serve"]
+
+log = logging.getLogger("sparkrun.shim")
+
+
+@dataclass
+class ServeOptions:
+    """How to run the shim (the ``sparkrun-k8s shim serve`` flags)."""
+
+    namespace: str = "sparkrun-system"
+    kubeconfig: str | None = None
+    context: str | None = None
+    host: str = "0.0.0.0"
+    port: int = 8443
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    insecure_plaintext: bool = False
+    aggregated_port: int | None = None
+    aggregated_host: str | None = None
+    allow_request_trust: bool = False
+    controller_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}")
+    #: Bind the daemon API to this already-listening socket instead of host:port (tests).
+    sock: socket.socket | None = None
+    aggregated_sock: socket.socket | None = None
+
+
+async def build(options: ServeOptions, rest: Rest | None = None) -> Shim:
+    """The wired application with its job cache started."""
+    if rest is None:
+        rest = Rest(await connect(options.kubeconfig, options.context))
+    settings = Settings(namespace=options.namespace)
+    daemonjobs = DaemonJobs(rest, options.namespace)
+    cache = JobCache(daemonjobs)
+    await cache.start()
+    gate = Gate(Authenticator(rest), Authorizer(rest, options.namespace), ManagerDirectory(rest))
+    front_proxy = (
+        await request_header_config(rest) if options.aggregated_port or options.aggregated_sock else None
+    )
+    return Shim(
+        config=ShimConfig(
+            settings=settings,
+            controller_id=options.controller_id,
+            allow_request_trust=options.allow_request_trust,
+        ),
+        rest=rest,
+        gate=gate,
+        jobs=JobService(daemonjobs, cache),
+        cache=cache,
+        catalog=catalog_mod.load(),
+        executors=EXECUTORS,
+        front_proxy=front_proxy,
+    )
+
+
+class _Server(uvicorn.Server):
+    """A uvicorn server that leaves signal handling to whoever runs :func:`serve`."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Any:
+        yield
+
+
+def _check_tls(options: ServeOptions) -> None:
+    if bool(options.tls_cert) != bool(options.tls_key):
+        raise ValueError("TLS needs both --tls-cert and --tls-key")
+    if not options.tls_cert and not options.insecure_plaintext:
+        raise ValueError(
+            "the daemon API listener requires TLS (--tls-cert/--tls-key); pass --insecure-plaintext to serve "
+            "bearer tokens without TLS (development only)"
+        )
+
+
+async def serve(
+    options: ServeOptions, *, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None
+) -> None:
+    """Serve until ``stop`` is set (or ``POST /v1/shutdown``)."""
+    _check_tls(options)
+    stop = stop or asyncio.Event()
+    shim = await build(options)
+    shim.on_shutdown = stop.set
+    app = shim.app()
+    servers: list[tuple[_Server, list[socket.socket] | None]] = []
+    config = uvicorn.Config(
+        app,
+        host=options.host,
+        port=options.port,
+        lifespan="off",
+        access_log=False,
+        ws="none",
+        ssl_certfile=options.tls_cert,
+        ssl_keyfile=options.tls_key,
+        timeout_graceful_shutdown=5,
+    )
+    servers.append((_Server(config), [options.sock] if options.sock else None))
+    ca_dir: tempfile.TemporaryDirectory[str] | None = None
+    if options.aggregated_port or options.aggregated_sock:
+        if shim.front_proxy is None:
+            raise RuntimeError(
+                "the apiserver publishes no request-header CA: is the aggregation layer enabled?"
+            )
+        if not options.tls_cert:
+            raise ValueError("the aggregated API listener needs --tls-cert/--tls-key")
+        ca_dir = tempfile.TemporaryDirectory(prefix="sparkrun-shim-")
+        ca_file = Path(ca_dir.name) / "requestheader-ca.crt"
+        ca_file.write_text(shim.front_proxy.client_ca_pem)
+        aggregated = uvicorn.Config(
+            Discovery(app),
+            host=options.aggregated_host or options.host,
+            port=options.aggregated_port or 0,
+            lifespan="off",
+            access_log=False,
+            ws="none",
+            http=front_proxy_protocol(frozenset(shim.front_proxy.allowed_names)),
+            ssl_certfile=options.tls_cert,
+            ssl_keyfile=options.tls_key,
+            ssl_cert_reqs=ssl.CERT_REQUIRED,
+            ssl_ca_certs=str(ca_file),
+            timeout_graceful_shutdown=5,
+        )
+        servers.append((_Server(aggregated), [options.aggregated_sock] if options.aggregated_sock else None))
+    tasks = [asyncio.create_task(server.serve(sockets=sockets)) for server, sockets in servers]
+
+    async def announce() -> None:
+        while not all(server.started for server, _ in servers):
+            if any(task.done() for task in tasks):
+                return
+            await asyncio.sleep(0.02)
+        log.info("daemon API shim serving (namespace %s)", options.namespace)
+        if ready is not None:
+            ready.set()
+
+    announcer = asyncio.create_task(announce())
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({stopper, *tasks}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for server, _ in servers:
+            server.should_exit = True
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for task in (stopper, announcer):
+            task.cancel()
+        await shim.cache.stop()
+        await shim.rest.api.close()
+        if ca_dir is not None:
+            ca_dir.cleanup()
+    for task in tasks:
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+
+
+def default_controller_id() -> str:
+    return os.environ.get("POD_NAME") or socket.gethostname()

@@ -1,0 +1,313 @@
+"""``/v1/streams/logs`` and ``/v1/streams/monitor``: SSE producers over Kubernetes.
+
+Both producers are async generators of SSE frames whose **first** ``__anext__`` validates the
+query parameters and raises ``Invalid`` (422) before any header is sent: unknown parameters,
+bad types, ``scope`` other than head/all, negative ``tail``, ``follow`` other than true/false,
+``interval`` outside 1-60. That first item is ``b""`` (nothing to send).
+
+Logs. Sources are the containers of the pods of InferenceWorkloads (label
+``sparkrun.dev/workload``) in the API namespace, narrowed by ``workload_id`` (a workload's
+``status.workloadId`` or its name), ``recipe``, ``hosts``/``cluster`` (node names), ``host``,
+``container`` and ``source_id`` (``<namespace>/<pod>/<container>``); ``scope=head`` (default)
+keeps leader pods only. Each source is read through the pod log API (``tailLines``,
+``follow``); lines become ``{"type": "log", host, container, text, stream, timestamp, role,
+rank, source_id, resource}``. A reader failure is an ``error`` event; lines dropped because the
+client reads too slowly are reported as a ``gap`` event. Disconnecting cancels every reader.
+
+Monitor. A ``history`` event first (``series`` per host of the shared in-memory sessions, empty
+at the start), then a ``frame`` every ``interval`` seconds (default 2) with per-host GPU
+occupancy and workloads from node and pod state. Sessions are shared between subscribers per
+(host, interval), keep at most 120 points, and linger 5 seconds after their last subscriber.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
+from sparkrun_operator.k8s.rest import PODS, ApiError, Rest, stream_lines
+from sparkrun_operator.ops import kube
+from sparkrun_operator.ops.context import Settings
+from sparkrun_operator.ops.errors import Invalid
+from sparkrun_operator.render import keys
+from sparkrun_operator.shim.sse import HEARTBEAT, frame
+
+__all__ = ["HISTORY_POINTS", "Streams"]
+
+HISTORY_POINTS = 120
+LINGER = 5.0
+_LOG_PARAMS = frozenset(
+    {"workload_id", "recipe", "hosts", "cluster", "host", "container", "source_id", "scope", "tail", "follow"}
+)
+_MONITOR_PARAMS = frozenset({"hosts", "cluster", "interval"})
+
+Recheck = Callable[[], Awaitable[None]]
+
+
+def _check_known(params: Mapping[str, str], known: frozenset[str]) -> None:
+    unknown = set(params) - known
+    if unknown:
+        raise Invalid(f"request: unknown fields: {', '.join(sorted(unknown))}")
+
+
+def _int(params: Mapping[str, str], name: str, low: int, high: int | None) -> int | None:
+    if name not in params:
+        return None
+    try:
+        value = int(params[name])
+    except ValueError as error:
+        raise Invalid(f"request.{name}: expected integer") from error
+    if value < low or (high is not None and value > high):
+        raise Invalid(f"request.{name}: number out of range")
+    return value
+
+
+def _hosts(params: Mapping[str, str]) -> list[str] | None:
+    if "hosts" not in params:
+        return None
+    return [h.strip() for h in params["hosts"].split(",") if h.strip()]
+
+
+@dataclass
+class _Session:
+    host: str
+    interval: int
+    points: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
+    subscribers: int = 0
+    released: float = 0.0
+    last_sample: float = 0.0
+
+
+class Streams:
+    """Log and monitor streams of one shim."""
+
+    def __init__(self, *, rest: Rest, settings: Settings) -> None:
+        self.rest = rest
+        self.settings = settings
+        self.sessions: dict[tuple[str, int], _Session] = {}
+
+    # -- logs -----------------------------------------------------------------------------
+
+    async def logs(self, params: Mapping[str, str], recheck: Recheck) -> AsyncGenerator[bytes, None]:
+        _check_known(params, _LOG_PARAMS)
+        scope = params.get("scope", "head")
+        if scope not in ("head", "all"):
+            raise Invalid("request.scope: unsupported value")
+        tail = _int(params, "tail", 0, None)
+        follow_raw = params.get("follow", "false")
+        if follow_raw not in ("true", "false"):
+            raise Invalid("follow must be true or false")
+        follow = follow_raw == "true"
+        for selector in ("host", "container", "source_id"):
+            if selector in params and not params[selector].strip():
+                raise Invalid(f"{selector} must be a non-empty string")
+        sources = await self._log_sources(params, scope)
+        yield b""
+        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize=256)
+        dropped = 0
+
+        async def read(source: dict[str, Any]) -> None:
+            nonlocal dropped
+            query: dict[str, Any] = {"container": source["container"], "follow": follow, "timestamps": False}
+            if tail is not None:
+                query["tailLines"] = tail
+            path = PODS.path(source["resource"]["namespace"], source["resource"]["name"]) + "/log"
+            try:
+                async for raw in stream_lines(self.rest, path, query=query):
+                    line = raw.decode("utf-8", "replace").rstrip("\n")
+                    record = {
+                        "type": "log",
+                        **source,
+                        "text": line,
+                        "stream": "stdout",
+                        "timestamp": time.time(),
+                    }
+                    try:
+                        queue.put_nowait(record)
+                    except asyncio.QueueFull:
+                        dropped += 1
+            except ApiError as error:
+                await queue.put(
+                    {
+                        "type": "error",
+                        "source_id": source["source_id"],
+                        "detail": f"Reading logs of {source['source_id']} failed: "
+                        f"{error.message or error.status}",
+                        "error": {
+                            "type": "LogReadError",
+                            "retryable": True,
+                            "attrs": {"status": error.status},
+                        },
+                    }
+                )
+            finally:
+                await queue.put(None)
+
+        readers = [asyncio.create_task(read(source)) for source in sources]
+        remaining = len(readers)
+        try:
+            while remaining:
+                if dropped:
+                    count, dropped = dropped, 0
+                    yield frame({"type": "gap", "dropped": count})
+                try:
+                    item = await asyncio.wait_for(queue.get(), 10.0)
+                except TimeoutError:
+                    await recheck()
+                    yield HEARTBEAT
+                    continue
+                if item is None:
+                    remaining -= 1
+                    continue
+                yield frame(item)
+        finally:
+            for task in readers:
+                task.cancel()
+            for task in readers:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    async def _log_sources(self, params: Mapping[str, str], scope: str) -> list[dict[str, Any]]:
+        namespace = self.settings.namespace
+        workloads = {w["metadata"]["name"]: w for w in await self.rest.items(kube.WORKLOADS, namespace)}
+        wanted: set[str] | None = None
+        if "workload_id" in params:
+            wid = params["workload_id"]
+            wanted = {n for n, w in workloads.items() if n == wid or kube.workload_id_of(w) == wid}
+        if "recipe" in params:
+            by_recipe = {
+                n
+                for n, w in workloads.items()
+                if ((w.get("spec") or {}).get("recipe") or {}).get("name") == params["recipe"]
+            }
+            wanted = by_recipe if wanted is None else wanted & by_recipe
+        hosts = _hosts(params)
+        if hosts is None and "cluster" in params:
+            hosts, _ = await kube.cluster_hosts(
+                self.rest, hosts=None, cluster=params["cluster"], fallback_all=False
+            )
+        pods = await self.rest.items(PODS, namespace, label_selector=keys.LABEL_WORKLOAD)
+        sources = []
+        for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+            meta, spec = pod["metadata"], pod.get("spec", {})
+            labels = meta.get("labels") or {}
+            workload = labels.get(keys.LABEL_WORKLOAD)
+            role = labels.get(keys.LABEL_ROLE, "solo")
+            node = spec.get("nodeName") or ""
+            if wanted is not None and workload not in wanted:
+                continue
+            if scope == "head" and role == keys.ROLE_WORKER:
+                continue
+            if hosts is not None and node not in hosts:
+                continue
+            if "host" in params and node != params["host"]:
+                continue
+            for container in spec.get("containers") or ():
+                source_id = f"{meta['namespace']}/{meta['name']}/{container['name']}"
+                if "container" in params and container["name"] != params["container"]:
+                    continue
+                if "source_id" in params and source_id != params["source_id"]:
+                    continue
+                rank = labels.get("batch.kubernetes.io/job-completion-index")
+                sources.append(
+                    {
+                        "host": node,
+                        "container": container["name"],
+                        "role": role,
+                        "rank": int(rank) if rank and rank.isdigit() else None,
+                        "source_id": source_id,
+                        "workload_id": kube.workload_id_of(workloads[workload])
+                        if workload in workloads
+                        else workload,
+                        "resource": {
+                            "kind": "Pod",
+                            "namespace": meta["namespace"],
+                            "name": meta["name"],
+                            "uid": meta.get("uid"),
+                            "instance": container["name"],
+                        },
+                    }
+                )
+        return sources
+
+    # -- monitor --------------------------------------------------------------------------
+
+    async def monitor(self, params: Mapping[str, str], recheck: Recheck) -> AsyncGenerator[bytes, None]:
+        _check_known(params, _MONITOR_PARAMS)
+        interval = _int(params, "interval", 1, 60) or 2
+        hosts, _ = await kube.cluster_hosts(self.rest, hosts=_hosts(params), cluster=params.get("cluster"))
+        yield b""
+        sessions = [self._subscribe(host, interval) for host in hosts]
+        try:
+            yield frame(
+                {
+                    "type": "history",
+                    "queried_at": time.time(),
+                    "series": [{"host": s.host, "points": list(s.points)} for s in sessions],
+                }
+            )
+            while True:
+                await recheck()
+                rows = await self._sample(sessions)
+                yield frame({"type": "frame", "queried_at": time.time(), "hosts": rows})
+                await asyncio.sleep(interval)
+        finally:
+            now = time.monotonic()
+            for session in sessions:
+                session.subscribers -= 1
+                if session.subscribers == 0:
+                    session.released = now
+            self._prune()
+
+    def _subscribe(self, host: str, interval: int) -> _Session:
+        self._prune()
+        session = self.sessions.setdefault((host, interval), _Session(host=host, interval=interval))
+        session.subscribers += 1
+        return session
+
+    def _prune(self) -> None:
+        now = time.monotonic()
+        for key, session in list(self.sessions.items()):
+            if session.subscribers == 0 and now - session.released >= LINGER:
+                del self.sessions[key]
+
+    async def _sample(self, sessions: list[_Session]) -> list[dict[str, Any]]:
+        seen = await kube.occupancy(self.rest)
+        rows = []
+        for session in sessions:
+            node = seen.nodes.get(session.host)
+            pods = seen.pods_on(session.host)
+            allocatable = node.allocatable.get(DEFAULT_GPU_RESOURCE, 0) if node else 0
+            used = sum(p.gpus for p in pods)
+            sample = {
+                "host": session.host,
+                "reachable": bool(node and node.ready),
+                "gpu_product": (node.labels.get("nvidia.com/gpu.product", "") if node else ""),
+                "gpu_count": allocatable,
+                "gpus_allocated": used,
+                "cpu_percent": "",
+                "memory_used_bytes": "",
+                "gpu_util_percent": "",
+                "gpu_memory_used_bytes": "",
+                "rx_bytes_per_second": "",
+                "tx_bytes_per_second": "",
+            }
+            if time.monotonic() - session.last_sample >= session.interval * 0.9:
+                session.points.append({"recorded_at": seen.observed_at, "sample": sample})
+                session.last_sample = time.monotonic()
+            workloads = sorted({f"{p.namespace}/{p.workload}" for p in pods if p.workload})
+            rows.append(
+                {
+                    **sample,
+                    "used_slots": used,
+                    "free_slots": max(0, allocatable - used),
+                    "workloads": workloads,
+                }
+            )
+        return rows
