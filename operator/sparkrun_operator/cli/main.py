@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from sparkrun_operator.cli import operator as operator_cli
-from sparkrun_operator.cli import testbed, validate
+from sparkrun_operator.cli import shim, testbed, validate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,6 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
     testbed.register(subparsers)
     validate.register(subparsers)
     operator_cli.register(subparsers)
+    shim.register(subparsers)
     return parser
 
 

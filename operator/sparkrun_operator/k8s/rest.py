@@ -15,15 +15,13 @@ Contract:
   ``timeoutSeconds`` pass; a ``410 Gone`` (expired resourceVersion) raises :class:`ApiError`
   so the caller relists.
 
-:func:`connect` builds an ``ApiClient`` from in-cluster credentials or a kubeconfig. It is a
-minimal stand-in until a shared client constructor exists in ``k8s/``; callers own the client
-and close it.
+:func:`connect` builds an ``ApiClient`` with the shared constructor of :mod:`.client`; callers
+own the client and close it.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +29,6 @@ from urllib.parse import quote
 
 import aiohttp
 from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
 
 from sparkrun_operator.api.resources import Kind
 
@@ -136,16 +133,11 @@ class ApiError(Exception):
 
 
 async def connect(kubeconfig: str | None = None, context: str | None = None) -> k8s_client.ApiClient:
-    """An ``ApiClient``: in-cluster credentials when running in a pod and no kubeconfig is given,
-    else ``kubeconfig`` (default ``$KUBECONFIG`` / ``~/.kube/config``)."""
-    configuration = k8s_client.Configuration()
-    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
-        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    else:
-        await k8s_config.load_kube_config(
-            config_file=kubeconfig, context=context, client_configuration=configuration
-        )
-    return k8s_client.ApiClient(configuration=configuration)
+    """An ``ApiClient`` from :func:`sparkrun_operator.k8s.client.connect` (in-cluster credentials
+    when running in a pod and no kubeconfig is given, else the kubeconfig)."""
+    from sparkrun_operator.k8s import client
+
+    return await client.connect(kubeconfig=kubeconfig, context=context)
 
 
 def _query(params: Mapping[str, Any] | None) -> list[tuple[str, str]]:

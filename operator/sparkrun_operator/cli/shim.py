@@ -1,0 +1,105 @@
+"""``sparkrun-k8s shim``: serve the daemon-compatible API, or call it.
+
+- ``sparkrun-k8s shim serve --namespace sparkrun-system --tls-cert tls.crt --tls-key tls.key``
+  runs the shim (``--insecure-plaintext`` for development without TLS, ``--aggregated-port`` to
+  also serve the aggregated API ``v1alpha1.daemon.sparkrun.dev``);
+- ``sparkrun-k8s shim call NAME [--arg JSON] --url URL --token TOKEN [--ca-cert PEM]`` runs one
+  operation through :class:`sparkrun_operator.client.Client` and prints its result as JSON
+  (waiting for jobs); ``--token`` defaults to ``$SPARKRUN_DAEMON_TOKEN``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+
+from sparkrun_operator.client import Client, DaemonError
+from sparkrun_operator.shim.server import ServeOptions, serve
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``shim`` command to the top-level parser."""
+    parser = subparsers.add_parser("shim", help="the daemon-compatible API (serve it, or call it)")
+    commands = parser.add_subparsers(dest="shim_command", metavar="SUBCOMMAND", required=True)
+
+    run = commands.add_parser("serve", help="serve the daemon API until interrupted")
+    run.add_argument("-n", "--namespace", default=os.environ.get("POD_NAMESPACE", "sparkrun-system"))
+    run.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, else $KUBECONFIG)")
+    run.add_argument("--context", default=None)
+    run.add_argument("--host", default="0.0.0.0")
+    run.add_argument("--port", type=int, default=8443)
+    run.add_argument("--tls-cert", default=os.environ.get("SPARKRUN_SHIM_TLS_CERT"))
+    run.add_argument("--tls-key", default=os.environ.get("SPARKRUN_SHIM_TLS_KEY"))
+    run.add_argument(
+        "--insecure-plaintext",
+        action="store_true",
+        help="serve without TLS (bearer tokens in clear text: development only)",
+    )
+    run.add_argument("--aggregated-port", type=int, default=None, help="also serve the aggregated API here")
+    run.add_argument(
+        "--allow-request-trust",
+        action="store_true",
+        help="accept per-request trust: true (recipe hooks); off by default for TCP",
+    )
+    run.set_defaults(func=_serve)
+
+    call = commands.add_parser("call", help="run one operation and print its result")
+    call.add_argument("name", help="operation, e.g. workloads.list")
+    call.add_argument("--arg", default="{}", help="JSON object of arguments")
+    call.add_argument("--url", required=True)
+    call.add_argument("--token", default=os.environ.get("SPARKRUN_DAEMON_TOKEN"))
+    call.add_argument("--ca-cert", default=None)
+    call.add_argument("--key", default=None, help="Idempotency-Key")
+    call.add_argument("--timeout", type=float, default=None, help="seconds to wait for a job")
+    call.set_defaults(func=_call)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    options = ServeOptions(
+        namespace=args.namespace,
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        host=args.host,
+        port=args.port,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        insecure_plaintext=args.insecure_plaintext,
+        aggregated_port=args.aggregated_port,
+        allow_request_trust=args.allow_request_trust,
+    )
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(options, stop=stop)
+
+    try:
+        asyncio.run(main())
+    except ValueError as error:
+        print(f"sparkrun-k8s shim serve: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _call(args: argparse.Namespace) -> int:
+    try:
+        arguments = json.loads(args.arg)
+    except ValueError as error:
+        print(f"--arg is not JSON: {error}", file=sys.stderr)
+        return 2
+    with Client(args.url, args.token, ca_cert=args.ca_cert) as client:
+        try:
+            result = client.call(args.name, arguments, key=args.key, timeout=args.timeout)
+        except DaemonError as error:
+            print(json.dumps(error.body, indent=2), file=sys.stderr)
+            return 1
+    print(json.dumps(result, indent=2))
+    return 0
