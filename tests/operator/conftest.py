@@ -197,3 +197,14 @@ def jobsets(kube: KubeApi, namespace: str, name: str) -> list[dict[str, Any]]:
         JOBSET_API, "JobSet", namespace=namespace, label_selector=f"sparkrun.dev/workload={name}"
     )
     return sorted(items, key=lambda js: js["metadata"]["name"])
+
+
+@pytest.fixture
+def netns_network(testbed: plane.Testbed, require: Any) -> None:
+    """Pods on process nodes with their own addresses (the operator and tests reach them)."""
+    from tests.process.helpers import network_mode
+
+    require(
+        network_mode(testbed.run_dir) == "netns",
+        "process-node pods run with loopback addresses here (no privilege for network namespaces)",
+    )
