@@ -1,0 +1,151 @@
+"""The gateway's Kubernetes source against the real apiserver of the testbed.
+
+Objects are written by the test (no operator here): an InferenceWorkload, a selector-less
+Service and an EndpointSlice, as the operator and the EndpointSlice controller would leave them.
+The end-to-end path with real pods lives in the demo and operator tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pytest
+
+from sparkrun_operator.gateway.kube import (
+    ENDPOINT_SLICES,
+    WORKLOADS,
+    KubeRoutingSource,
+    KubeWaker,
+    SecretKeySource,
+)
+from sparkrun_operator.gateway.routing import RoutingTable
+from sparkrun_operator.k8s.rest import SECRETS, SERVICES, Rest
+
+T = TypeVar("T")
+
+pytestmark = [pytest.mark.testbed, pytest.mark.usefixtures("crds")]
+
+
+def _workload(namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "sparkrun.dev/v1alpha1",
+        "kind": "InferenceWorkload",
+        "metadata": {"name": "qwen", "namespace": namespace},
+        "spec": {"model": {"name": "Qwen/Qwen3-0.6B", "servedName": "qwen-test", "aliases": ["small"]}},
+    }
+
+
+def _slice(namespace: str, ready: bool) -> dict[str, Any]:
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": "qwen-manual",
+            "namespace": namespace,
+            "labels": {
+                "kubernetes.io/service-name": "qwen",
+                "sparkrun.dev/workload": "qwen",
+                "endpointslice.kubernetes.io/managed-by": "sparkrun-tests",
+            },
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8000, "protocol": "TCP"}],
+        "endpoints": [{"addresses": ["10.244.9.9"], "conditions": {"ready": ready}}],
+    }
+
+
+async def _until(source: KubeRoutingSource, check: Any, within: float = 20.0) -> RoutingTable:
+    async with asyncio.timeout(within):
+        table = source.snapshot()
+        while not check(table):
+            table = await source.wait_changed(table.version)
+        return table
+
+
+async def test_routes_follow_workloads_and_endpoint_slices(k8s_api: Any, namespace: str) -> None:
+    rest = Rest(k8s_api)
+    await rest.create(WORKLOADS, _workload(namespace), namespace)
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "qwen", "namespace": namespace},
+        "spec": {"ports": [{"name": "http", "port": 8000}]},
+    }
+    await rest.create(SERVICES, service, namespace)
+    await rest.create(ENDPOINT_SLICES, _slice(namespace, ready=True), namespace)
+
+    source = KubeRoutingSource(rest, namespace=namespace)
+    await source.start()
+    try:
+        table = await _until(source, lambda t: (w := t.lookup("qwen-test")) is not None and w.routable)
+        entry = table.lookup("small")
+        assert entry is not None
+        assert entry.key == f"{namespace}/qwen"
+        assert entry.endpoints == ("http://10.244.9.9:8000",)
+
+        # Readiness flips are seen through the watch.
+        await rest.apply(
+            ENDPOINT_SLICES, _slice(namespace, ready=False), field_manager="tests", namespace=namespace
+        )
+        await _until(source, lambda t: (w := t.lookup("qwen-test")) is not None and not w.endpoints)
+
+        # Stopped workloads are known but not routable; the waker asks for Running.
+        await rest.merge_patch(WORKLOADS, "qwen", {"spec": {"state": "Stopped"}}, namespace)
+        table = await _until(
+            source, lambda t: (w := t.lookup("qwen-test")) is not None and w.state == "Stopped"
+        )
+        stopped = table.lookup("qwen-test")
+        assert stopped is not None
+        await KubeWaker(rest).wake(stopped)
+        stored = await rest.get(WORKLOADS, "qwen", namespace)
+        assert stored is not None
+        assert stored["spec"]["state"] == "Running"
+        await _until(source, lambda t: (w := t.lookup("qwen-test")) is not None and w.state == "Running")
+
+        # Deleting the workload removes its names.
+        await rest.delete(WORKLOADS, "qwen", namespace)
+        await _until(source, lambda t: t.lookup("qwen-test") is None and t.lookup("small") is None)
+    finally:
+        await source.close()
+
+
+async def _eventually(probe: Callable[[], T | None], *, attempts: int = 200) -> T:
+    """Poll ``probe`` every 0.1 s until it returns something other than None (bounded)."""
+    for _ in range(attempts):
+        found = probe()
+        if found is not None:
+            return found
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"condition not met within {attempts / 10:.0f} s")
+
+
+async def test_api_keys_come_from_labelled_secrets(k8s_api: Any, namespace: str) -> None:
+    rest = Rest(k8s_api)
+    keys = SecretKeySource(rest, namespace=namespace)
+    await keys.start()
+    try:
+        assert keys.lookup("sk-team-a") is None
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": "team-a",
+                "namespace": namespace,
+                "labels": {"sparkrun.dev/gateway-key": "true"},
+            },
+            "data": {
+                "key": base64.b64encode(b"sk-team-a").decode(),
+                "models": base64.b64encode(b"qwen-test").decode(),
+            },
+        }
+        await rest.create(SECRETS, secret, namespace)
+        grant = await _eventually(lambda: keys.lookup("sk-team-a"))
+        assert grant.allows("qwen-test")
+        assert not grant.allows("other")
+        await rest.delete(SECRETS, "team-a", namespace)
+        await _eventually(lambda: keys.lookup("sk-team-a") is None or None)
+    finally:
+        await keys.close()

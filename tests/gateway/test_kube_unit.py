@@ -1,0 +1,111 @@
+"""The pure parts of the gateway's Kubernetes source: state, endpoints, capabilities, keys."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from sparkrun_operator.gateway.kube import (
+    build_entries,
+    capabilities_of,
+    grant_of,
+    ready_endpoints,
+    routing_state,
+)
+
+
+def _iw(name: str, **spec: Any) -> dict[str, Any]:
+    status = spec.pop("status", {})
+    return {"metadata": {"namespace": "ns", "name": name}, "spec": spec, "status": status}
+
+
+def _slice(service: str, endpoints: list[dict[str, Any]], port: int = 8000) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "namespace": "ns",
+            "name": f"{service}-abc",
+            "labels": {"kubernetes.io/service-name": service},
+        },
+        "ports": [{"name": "http", "port": port}],
+        "endpoints": endpoints,
+    }
+
+
+def test_state_follows_spec_and_the_sleeping_condition() -> None:
+    assert routing_state(_iw("a")) == "Running"
+    assert routing_state(_iw("a", state="Stopped")) == "Stopped"
+    assert routing_state(_iw("a", state="Sleeping")) == "Sleeping"
+    asleep = {"conditions": [{"type": "Sleeping", "status": "True"}]}
+    assert routing_state(_iw("a", state="Running", status=asleep)) == "Sleeping"
+    awake = {"conditions": [{"type": "Sleeping", "status": "False"}]}
+    assert routing_state(_iw("a", state="Running", status=awake)) == "Running"
+
+
+def test_only_ready_non_terminating_endpoints_are_routed() -> None:
+    sl = _slice(
+        "a",
+        [
+            {"addresses": ["10.244.0.5"], "conditions": {"ready": True}},
+            {"addresses": ["10.244.0.6"], "conditions": {"ready": False}},
+            {"addresses": ["10.244.0.7"], "conditions": {"ready": True, "terminating": True}},
+            {"addresses": ["10.244.0.8"]},  # nil ready means ready
+            {"addresses": ["fd00::1"], "conditions": {"ready": True}},
+        ],
+    )
+    assert ready_endpoints([sl]) == (
+        "http://10.244.0.5:8000",
+        "http://10.244.0.8:8000",
+        "http://[fd00::1]:8000",
+    )
+
+
+def test_capabilities_declared_or_derived() -> None:
+    assert capabilities_of({}) == {"text-generation"}
+    assert capabilities_of({"engine": {"args": ["--task", "embed"]}}) == {"embedding"}
+    assert capabilities_of({"engine": {"args": ["--runner=pooling"]}}) == {"embedding"}
+    declared = {"routing": {"capabilities": ["embedding", "text-generation"]}, "engine": {"args": []}}
+    assert capabilities_of(declared) == {"embedding", "text-generation"}
+
+
+def test_entries_join_workloads_with_their_service_slices() -> None:
+    workloads = [
+        _iw("llama", model={"name": "meta/llama", "servedName": "llama", "aliases": ["l", "llama"]}),
+        _iw("qwen", model={"name": "Qwen/Qwen3"}, routing={"prefixAffinity": True}),
+        {
+            **_iw("gone", model={"name": "x"}),
+            "metadata": {"namespace": "ns", "name": "gone", "deletionTimestamp": "t"},
+        },
+    ]
+    slices = [
+        _slice("llama", [{"addresses": ["10.244.0.5"], "conditions": {"ready": True}}]),
+        _slice("other", [{"addresses": ["10.244.0.9"], "conditions": {"ready": True}}]),
+    ]
+    entries = {e.name: e for e in build_entries(workloads, slices)}
+    assert set(entries) == {"llama", "qwen"}
+    assert entries["llama"].served_name == "llama"
+    assert entries["llama"].aliases == ("l",)
+    assert entries["llama"].endpoints == ("http://10.244.0.5:8000",)
+    assert entries["llama"].routable
+    assert entries["qwen"].served_name == "Qwen/Qwen3"
+    assert entries["qwen"].prefix_affinity
+    assert not entries["qwen"].routable
+
+
+def _secret(**data: str) -> dict[str, Any]:
+    encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
+    return {"metadata": {"namespace": "ns", "name": "k"}, "data": encoded}
+
+
+def test_key_secrets() -> None:
+    found = grant_of(_secret(key="sk-1", models="llama, qwen\nmistral"))
+    assert found is not None
+    key, grant = found
+    assert key == "sk-1"
+    assert grant.models == {"llama", "qwen", "mistral"}
+    assert grant.allows("qwen")
+    assert not grant.allows("gpt")
+    everything = grant_of(_secret(key="sk-2"))
+    assert everything is not None
+    assert everything[1].models is None
+    assert grant_of(_secret(models="llama")) is None
+    assert grant_of({"metadata": {"name": "bad"}, "data": {"key": "%%%not-base64"}}) is None
