@@ -170,9 +170,10 @@ def environment(extra_packages: Sequence[str] = ()) -> dict[str, Any]:
     }
 
 
-def write_json(name: str, payload: dict[str, Any]) -> Path:
+def write_json(name: str, payload: dict[str, Any], path: Path | None = None) -> Path:
+    """Write ``payload`` to ``path`` (default: a new ``bench/results/<name>-<time>.json``)."""
     RESULTS.mkdir(exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    path = RESULTS / f"{name}-{stamp}.json"
+    if path is None:
+        path = RESULTS / f"{name}-{time.strftime('%Y%m%dT%H%M%S')}.json"
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path

@@ -25,6 +25,7 @@ import asyncio
 import json
 import os
 import secrets
+import signal
 import sys
 import tempfile
 import time
@@ -48,6 +49,13 @@ class Targets:
     def __init__(self, workdir: Path, profile: str, litellm: str | None) -> None:
         self.procs: dict[str, Proc] = {}
         self.ports: dict[str, int] = {}
+        try:
+            self._start(workdir, profile, litellm)
+        except BaseException:
+            self.stop()  # NB: nothing may outlive a failed start
+            raise
+
+    def _start(self, workdir: Path, profile: str, litellm: str | None) -> None:
         port = free_port()
         self.ports["direct"] = port
         engine = Proc(
@@ -178,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         "results": {},
     }
     print(f"litellm: {results['litellm']}", flush=True)
+    # SIGTERM unwinds like Ctrl-C, so the child processes are stopped by the finally blocks.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    path: Path | None = None
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
         for profile in args.profiles.split(","):
             targets = Targets(Path(tmp), profile, litellm)
@@ -213,9 +224,9 @@ def main(argv: list[str] | None = None) -> int:
                         )
                     results["results"].setdefault(profile, {})[str(concurrency)] = row
                     _print_row(profile, concurrency, row)
+                    path = write_json("gateway", results, path)  # after every row: partial runs count
             finally:
                 targets.stop()
-    path = write_json("gateway", results)
     print(f"\nwrote {path}")
     return 0
 
