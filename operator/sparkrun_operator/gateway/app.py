@@ -154,6 +154,9 @@ class Gateway:
             return
         self._pool = UpstreamPool()
         await self.source.start()
+        start_keys = getattr(self.keys, "start", None)  # watch-fed key sources (Secrets)
+        if start_keys is not None:
+            await start_keys()
         self._started = True
 
     async def shutdown(self) -> None:
@@ -161,6 +164,9 @@ class Gateway:
             return
         self._started = False
         await self.source.close()
+        close_keys = getattr(self.keys, "close", None)
+        if close_keys is not None:
+            await close_keys()
         if self._pool is not None:
             await self._pool.aclose()
 

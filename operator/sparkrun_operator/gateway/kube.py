@@ -37,7 +37,7 @@ from sparkrun_operator.gateway.routing import (
     Workload,
 )
 from sparkrun_operator.k8s.informer import Informer
-from sparkrun_operator.k8s.rest import SECRETS, Resource, Rest, resource_of
+from sparkrun_operator.k8s.rest import SECRETS, Resource, Rest, connect, resource_of
 
 log = logging.getLogger("sparkrun.gateway.kube")
 
@@ -131,15 +131,42 @@ def build_entries(workloads: Iterable[dict[str, Any]], slices: Iterable[dict[str
     return entries
 
 
+class KubeConnection:
+    """One API client shared by the gateway's Kubernetes parts, opened on first use.
+
+    The client must be created on the serving event loop (aiohttp), so the command line builds
+    this and the parts connect when the gateway starts.
+    """
+
+    def __init__(self, *, kubeconfig: str | None = None, context: str | None = None) -> None:
+        self.kubeconfig = kubeconfig
+        self.context = context
+        self._rest: Rest | None = None
+
+    async def rest(self) -> Rest:
+        if self._rest is None:
+            self._rest = Rest(await connect(self.kubeconfig, self.context))
+        return self._rest
+
+    async def close(self) -> None:
+        if self._rest is not None:
+            await self._rest.api.close()
+            self._rest = None
+
+
+async def _rest_of(conn: Rest | KubeConnection) -> Rest:
+    return conn if isinstance(conn, Rest) else await conn.rest()
+
+
 class KubeRoutingSource:
     """A :class:`~sparkrun_operator.gateway.routing.RoutingSource` fed by watches."""
 
-    def __init__(self, rest: Rest, *, namespace: str | None = None) -> None:
+    def __init__(self, conn: Rest | KubeConnection, *, namespace: str | None = None) -> None:
+        self._conn = conn
+        self._namespace = namespace
         self._publisher = TablePublisher()
-        self._workloads = Informer(rest, WORKLOADS, namespace=namespace, on_change=self._rebuild)
-        self._slices = Informer(
-            rest, ENDPOINT_SLICES, namespace=namespace, label_selector=LABEL_WORKLOAD, on_change=self._rebuild
-        )
+        self._workloads: Informer | None = None
+        self._slices: Informer | None = None
 
     def snapshot(self) -> RoutingTable:
         return self._publisher.snapshot()
@@ -148,17 +175,28 @@ class KubeRoutingSource:
         return await self._publisher.wait_changed(version)
 
     async def start(self) -> None:
+        if self._workloads is not None:
+            return
+        rest = await _rest_of(self._conn)
+        ns = self._namespace
+        self._slices = Informer(
+            rest, ENDPOINT_SLICES, namespace=ns, label_selector=LABEL_WORKLOAD, on_change=self._rebuild
+        )
+        self._workloads = Informer(rest, WORKLOADS, namespace=ns, on_change=self._rebuild)
         await self._slices.start()
         await self._workloads.start()
 
     async def close(self) -> None:
-        await self._workloads.close()
-        await self._slices.close()
+        for informer in (self._workloads, self._slices):
+            if informer is not None:
+                await informer.close()
+        self._workloads = self._slices = None
 
     def _rebuild(self) -> None:
-        if not (self._workloads.synced and self._slices.synced):
+        workloads, slices = self._workloads, self._slices
+        if workloads is None or slices is None or not (workloads.synced and slices.synced):
             return
-        entries = build_entries(self._workloads.objects.values(), self._slices.objects.values())
+        entries = build_entries(workloads.objects.values(), slices.objects.values())
         try:
             self._publisher.publish(entries)
         except RoutingError as error:
@@ -169,12 +207,13 @@ class KubeRoutingSource:
 class KubeWaker:
     """Wakes a workload by setting ``spec.state: Running``."""
 
-    def __init__(self, rest: Rest) -> None:
-        self.rest = rest
+    def __init__(self, conn: Rest | KubeConnection) -> None:
+        self.conn = conn
 
     async def wake(self, workload: Workload) -> None:
         log.info("waking %s (%s)", workload.key, workload.state)
-        await self.rest.merge_patch(
+        rest = await _rest_of(self.conn)
+        await rest.merge_patch(
             WORKLOADS, workload.name, {"spec": {"state": "Running"}}, namespace=workload.namespace
         )
 
@@ -206,21 +245,33 @@ def grant_of(secret: dict[str, Any]) -> tuple[str, Grant] | None:
 class SecretKeySource:
     """API keys from labelled Secrets, kept current by a watch (see module docs)."""
 
-    def __init__(self, rest: Rest, *, namespace: str | None = None) -> None:
+    def __init__(self, conn: Rest | KubeConnection, *, namespace: str | None = None) -> None:
+        self._conn = conn
+        self._namespace = namespace
         self._grants: dict[str, Grant] = {}
-        self._secrets = Informer(
-            rest, SECRETS, namespace=namespace, label_selector=LABEL_GATEWAY_KEY, on_change=self._rebuild
-        )
+        self._secrets: Informer | None = None
 
     async def start(self) -> None:
+        if self._secrets is not None:
+            return
+        rest = await _rest_of(self._conn)
+        self._secrets = Informer(
+            rest,
+            SECRETS,
+            namespace=self._namespace,
+            label_selector=LABEL_GATEWAY_KEY,
+            on_change=self._rebuild,
+        )
         await self._secrets.start()
 
     async def close(self) -> None:
-        await self._secrets.close()
+        if self._secrets is not None:
+            await self._secrets.close()
+            self._secrets = None
 
     def _rebuild(self) -> None:
         grants: dict[str, Grant] = {}
-        for secret in self._secrets.objects.values():
+        for secret in self._secrets.objects.values() if self._secrets is not None else ():
             found = grant_of(secret)
             if found is not None:
                 grants[found[0]] = found[1]

@@ -107,7 +107,20 @@ def uvicorn_config(app: Gateway, *, host: str, port: int, log_level: str = "info
 def _parser() -> argparse.ArgumentParser:
     d = GatewaySettings()
     p = argparse.ArgumentParser(prog="sparkrun-k8s gateway", description="OpenAI/Anthropic/Ollama gateway")
-    p.add_argument("--routes", required=True, help="routing file (YAML or JSON), re-read on change")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--routes", help="routing file (YAML or JSON), re-read on change")
+    where.add_argument(
+        "--kubernetes",
+        action="store_true",
+        help="route from InferenceWorkloads and their EndpointSlices (watches); wake by patching spec.state",
+    )
+    p.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, else $KUBECONFIG)")
+    p.add_argument("--namespace", help="only this namespace (default: all)")
+    p.add_argument(
+        "--secret-keys",
+        action="store_true",
+        help="with --kubernetes: require API keys, read from Secrets labelled sparkrun.dev/gateway-key",
+    )
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--keys", help="API keys file (YAML); without it the gateway is open")
@@ -133,6 +146,21 @@ def build(argv: Sequence[str]) -> tuple[Gateway, argparse.Namespace]:
         read_timeout=ns.read_timeout,
         wake_timeout=ns.wake_timeout,
     )
+    if ns.kubernetes:
+        from .kube import KubeConnection, KubeRoutingSource, KubeWaker, SecretKeySource
+
+        conn = KubeConnection(kubeconfig=ns.kubeconfig)
+        kube_keys = SecretKeySource(conn, namespace=ns.namespace) if ns.secret_keys else None
+        static_keys = StaticKeySource.from_file(ns.keys) if ns.keys else None
+        return (
+            Gateway(
+                KubeRoutingSource(conn, namespace=ns.namespace),
+                settings=settings,
+                waker=KubeWaker(conn),
+                keys=kube_keys or static_keys,
+            ),
+            ns,
+        )
     keys = StaticKeySource.from_file(ns.keys) if ns.keys else None
     source = StaticRoutingSource(ns.routes, poll_interval=ns.poll_interval)
     return Gateway(source, settings=settings, keys=keys), ns
