@@ -6,8 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from sparkrun_operator.cli import gateway, shim, testbed, validate
 from sparkrun_operator.cli import operator as operator_cli
-from sparkrun_operator.cli import shim, testbed, validate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.register(subparsers)
     operator_cli.register(subparsers)
     shim.register(subparsers)
+    gateway.register(subparsers)
     return parser
 
 

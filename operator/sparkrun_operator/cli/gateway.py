@@ -1,0 +1,28 @@
+"""``sparkrun-k8s gateway ...``: run the inference gateway (see ``docs/gateway.md``).
+
+Every argument after ``gateway`` goes to the gateway's own command line
+(``python -m sparkrun_operator.gateway``): ``--routes FILE`` for a static routing file, or
+``--kubernetes`` to route from InferenceWorkloads on the cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "gateway",
+        help="run the OpenAI/Anthropic/Ollama inference gateway",
+        description=__doc__,
+        add_help=False,
+    )
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="gateway arguments (--help for the list)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from sparkrun_operator.gateway.server import main
+
+    return main(list(args.args))
