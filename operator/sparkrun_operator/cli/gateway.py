@@ -23,6 +23,11 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    return run_argv(list(args.args))
+
+
+def run_argv(argv: list[str]) -> int:
+    """Run the gateway with its own command line ``argv``."""
     from sparkrun_operator.gateway.server import main
 
-    return main(list(args.args))
+    return main(argv)

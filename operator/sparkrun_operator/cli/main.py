@@ -22,6 +22,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["gateway"]:
+        # NB: the gateway owns its whole command line (options included), which argparse's
+        # REMAINDER cannot pass through when the first one starts with a dash.
+        return gateway.run_argv(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
