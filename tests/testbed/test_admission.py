@@ -3,6 +3,8 @@ rules accept every example and refuse every invalid case with its field path and
 
 The corpus (``tests/corpus.py``) is shared with the offline schema test in ``tests/unit``.
 Manifests are sent by server-side apply, as GitOps tools and ``kubectl apply --server-side`` do.
+Schema and CEL violations are ``422 Invalid``; undeclared fields and wrong types are refused
+earlier, when the apply patch is typed, with ``500`` (an upstream bug, see below).
 """
 
 from __future__ import annotations
@@ -59,7 +61,13 @@ def test_invalid_manifest_is_rejected_with_its_field_path(
     finally:
         _cleanup(kube, case.manifest, admission_namespace)
     error = info.value
-    assert error.status == 422, error
+    if error.status == 500:
+        # Server-side apply types the patch against the schema before validation; an undeclared
+        # field or a wrong type fails there with HTTP 500 (kubernetes/kubernetes#139253, open).
+        assert error.message.startswith("failed to create typed patch object"), error
+    else:
+        assert error.status == 422, error
+        assert error.reason == "Invalid", error
     assert case.field_path in error.message
     if case.message is not None:
         assert case.message in error.message

@@ -66,15 +66,20 @@ class Daemon:
         """The exit status if this process started it and it has exited, else None."""
         return None if self.popen is None else self.popen.poll()
 
-    def group_pids(self) -> list[int]:
-        """Live members of the daemon's process group (empty once it is fully gone)."""
-        if not self._owns_group():
-            return []
-        return [pid for pid, stat in _all_stats() if stat.pgrp == self.pid and stat.state not in "ZX"]
+    def group_pids(self, snapshot: Sequence[tuple[int, ProcStat]] | None = None) -> list[int]:
+        """Live members of the daemon's process group (empty once it is fully gone).
 
-    def rss_bytes(self) -> int:
+        ``snapshot`` (from :func:`process_table`) saves a scan of /proc when asking for many
+        daemons at once.
+        """
+        stats = _all_stats() if snapshot is None else snapshot
+        if not self._owns_group(stats):
+            return []
+        return [pid for pid, stat in stats if stat.pgrp == self.pid and stat.state not in "ZX"]
+
+    def rss_bytes(self, snapshot: Sequence[tuple[int, ProcStat]] | None = None) -> int:
         """Resident memory of every process in the daemon's group, in bytes."""
-        return sum(_rss_bytes(pid) for pid in self.group_pids())
+        return sum(_rss_bytes(pid) for pid in self.group_pids(snapshot))
 
     def stop(self, *, grace: float = 10.0) -> None:
         """SIGTERM the process group, wait up to ``grace`` seconds, then SIGKILL it.
@@ -90,13 +95,14 @@ class Daemon:
             self._wait_gone(5.0)
         self._reap()
 
-    def _owns_group(self) -> bool:
+    def _owns_group(self, snapshot: Sequence[tuple[int, ProcStat]] | None = None) -> bool:
         # The leader may have exited while children it spawned live on in the group; a pid
         # that still names a process group cannot be reused for a new process, so an absent
         # leader with group members left means those members are ours.
         stat = _read_stat(self.pid)
         if stat is None or stat.state in "ZX":
-            return any(s.pgrp == self.pid and s.state not in "ZX" for _, s in _all_stats())
+            stats = _all_stats() if snapshot is None else snapshot
+            return any(s.pgrp == self.pid and s.state not in "ZX" for _, s in stats)
         return stat.start_time == self.start_time
 
     def _signal(self, sig: signal.Signals) -> bool:
@@ -166,12 +172,16 @@ def stop_all(daemons: Sequence[Daemon], *, grace: float = 10.0) -> None:
     for d in owned:
         d._signal(signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(d.group_pids() for d in owned):
+    while time.monotonic() < deadline:
         for d in owned:
             d._reap()
+        snapshot = process_table()
+        if not any(d.group_pids(snapshot) for d in owned):
+            break
         time.sleep(0.05)
+    snapshot = process_table()
     for d in owned:
-        if d.group_pids():
+        if d.group_pids(snapshot):
             d._signal(signal.SIGKILL)
     for d in daemons:
         d._wait_gone(5.0)
@@ -191,23 +201,28 @@ def tail(path: Path, *, lines: int = 30) -> str:
 
 
 @dataclass(frozen=True)
-class _Stat:
+class ProcStat:
     state: str
     pgrp: int
     start_time: int
 
 
-def _read_stat(pid: int) -> _Stat | None:
+def _read_stat(pid: int) -> ProcStat | None:
     try:
         raw = (_PROC / str(pid) / "stat").read_text()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     # The command name (field 2) is in parentheses and may contain spaces or parentheses.
     fields = raw[raw.rindex(")") + 2 :].split()
-    return _Stat(state=fields[0], pgrp=int(fields[2]), start_time=int(fields[19]))
+    return ProcStat(state=fields[0], pgrp=int(fields[2]), start_time=int(fields[19]))
 
 
-def _all_stats() -> list[tuple[int, _Stat]]:
+def process_table() -> list[tuple[int, ProcStat]]:
+    """One scan of /proc, to pass as ``snapshot`` when querying several daemons."""
+    return _all_stats()
+
+
+def _all_stats() -> list[tuple[int, ProcStat]]:
     stats = []
     for entry in _PROC.iterdir():
         if entry.name.isdigit():

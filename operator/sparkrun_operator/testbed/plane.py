@@ -264,6 +264,7 @@ class Testbed:
     def status(self) -> list[ComponentStatus]:
         """Every recorded component: alive, healthy (probed when alive), resident memory."""
         result = []
+        snapshot = daemons.process_table()
         with self._probe_client() as client:
             for d in self.state.daemons:
                 alive = d.running()
@@ -275,7 +276,7 @@ class Testbed:
                         pid=d.pid,
                         running=alive,
                         healthy=healthy,
-                        rss_bytes=d.rss_bytes() if alive else 0,
+                        rss_bytes=d.rss_bytes(snapshot) if alive else 0,
                         endpoint=url,
                         log=d.log,
                     )
@@ -284,7 +285,8 @@ class Testbed:
 
     def rss_bytes(self) -> int:
         """Sum of the resident memory of every testbed process."""
-        return sum(d.rss_bytes() for d in self.state.daemons if d.running())
+        snapshot = daemons.process_table()
+        return sum(d.rss_bytes(snapshot) for d in self.state.daemons if d.running())
 
     def log_tails(self, *, lines: int = _LOG_TAIL_LINES) -> str:
         """The last lines of every component log, for failure reports."""
@@ -565,7 +567,8 @@ class _Launcher:
 
     def _kwok_args(self) -> list[str]:
         stages = self.dir / "config" / "kwok-stages.yaml"
-        stages.write_text("\n---\n".join(path.read_text().strip() for path in self.bin.kwok_stages) + "\n")
+        docs = [d for path in self.bin.kwok_stages for d in load_manifests(path) if d.get("kind") == "Stage"]
+        stages.write_text(yaml.safe_dump_all(docs))
         return [
             f"--kubeconfig={self.tb.kubeconfig}",
             f"--config={stages}",
