@@ -18,7 +18,14 @@ from typing import Any
 
 import pytest
 
-from sparkrun_operator.testbed import netns, process_dns, process_env, process_images, process_nc
+from sparkrun_operator.testbed import (
+    netns,
+    process_dns,
+    process_env,
+    process_images,
+    process_nc,
+    process_volumes,
+)
 from sparkrun_operator.testbed.process_kubelet import tail_bytes
 from sparkrun_operator.testbed.process_pod import Backoff, exit_code_of, should_restart
 from sparkrun_operator.testbed.process_status import (
@@ -488,3 +495,129 @@ def test_the_nc_shim_checks_ports(capsys: pytest.CaptureFixture[str]) -> None:
     assert process_nc.main(["-z", "-w", "1", "127.0.0.1", str(port)]) == 1
     assert process_nc.main(["127.0.0.1", str(port)]) == 2
     assert "succeeded" in capsys.readouterr().err
+
+
+# -- volumes --------------------------------------------------------------------------------------
+
+
+async def test_volumes_are_prepared_from_their_sources(tmp_path: Path) -> None:
+    import datetime
+
+    objects: dict[tuple[str, str], Mapping[str, Any]] = {
+        ("ConfigMap", "kube-root-ca.crt"): {"data": {"ca.crt": "CA"}},
+        ("Secret", "creds"): {
+            "data": {"user": base64.b64encode(b"u").decode(), "pass": base64.b64encode(b"p").decode()}
+        },
+    }
+    issued: list[tuple[str, str | None, int]] = []
+
+    async def lookup(kind: str, name: str) -> Mapping[str, Any] | None:
+        return objects.get((kind, name))
+
+    async def issue(account: str, audience: str | None, seconds: int) -> tuple[str, datetime.datetime]:
+        issued.append((account, audience, seconds))
+        return f"token-{len(issued)}", datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
+
+    pod = {
+        **POD,
+        "spec": {
+            **POD["spec"],
+            "serviceAccountName": "runner",
+            "volumes": [
+                {"name": "scratch", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}},
+                {
+                    "name": "secret",
+                    "secret": {"secretName": "creds", "items": [{"key": "user", "path": "u/name"}]},
+                },
+                {
+                    "name": "kube-api-access",
+                    "projected": {
+                        "sources": [
+                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                            {
+                                "configMap": {
+                                    "name": "kube-root-ca.crt",
+                                    "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                                }
+                            },
+                            {
+                                "downwardAPI": {
+                                    "items": [
+                                        {"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}
+                                    ]
+                                }
+                            },
+                        ]
+                    },
+                },
+                {"name": "missing", "configMap": {"name": "nope"}},
+                {"name": "claim", "persistentVolumeClaim": {"claimName": "c"}},
+            ],
+        },
+    }
+    volumes = await process_volumes.prepare(pod, tmp_path, lookup=lookup, issue_token=issue, allocatable={})
+    assert volumes["scratch"].memory
+    assert volumes["scratch"].size_limit == "1Gi"
+    assert (tmp_path / "volumes/secret/u/name").read_bytes() == b"u"
+    assert not (tmp_path / "volumes/secret/pass").exists()  # only the listed items
+    api = tmp_path / "volumes/kube-api-access"
+    assert (api / "token").read_text() == "token-1"
+    assert (api / "ca.crt").read_text() == "CA"
+    assert (api / "namespace").read_text() == "ns1"
+    assert issued == [("runner", None, 3607)]
+    assert volumes["missing"].problem == "volume 'missing': configmap \"nope\" not found"
+    assert volumes["claim"].problem == "volume type persistentVolumeClaim is not supported on process nodes"
+    # Tokens are renewed after 80 % of their life.
+    token = volumes["kube-api-access"].tokens[0]
+    assert (
+        process_volumes.refresh_due(volumes, datetime.datetime(2029, 12, 31, 23, 0, tzinfo=datetime.UTC))
+        == []
+    )
+    assert process_volumes.refresh_due(
+        volumes, datetime.datetime(2029, 12, 31, 23, 50, tzinfo=datetime.UTC)
+    ) == [token]
+    await process_volumes.refresh_token(token, issue)
+    assert (api / "token").read_text() == "token-2"
+
+
+def test_mounts_need_an_existing_mount_point_or_one_under_run(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "file.conf").write_text("x")
+    volumes = {
+        "shared": process_volumes.Volume("shared", path=shared),
+        "shm": process_volumes.Volume("shm", path=tmp_path / "shm", memory=True, size_limit="64Mi"),
+        "broken": process_volumes.Volume("broken", problem="volume 'broken': gone"),
+    }
+    container = {
+        "volumeMounts": [
+            {"name": "shared", "mountPath": str(tmp_path)},
+            {"name": "shm", "mountPath": "/dev/shm"},
+            {"name": "shared", "mountPath": "/var/run/app/conf", "subPath": "file.conf", "readOnly": True},
+            {"name": "shared", "mountPath": "/definitely/not/here"},
+            {"name": "broken", "mountPath": "/tmp"},
+            {"name": "absent", "mountPath": "/tmp"},
+        ]
+    }
+    mounts, problems = process_volumes.mounts_for(container, volumes)
+    assert mounts == [
+        process_volumes.Mount(target=str(tmp_path), source=str(shared)),
+        process_volumes.Mount(target="/dev/shm", source=None, tmpfs_size="64Mi"),
+        process_volumes.Mount(
+            target="/run/app/conf", source=str(shared / "file.conf"), readonly=True, file=True
+        ),
+    ]
+    assert len(problems) == 3
+    assert "/definitely/not/here does not exist" in problems[0]
+    assert problems[1] == "volume 'broken': gone"
+    assert "no such volume" in problems[2]
+    script = process_volumes.mount_script(mounts)
+    assert script[0] == "mount -t tmpfs -o mode=0755 sparkrun-run /run"  # /run/app/conf needs it
+    assert f"mount --bind {shared} {tmp_path}" in script[1]
+    assert (
+        script[2]
+        == "mkdir -p /dev/shm && mount -t tmpfs -o mode=1777,size=67108864 sparkrun-emptydir /dev/shm"
+    )
+    assert "touch /run/app/conf" in script[3]
+    assert script[4] == "mount -o remount,bind,ro /run/app/conf"
+    assert process_volumes.mount_script(mounts[:2])[0].startswith("mount --bind") is False

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import ctypes
 import fcntl
 import ipaddress
 import json
@@ -43,7 +44,9 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -60,12 +63,14 @@ NAME_PREFIX = "sptb-"
 BRIDGE = "br0"
 POD_IFNAME = "eth0"
 MAX_NODES = 250
+_CLONE_NEWNET = 0x40000000
 
 # How a pod process enters its sandbox: the pod's network namespace, then private mount and UTS
 # namespaces in which the pod's hosts file is bind-mounted over /etc/hosts (cluster DNS names of
-# pods resolve through it) and the hostname is the pod's. `exec` keeps the pid, so the process
-# we start *is* the container's main process.
-_ENTER_SCRIPT = 'mount --bind "$1" /etc/hosts && hostname "$2" && shift 2 && exec "$@"'
+# pods resolve through it), the hostname is the pod's and the container's volumes are mounted.
+# `exec` keeps the pid, so the process we start *is* the container's main process.
+_ENTER_HEAD = ("set -e", 'mount --bind "$1" /etc/hosts', 'hostname "$2"')
+_ENTER_TAIL = ("shift 2", 'exec "$@"')
 
 
 class NetworkError(RuntimeError):
@@ -81,8 +86,13 @@ class Sandbox:
     netns: str | None = None
     host_ifname: str | None = None
 
-    def enter(self, argv: Sequence[str], *, hosts_file: Path, hostname: str) -> list[str]:
-        """``argv`` wrapped so that it runs inside this sandbox (unchanged without a namespace)."""
+    def enter(
+        self, argv: Sequence[str], *, hosts_file: Path, hostname: str, setup: Sequence[str] = ()
+    ) -> list[str]:
+        """``argv`` wrapped so that it runs inside this sandbox (unchanged without a namespace).
+
+        ``setup``: shell lines run in the sandbox's mount namespace before ``exec`` (mounts).
+        """
         if self.netns is None:
             return list(argv)
         return [
@@ -97,7 +107,7 @@ class Sandbox:
             "--",
             "/bin/sh",
             "-c",
-            _ENTER_SCRIPT,
+            "\n".join((*_ENTER_HEAD, *setup, *_ENTER_TAIL)),
             "pod-sandbox",
             str(hosts_file),
             hostname,
@@ -126,6 +136,13 @@ class PodNetwork(Protocol):
     async def create(self, key: str) -> Sandbox: ...
 
     async def destroy(self, sandbox: Sandbox) -> None: ...
+
+    async def listen_for_pods(self, ip: str, port: int) -> socket.socket | None:
+        """A listening socket on ``ip:port`` that every pod can reach, served by this process.
+
+        None where pods share the host's network (they reach the host's loopback directly).
+        """
+        ...
 
     def pids(self, sandbox: Sandbox) -> list[int]:
         """Every process inside the sandbox (empty where the network cannot tell)."""
@@ -205,6 +222,7 @@ class NamespaceNetwork:
     _pool: IpPool | None = None
     _counter: int = 0
     _node_count: int = 0
+    _service_ips: list[str] = field(default_factory=list)
 
     @property
     def testbed_netns(self) -> str:
@@ -294,6 +312,7 @@ class NamespaceNetwork:
                     f"address add {ip}/{self.plan.subnet.prefixlen} dev {POD_IFNAME}",
                     f"link set {POD_IFNAME} up",
                     "link set lo up",
+                    *(f"route add {service}/32 dev {POD_IFNAME}" for service in self._service_ips),
                 ],
             )
         except BaseException:
@@ -311,6 +330,26 @@ class NamespaceNetwork:
 
     def pids(self, sandbox: Sandbox) -> list[int]:
         return netns_pids(sandbox.netns) if sandbox.netns is not None else []
+
+    async def listen_for_pods(self, ip: str, port: int) -> socket.socket | None:
+        """Listen on ``ip:port`` on the bridge of the testbed namespace (see the module docs).
+
+        ``ip`` (e.g. the ``kubernetes`` Service's ClusterIP) becomes an address of ``br0`` inside
+        the testbed namespace only, never of the host, and every pod gets a route to it over its
+        ``eth0``. The socket is created inside the testbed namespace by a helper thread that
+        enters it and comes back; the caller accepts on it from the host namespace, where its
+        own outgoing connections (to 127.0.0.1) are made.
+        """
+        if self.plan is None:
+            raise RuntimeError("NamespaceNetwork.setup() was not called")
+        # NB: the route lets the namespace answer pods' ARP requests (the kernel checks the
+        # way back to the sender) and reach them; it leads nowhere but the bridge.
+        await _ip_batch(
+            self.testbed_netns,
+            [f"address add {ip}/32 dev {BRIDGE}", f"route add {self.plan.subnet} dev {BRIDGE}"],
+        )
+        self._service_ips.append(ip)
+        return await asyncio.to_thread(_listen_in, NETNS_DIR / self.testbed_netns, ip, port)
 
 
 # -- loopback mode --------------------------------------------------------------------------------
@@ -350,6 +389,9 @@ class LoopbackNetwork:
     async def create(self, key: str) -> Sandbox:
         assert self._pool is not None, "setup() first"
         return Sandbox(key=key, ip=self._pool.take())
+
+    async def listen_for_pods(self, ip: str, port: int) -> socket.socket | None:
+        return None
 
     async def destroy(self, sandbox: Sandbox) -> None:
         if self._pool is not None:
@@ -533,6 +575,48 @@ def _kill_and_delete(name: str) -> None:
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.02)
     _delete_netns(name)
+
+
+def _listen_in(netns_path: Path, ip: str, port: int) -> socket.socket:
+    """A listening TCP socket bound inside the network namespace at ``netns_path``.
+
+    Runs in a thread of its own: ``setns`` switches only the calling thread, which switches
+    back before returning (if it cannot, the process is in an unknown state and exits).
+    """
+    result: list[socket.socket] = []
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        own = os.open(f"/proc/self/task/{threading.get_native_id()}/ns/net", os.O_RDONLY)
+        target = os.open(netns_path, os.O_RDONLY)
+        try:
+            if libc.setns(target, _CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), f"setns({netns_path}) failed")
+            try:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((ip, port))
+                sock.listen(128)
+                sock.setblocking(False)
+                result.append(sock)
+            except BaseException as e:
+                errors.append(e)
+            finally:
+                if libc.setns(own, _CLONE_NEWNET) != 0:
+                    os._exit(70)  # NB: a thread stuck in the wrong namespace must not run on
+        except BaseException as e:
+            errors.append(e)
+        finally:
+            os.close(own)
+            os.close(target)
+
+    thread = threading.Thread(target=work, name="netns-listen")
+    thread.start()
+    thread.join()
+    if errors:
+        raise NetworkError(f"cannot listen on {ip}:{port} in {netns_path}: {errors[0]}") from errors[0]
+    return result[0]
 
 
 def _delete_netns(name: str) -> None:

@@ -50,7 +50,13 @@ from typing import Any
 
 import httpx
 
-from sparkrun_operator.testbed import process_dns, process_env, process_images, process_probes
+from sparkrun_operator.testbed import (
+    process_dns,
+    process_env,
+    process_images,
+    process_probes,
+    process_volumes,
+)
 from sparkrun_operator.testbed.netns import PodNetwork, Sandbox
 from sparkrun_operator.testbed.process_api import call_json
 from sparkrun_operator.testbed.process_events import Events
@@ -96,6 +102,8 @@ class Host:
     probe_client: httpx.AsyncClient
     settings: Settings = field(default_factory=Settings)
     on_spawn: Callable[[int], None] | None = None
+    # Where pods reach kube-apiserver (the `kubernetes` Service as pods see it); None: nowhere.
+    api_endpoint: tuple[str, int] | None = None
 
 
 class Backoff:
@@ -136,6 +144,7 @@ class _Running:
     env: Mapping[str, str]
     cwd: str
     log_path: Path
+    setup: Sequence[str] = ()
     probes: list[asyncio.Task[None]] = field(default_factory=list)
     killing: bool = False
 
@@ -189,6 +198,9 @@ class PodWorker:
         self._log_paths: dict[str, dict[int, Path]] = {}
         self._sidecars: set[asyncio.Task[int]] = set()
         self._released_ip: str | None = None
+        self.volumes: dict[str, process_volumes.Volume] = {}
+        self._token_refresher: asyncio.Task[None] | None = None
+        self._reported: set[str] = set()
 
     # -- control from the runtime -----------------------------------------------------------------
 
@@ -270,8 +282,9 @@ class PodWorker:
                 await self._delete_pod()
         finally:
             # Reached on cancellation too (the runtime is going away): nothing may outlive us.
-            for task in (run, deleting, writer):
-                task.cancel()
+            for task in (run, deleting, writer, self._token_refresher):
+                if task is not None:
+                    task.cancel()
             for running in list(self.running.values()):
                 _signal_group(running.proc.pid, signal.SIGKILL)
             with contextlib.suppress(Exception):
@@ -291,6 +304,7 @@ class PodWorker:
         self.start_time = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
         self.sandbox = await self._create_sandbox()
         self._dirty.set()
+        await self._prepare_volumes()
         if not await self._run_init():
             self.terminal_phase = FAILED
             self._dirty.set()
@@ -421,7 +435,10 @@ class PodWorker:
         assert self.sandbox is not None
         log_path = self.dir / "logs" / f"{state.name}_{state.restart_count}.log"
         self._log_paths.setdefault(state.name, {})[state.restart_count] = log_path
-        argv = self.sandbox.enter(launch.argv, hosts_file=self.dir / "hosts", hostname=self.hostname)
+        setup = self._mounts(spec, state)
+        argv = self.sandbox.enter(
+            launch.argv, hosts_file=self.dir / "hosts", hostname=self.hostname, setup=setup
+        )
         try:
             with log_path.open("ab") as out:
                 proc = await asyncio.create_subprocess_exec(
@@ -440,7 +457,9 @@ class PodWorker:
             return 128
         if self.host.on_spawn is not None:
             self.host.on_spawn(proc.pid)
-        running = _Running(proc=proc, spec=spec, state=state, env=env, cwd=cwd, log_path=log_path)
+        running = _Running(
+            proc=proc, spec=spec, state=state, env=env, cwd=cwd, log_path=log_path, setup=setup
+        )
         self.running[state.name] = running
         state.run(_container_id())
         self.host.events.pod(self.pod, "Started", f"Started container {state.name}", **self._ref(state))
@@ -486,6 +505,7 @@ class PodWorker:
             "PATH": process_images.pod_path(self.host.shim_dir),
             "HOSTNAME": self.hostname,
             "HOME": os.environ.get("HOME", "/root"),
+            **self._service_env(),
         }
         full = {**base, **(rule.env if rule else {}), **env}
         if not full["PATH"].startswith(str(self.host.shim_dir)):
@@ -496,6 +516,84 @@ class PodWorker:
         if isinstance(resolved, process_images.Refusal):
             return resolved
         return resolved, full, _working_dir(spec, self.dir / "work" / state.name)
+
+    def _service_env(self) -> dict[str, str]:
+        """The ``kubernetes`` Service variables a kubelet gives every container (in-cluster config)."""
+        if self.host.api_endpoint is None:
+            return {}
+        host, port = self.host.api_endpoint
+        url = f"tcp://{host}:{port}"
+        return {
+            "KUBERNETES_SERVICE_HOST": host,
+            "KUBERNETES_SERVICE_PORT": str(port),
+            "KUBERNETES_SERVICE_PORT_HTTPS": str(port),
+            "KUBERNETES_PORT": url,
+            "KUBERNETES_PORT_443_TCP": url,
+            "KUBERNETES_PORT_443_TCP_PROTO": "tcp",
+            "KUBERNETES_PORT_443_TCP_PORT": str(port),
+            "KUBERNETES_PORT_443_TCP_ADDR": host,
+        }
+
+    # -- volumes ----------------------------------------------------------------------------------
+
+    async def _prepare_volumes(self) -> None:
+        self.volumes = await process_volumes.prepare(
+            self._pod_for_env(),
+            self.dir,
+            lookup=self._lookup,
+            issue_token=self._issue_token,
+            allocatable=self.host.allocatable,
+        )
+        if any(v.tokens for v in self.volumes.values()):
+            self._token_refresher = asyncio.create_task(self._refresh_tokens())
+
+    async def _issue_token(
+        self, service_account: str, audience: str | None, seconds: int
+    ) -> tuple[str, datetime.datetime]:
+        spec: dict[str, Any] = {
+            "expirationSeconds": seconds,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": self.name, "uid": self.uid},
+        }
+        if audience:
+            spec["audiences"] = [audience]
+        create = self.host.core.create_namespaced_service_account_token
+        answer = await call_json(create, service_account, self.namespace, {"spec": spec})
+        expires = datetime.datetime.fromisoformat(
+            answer["status"]["expirationTimestamp"].replace("Z", "+00:00")
+        )
+        return str(answer["status"]["token"]), expires
+
+    async def _refresh_tokens(self) -> None:
+        while True:
+            await asyncio.sleep(30)
+            for token in process_volumes.refresh_due(self.volumes, datetime.datetime.now(datetime.UTC)):
+                try:
+                    await process_volumes.refresh_token(token, self._issue_token)
+                except Exception as e:  # the old token stays valid a while; retried next round
+                    log.warning("pod %s/%s: token refresh failed: %s", self.namespace, self.name, e)
+
+    def _mounts(self, spec: Mapping[str, Any], state: ContainerState) -> list[str]:
+        """The sandbox setup lines for the container's volume mounts; problems become events."""
+        if not spec.get("volumeMounts"):
+            return []
+        if self.sandbox is None or self.sandbox.netns is None:
+            self._report(
+                "loopback",
+                "FailedMount",
+                "volumes are not mounted: pods run without namespaces here (loopback pod network)",
+                state,
+            )
+            return []
+        mounts, problems = process_volumes.mounts_for(spec, self.volumes)
+        for problem in problems:
+            self._report(problem, "FailedMount", problem, state)
+        return process_volumes.mount_script(mounts)
+
+    def _report(self, key: str, reason: str, message: str, state: ContainerState) -> None:
+        # NB: once per pod and problem; restarts would repeat them otherwise.
+        if key not in self._reported:
+            self._reported.add(key)
+            self.host.events.pod(self.pod, reason, message, warning=True, **self._ref(state))
 
     def _pod_for_env(self) -> dict[str, Any]:
         pod = copy.deepcopy(self.pod)
@@ -614,7 +712,9 @@ class PodWorker:
         resolved = process_images.resolve(container, self.host.rules, path=running.env["PATH"])
         if isinstance(resolved, process_images.Refusal):
             return 126, resolved.message
-        wrapped = self.sandbox.enter(resolved.argv, hosts_file=self.dir / "hosts", hostname=self.hostname)
+        wrapped = self.sandbox.enter(
+            resolved.argv, hosts_file=self.dir / "hosts", hostname=self.hostname, setup=running.setup
+        )
         return await process_probes.run_exec(wrapped, limit, env=running.env, cwd=running.cwd)
 
     # -- stopping ---------------------------------------------------------------------------------

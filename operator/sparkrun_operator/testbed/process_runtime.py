@@ -38,6 +38,7 @@ import os
 import signal
 import sys
 import time
+import urllib.parse
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -182,6 +183,7 @@ class ProcessRuntime:
         self._health: web.AppRunner | None = None
         self._pids = self.state_dir / "pids"
         self._background: set[asyncio.Task[None]] = set()
+        self._api_proxy: asyncio.Server | None = None
 
     def ready(self) -> bool:
         return all(node.synced for node in self.nodes)
@@ -218,6 +220,7 @@ class ProcessRuntime:
                 },
             )
             manifests = _node_manifests(self.options.run_dir)
+            api_endpoint = await self._expose_api(core, str(configuration.host))
             ca = pki.CertificateAuthority.load(
                 self.options.run_dir / "pki" / "ca.crt", self.options.run_dir / "pki" / "ca.key"
             )
@@ -249,6 +252,7 @@ class ProcessRuntime:
                         probe_client=probe_client,
                         settings=self.options.settings,
                         on_spawn=self._track,
+                        api_endpoint=api_endpoint,
                     )
                     node.heartbeat = asyncio.create_task(node.agent.heartbeat())
                     node.watch = asyncio.create_task(self._watch(node, core))
@@ -279,6 +283,41 @@ class ProcessRuntime:
         await self._health.setup()
         await web.TCPSite(self._health, "127.0.0.1", self.options.health_port, reuse_address=True).start()
 
+    async def _expose_api(self, core: Any, server: str) -> tuple[str, int] | None:
+        """Make kube-apiserver reachable from pods at the ``kubernetes`` Service's ClusterIP.
+
+        There is no kube-proxy: the ClusterIP (which kube-apiserver's certificate names) becomes
+        an address of the testbed namespace's bridge, where this runtime accepts connections and
+        relays the bytes to kube-apiserver on 127.0.0.1, TLS untouched. With loopback pod
+        addresses pods reach kube-apiserver on 127.0.0.1 directly. None if neither works.
+        """
+        upstream = urllib.parse.urlsplit(server)
+        upstream_host, upstream_port = upstream.hostname or "127.0.0.1", upstream.port or 443
+        try:
+            service = await call_json(core.read_namespaced_service, "kubernetes", "default")
+            ip = service["spec"]["clusterIP"]
+            port = int(service["spec"]["ports"][0]["port"])
+            sock = await self.network.listen_for_pods(ip, port)
+        except Exception as e:
+            log.warning("pods get no in-cluster API access: %s", e)
+            return None
+        if sock is None:
+            return upstream_host, upstream_port
+
+        async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                up_reader, up_writer = await asyncio.open_connection(upstream_host, upstream_port)
+            except OSError:
+                writer.close()
+                return
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+            for w in (writer, up_writer):
+                w.close()
+
+        self._api_proxy = await asyncio.start_server(relay, sock=sock)
+        log.info("pods reach kube-apiserver at %s:%d", ip, port)
+        return ip, port
+
     def _find(self, node: str, namespace: str, name: str) -> PodWorker | None:
         found = [
             w
@@ -305,6 +344,8 @@ class ProcessRuntime:
                 await node.host.events.drain(seconds=1.0)
         if self._health is not None:
             await self._health.cleanup()
+        if self._api_proxy is not None:
+            self._api_proxy.close()
         await probe_client.aclose()
         await self.network.teardown()
         _kill_tracked(self._pids)
@@ -416,6 +457,18 @@ class ProcessRuntime:
         # leftovers even without network namespaces (loopback mode) after a SIGKILL.
         with self._pids.open("a") as f:
             f.write(f"{pid} {_start_time(pid)}\n")
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy bytes until EOF, then half-close the other side (TLS passes through untouched)."""
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+    except (OSError, RuntimeError):
+        writer.close()
 
 
 async def _delete(core: Any, pod: Mapping[str, Any]) -> None:
