@@ -69,6 +69,25 @@ def test_a_pod_runs_its_commands_and_reports_exit_codes_like_a_kubelet(
     assert container(succeeded, "only")["state"]["terminated"]["exitCode"] == 0
 
 
+def test_a_host_network_pod_shares_its_nodes_address(
+    kube: KubeApi, kubectl: Any, namespace: str, process_nodes: list[str]
+) -> None:
+    spec = pod_spec(
+        [
+            shell(
+                "c",
+                'echo "ip=$MY_IP"',
+                env=[{"name": "MY_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            )
+        ]
+    )
+    spec["hostNetwork"] = True
+    kube.create(pod("on-host", spec), namespace=namespace)
+    done = wait_pod(kube, namespace, "on-host", lambda p: phase(p) == "Succeeded")
+    assert done["status"]["podIP"] == done["status"]["hostIP"]
+    assert kubectl("logs", "-n", namespace, "on-host").stdout == f"ip={done['status']['hostIP']}\n"
+
+
 def test_init_containers_run_one_after_the_other_before_the_containers(
     kube: KubeApi, namespace: str, tmp_path: Path, process_nodes: list[str]
 ) -> None:

@@ -5,6 +5,7 @@ A :class:`PodWorker` owns one pod (by UID) and does, in order:
 1. **Sandbox**: an address (and, in namespace mode, a network namespace) from the node's
    :class:`~sparkrun_operator.testbed.netns.PodNetwork`; ``podIP``, ``hostIP`` and
    ``startTime`` go into the status; the pod's DNS record and hosts file are registered.
+   A ``hostNetwork`` pod shares the node's address and namespaces (no hosts file, no mounts).
 2. **Init containers**, one after the other; each must exit 0 before the next starts. A
    failed one is restarted with back-off unless ``restartPolicy`` is ``Never``, which fails the
    pod. An init container with ``restartPolicy: Always`` is a sidecar: it keeps running and
@@ -323,6 +324,10 @@ class PodWorker:
 
     async def _create_sandbox(self) -> Sandbox:
         while True:
+            if self.pod["spec"].get("hostNetwork"):
+                # The node's network: the pod's IP is the node's, no namespace of its own.
+                sandbox = Sandbox(key=self.uid, ip=self.host.node_ip)
+                break
             try:
                 sandbox = await self.host.network.create(self.uid)
             except Exception as e:
@@ -580,7 +585,7 @@ class PodWorker:
             self._report(
                 "loopback",
                 "FailedMount",
-                "volumes are not mounted: pods run without namespaces here (loopback pod network)",
+                "volumes are not mounted: the pod has no mount namespace (hostNetwork, or loopback network)",
                 state,
             )
             return []
