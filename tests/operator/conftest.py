@@ -141,6 +141,7 @@ def workload(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
     """An InferenceWorkload manifest (model Qwen/Qwen3-0.6B unless ``spec`` says otherwise)."""
     body: dict[str, Any] = {"model": {"name": "Qwen/Qwen3-0.6B"}}
     body.update(spec)
+    body = {key: value for key, value in body.items() if value is not None}  # model=None: no model
     return {
         "apiVersion": API,
         "kind": "InferenceWorkload",

@@ -41,6 +41,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--peering-name", default=PEERING_NAME, help="ClusterKopfPeering object (%(default)s)"
     )
     runner.add_argument(
+        "--peering-lifetime",
+        type=int,
+        default=60,
+        help="seconds until a silent replica counts as dead and another takes over (%(default)s)",
+    )
+    runner.add_argument(
         "--liveness",
         default=os.environ.get("SPARKRUN_OPERATOR_LIVENESS"),
         help="liveness endpoint URL, e.g. http://0.0.0.0:8080/healthz",
@@ -77,6 +83,7 @@ def _run(args: argparse.Namespace) -> int:
         standalone=args.standalone,
         priority=args.priority,
         peering_name=args.peering_name,
+        peering_lifetime=args.peering_lifetime,
         liveness_endpoint=args.liveness,
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,

@@ -30,7 +30,7 @@ from prometheus_client import start_http_server
 from sparkrun_operator.controllers import cluster, daemonjob, indexes, recipe, workload
 from sparkrun_operator.controllers.context import Context, Metrics, OperatorConfig
 from sparkrun_operator.k8s import errors
-from sparkrun_operator.k8s.client import CLUSTER_PEERINGS, Kube, connect
+from sparkrun_operator.k8s.client import CLUSTER_PEERINGS, PEERINGS, Kube, Resource, connect
 from sparkrun_operator.render import keys
 
 PEERING_NAME: Final = "sparkrun-operator"
@@ -48,6 +48,8 @@ class RunOptions:
     standalone: bool = False
     priority: int | None = None
     peering_name: str = PEERING_NAME
+    #: Seconds a replica's keep-alive stays valid; a dead active replica is replaced after this.
+    peering_lifetime: int = 60
     liveness_endpoint: str | None = None
     metrics_host: str = "0.0.0.0"
     metrics_port: int | None = None
@@ -73,6 +75,7 @@ def build_settings(options: RunOptions) -> kopf.OperatorSettings:
     settings.peering.clusterwide = not options.namespaces
     settings.peering.mandatory = not options.standalone
     settings.peering.standalone = options.standalone
+    settings.peering.lifetime = options.peering_lifetime
     settings.peering.priority = options.priority if options.priority is not None else random.randint(1, 2**31)
     return settings
 
@@ -113,20 +116,30 @@ async def connection_info(kube: Kube) -> kopf.ConnectionInfo:
     )
 
 
-async def ensure_peering(kube: Kube, name: str) -> None:
-    """Create the ClusterKopfPeering object kopf keeps its keep-alives in, if missing."""
-    try:
-        await kube.create(
-            CLUSTER_PEERINGS,
-            {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": name}},
-        )
-    except errors.AlreadyExists:
-        return
-    except errors.NotFound as error:
-        raise errors.KubeError(
-            "the ClusterKopfPeering CRD is not installed: apply manifests/kopf-peering.yaml, "
-            "or run with --standalone (single replica)"
-        ) from error
+async def ensure_peering(kube: Kube, name: str, namespaces: Sequence[str] = ()) -> None:
+    """Create the peering object(s) kopf keeps keep-alives in, if missing.
+
+    Cluster-wide operators share a ClusterKopfPeering; namespaced ones a KopfPeering in each
+    namespace they serve.
+    """
+    targets: list[tuple[Resource, str | None]] = (
+        [(PEERINGS, ns) for ns in namespaces] if namespaces else [(CLUSTER_PEERINGS, None)]
+    )
+    for resource, namespace in targets:
+        metadata: dict[str, Any] = {"name": name}
+        if namespace is not None:
+            metadata["namespace"] = namespace
+        try:
+            await kube.create(
+                resource, {"apiVersion": "kopf.dev/v1", "kind": resource.kind, "metadata": metadata}
+            )
+        except errors.AlreadyExists:
+            continue
+        except errors.NotFound as error:
+            raise errors.KubeError(
+                f"the {resource.kind} CRD is not installed: apply manifests/kopf-peering.yaml, "
+                "or run with --standalone (single replica)"
+            ) from error
 
 
 def serve_metrics(metrics: Metrics, *, host: str, port: int) -> None:
@@ -151,7 +164,7 @@ async def run(
         if options.metrics_port is not None:
             serve_metrics(metrics, host=options.metrics_host, port=options.metrics_port)
         if not options.standalone:
-            await ensure_peering(kube, options.peering_name)
+            await ensure_peering(kube, options.peering_name, options.namespaces)
         await kopf.operator(
             registry=build_registry(options.config),
             settings=build_settings(options),

@@ -79,6 +79,7 @@ CRDS: Final = Resource(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition"
 )
 CLUSTER_PEERINGS: Final = Resource("kopf.dev", "v1", "clusterkopfpeerings", False, "ClusterKopfPeering")
+PEERINGS: Final = Resource("kopf.dev", "v1", "kopfpeerings", True, "KopfPeering")
 
 WriteHook = Callable[[str, str], None]
 

@@ -290,12 +290,10 @@ def _node_affinity(placement: Placement | None) -> dict[str, Any] | None:
         return None
     terms: list[dict[str, Any]] = []
     if placement.node_names:
-        terms.append(
-            {
-                "matchFields": [
-                    {"key": "metadata.name", "operator": "In", "values": sorted(placement.node_names)}
-                ]
-            }
+        # NB: a node field selector takes exactly one value; terms are ORed, so one per node.
+        terms.extend(
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}
+            for name in sorted(placement.node_names)
         )
     elif placement.node_selector is not None:
         exprs: list[dict[str, Any]] = [
