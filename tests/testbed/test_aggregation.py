@@ -72,7 +72,9 @@ def network_namespace() -> Iterator[NetNs]:
         _ip("-n", ns.name, "link", "set", "lo", "up")
         yield ns
     finally:
-        # Deleting the namespace deletes its veth end, which deletes the host end too.
+        # NB: the host end explicitly: some kernels (gVisor) release a deleted namespace, and
+        # with it the peer, lazily (docs/decisions/0004-testbed-pod-network.md).
+        subprocess.run(["ip", "link", "del", host_if], check=False, capture_output=True)
         subprocess.run(["ip", "netns", "del", ns.name], check=False, capture_output=True)
 
 
