@@ -349,6 +349,7 @@ class ProcessRuntime:
         await probe_client.aclose()
         await self.network.teardown()
         _kill_tracked(self._pids)
+        log.info("stopped: no pod process and no pod network left")
 
     # -- pods -----------------------------------------------------------------------------------
 
