@@ -121,6 +121,26 @@ def test_init_containers_run_one_after_the_other_before_the_containers(
     assert not never.exists()
 
 
+def test_a_sidecar_runs_beside_the_containers_and_stops_after_them(
+    kube: KubeApi, namespace: str, tmp_path: Path, process_nodes: list[str]
+) -> None:
+    seen = tmp_path / "seen"
+    sidecar = shell(
+        "helper",
+        f"echo up > {tmp_path / 'helper'}; exec sleep 600",
+        restartPolicy="Always",
+        startupProbe={"exec": {"command": ["test", "-f", str(tmp_path / "helper")]}, "periodSeconds": 1},
+    )
+    main = shell("main", f"cat {tmp_path / 'helper'} > {seen}; sleep 1")
+    kube.create(pod("with-sidecar", pod_spec([main], init=[sidecar])), namespace=namespace)
+    done = wait_pod(kube, namespace, "with-sidecar", lambda p: phase(p) == "Succeeded", timeout=60)
+    assert seen.read_text() == "up\n"  # the sidecar had started before the main container
+    helper = container(done, "helper", init=True)
+    assert "terminated" in helper["state"]
+    assert helper["restartCount"] == 0  # stopped with the pod, not restarted
+    assert container(done, "main")["state"]["terminated"]["exitCode"] == 0
+
+
 def test_probes_drive_readiness(kube: KubeApi, namespace: str, process_nodes: list[str]) -> None:
     engine = {
         "name": "engine",

@@ -198,6 +198,7 @@ class PodWorker:
         self._task: asyncio.Task[None] | None = None
         self._log_paths: dict[str, dict[int, Path]] = {}
         self._sidecars: set[asyncio.Task[int]] = set()
+        self._main_done = False
         self._released_ip: str | None = None
         self.volumes: dict[str, process_volumes.Volume] = {}
         self._token_refresher: asyncio.Task[None] | None = None
@@ -315,9 +316,11 @@ class PodWorker:
         self._dirty.set()
         pairs = zip(self.specs, self.containers, strict=True)
         await asyncio.gather(*(self._supervise(spec, state, self.restart_policy) for spec, state in pairs))
-        # Sidecars stop once the regular containers are done.
-        for running in [r for r in self.running.values() if r.state.kind == "sidecar"]:
-            await self._kill(running, grace=self._grace(), reason=None)
+        # Sidecars stop once the regular containers are done (and are not restarted then).
+        self._main_done = True
+        sidecars = [r for r in self.running.values() if r.state.kind == "sidecar"]
+        await asyncio.gather(*(self._kill(r, grace=self._termination_grace()) for r in sidecars))
+        await asyncio.gather(*self._sidecars, return_exceptions=True)
         final = phase(self._view())
         self.terminal_phase = final if final in TERMINAL else FAILED
         self._dirty.set()
@@ -391,6 +394,8 @@ class PodWorker:
             began = time.monotonic()
             code = await self._run_once(spec, state, started=started)
             if self.stopping() or not should_restart(policy, code):
+                return code
+            if state.kind == "sidecar" and self._main_done:
                 return code
             delay = backoff.next(time.monotonic() - began)
             if delay > 0:
@@ -703,7 +708,7 @@ class PodWorker:
         if running.killing:
             return
         self.host.events.pod(self.pod, "Killing", message, **self._ref(running.state))
-        task = asyncio.create_task(self._kill(running, grace=self._termination_grace(), reason=message))
+        task = asyncio.create_task(self._kill(running, grace=self._termination_grace()))
         running.probes.append(task)
 
     def _termination_grace(self) -> float:
@@ -724,7 +729,7 @@ class PodWorker:
 
     # -- stopping ---------------------------------------------------------------------------------
 
-    async def _kill(self, running: _Running, *, grace: float, reason: str | None) -> None:
+    async def _kill(self, running: _Running, *, grace: float) -> None:
         """SIGTERM the container's group, SIGKILL it after ``grace`` seconds; wait for the exit."""
         running.killing = True
         proc = running.proc
@@ -751,7 +756,7 @@ class PodWorker:
                 self.pod, "Killing", f"Stopping container {running.state.name}", **self._ref(running.state)
             )
         left = max(0.0, deadline - time.monotonic())
-        await asyncio.gather(*(self._kill(r, grace=left, reason=None) for r in runs), return_exceptions=True)
+        await asyncio.gather(*(self._kill(r, grace=left) for r in runs), return_exceptions=True)
         # Give the supervisors a turn to record the exits before the status is computed.
         for _ in range(3):
             await asyncio.sleep(0)
