@@ -62,21 +62,24 @@ class Registry:
     def __init__(self) -> None:
         self._records: dict[str, Record] = {}
         self._files: dict[str, _HostsFile] = {}
+        self._written: dict[str, str] = {}
 
     def add(self, key: str, record: Record, hosts_file: Path) -> None:
-        """Register a pod (``key``: its UID) and write its hosts file; refresh its namespace's."""
+        """Register a pod (``key``: its UID) and write its hosts file; refresh the others'."""
         self._records[key] = record
         self._files[key] = _HostsFile(
             hosts_file, record.namespace, record.hostname, record.subdomain, record.ip
         )
-        self._refresh()
+        # NB: a pod without a subdomain has no DNS record: only its own file changes.
+        self._refresh(None if record.subdomain else key)
 
     def remove(self, key: str) -> None:
         """Forget a pod; its name stops resolving in the other pods' files."""
         record = self._records.pop(key, None)
         self._files.pop(key, None)
-        if record is not None:
-            self._refresh()
+        self._written.pop(key, None)
+        if record is not None and record.subdomain:
+            self._refresh(None)
 
     def render(self, key: str) -> str:
         """The hosts file content for the pod ``key``."""
@@ -100,11 +103,16 @@ class Registry:
                 lines.append(f"{record.ip}\t{' '.join(names)}")
         return "\n".join(lines) + "\n"
 
-    def _refresh(self) -> None:
-        # NB: every file lists the other namespaces' FQDNs too, so any change touches all files;
-        # the testbed runs tens of pods, not thousands.
+    def _refresh(self, only: str | None) -> None:
+        # NB: every file lists the other namespaces' FQDNs too, so a record change touches all
+        # files; files whose content stays the same are not written again.
         for key, hosts in self._files.items():
-            write_in_place(hosts.path, self.render(key))
+            if only is not None and key != only:
+                continue
+            text = self.render(key)
+            if self._written.get(key) != text:
+                write_in_place(hosts.path, text)
+                self._written[key] = text
 
 
 def write_in_place(path: Path, text: str) -> None:

@@ -271,6 +271,8 @@ class PodWorker:
                 await self._release_sandbox()
                 self._dirty.set()
                 await deleting
+            began = time.monotonic()
+            log.info("pod %s/%s: stopping (grace %gs)", self.namespace, self.name, self._grace())
             await self._stop_processes(grace=self._grace())
             run.cancel()
             await asyncio.gather(run, return_exceptions=True)
@@ -282,6 +284,12 @@ class PodWorker:
                 await asyncio.gather(writer, return_exceptions=True)
                 await self._write_status()
                 await self._delete_pod()
+            log.info(
+                "pod %s/%s: done, %.2fs after the stop began",
+                self.namespace,
+                self.name,
+                time.monotonic() - began,
+            )
         finally:
             # Reached on cancellation too (the runtime is going away): nothing may outlive us.
             for task in (run, deleting, writer, self._token_refresher):
@@ -305,6 +313,9 @@ class PodWorker:
     async def _run(self) -> None:
         self.start_time = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
         self.sandbox = await self._create_sandbox()
+        log.info(
+            "pod %s/%s: sandbox %s %s", self.namespace, self.name, self.sandbox.ip, self.sandbox.netns or ""
+        )
         self._dirty.set()
         await self._prepare_volumes()
         if not await self._run_init():
@@ -487,6 +498,7 @@ class PodWorker:
             if self.running.get(state.name) is running:
                 del self.running[state.name]
         code = exit_code_of(returncode)
+        log.info("pod %s/%s: container %s exited %d", self.namespace, self.name, state.name, code)
         state.finish(code)
         self._dirty.set()
         if started is not None and not started.is_set():
