@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from sparkrun_operator.cli import gateway, shim, testbed, validate
+from sparkrun_operator.cli import demo, gateway, shim, testbed, validate
 from sparkrun_operator.cli import operator as operator_cli
 
 
@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     operator_cli.register(subparsers)
     shim.register(subparsers)
     gateway.register(subparsers)
+    demo.register(subparsers)
     return parser
 
 
