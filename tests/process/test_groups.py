@@ -138,7 +138,7 @@ def test_a_group_comes_up_serves_through_its_service_and_leaves_nothing_behind(
     kube: KubeApi, kubectl: Any, namespace: str, process_nodes: list[str], netns_network: None
 ) -> None:
     mark = secrets.token_hex(8)
-    kube.create(group("grp", mark, worker_delay=3.0), namespace=namespace)
+    kube.create(group("grp", mark, worker_delay=5.0), namespace=namespace)
     service = {
         "apiVersion": "v1",
         "kind": "Service",

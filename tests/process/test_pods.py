@@ -146,7 +146,7 @@ def test_probes_drive_readiness(kube: KubeApi, namespace: str, process_nodes: li
         "name": "engine",
         "image": ENGINE_IMAGE,
         "args": ["org/tiny", "--served-model-name", "tiny", "--port", "8000"],
-        "env": [{"name": "SPARKRUN_ENGINE_LOAD_SECONDS", "value": "3"}],
+        "env": [{"name": "SPARKRUN_ENGINE_LOAD_SECONDS", "value": "5"}],
         "ports": [{"name": "http", "containerPort": 8000}],
         "startupProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 1, "failureThreshold": 30},
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 1},
@@ -165,7 +165,7 @@ def test_probes_drive_readiness(kube: KubeApi, namespace: str, process_nodes: li
         lambda p: container(p, "engine").get("started") is True,
         what="startup probe",
     )
-    # The engine listens at once but answers /health 503 while it "loads" (3 s).
+    # The engine listens at once but answers /health 503 while it "loads" (5 s).
     assert not ready(started)
     assert container(started, "engine")["ready"] is False
     up = wait_pod(kube, namespace, "probed", ready, timeout=60, what="pod Ready")
