@@ -1,34 +1,50 @@
-"""The ``sparkrun-k8s`` command."""
+"""The ``sparkrun-k8s`` command.
+
+Each subcommand lives in its own module with a ``register(subparsers)`` function. Only the
+module of the command being run is imported (the others pull in Kubernetes clients, kopf or
+uvicorn, which take seconds to import), so ``sparkrun-k8s --help`` and every command start fast.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 
-from sparkrun_operator.cli import demo, gateway, shim, testbed, validate
-from sparkrun_operator.cli import operator as operator_cli
+#: command -> (module, one-line help shown by ``sparkrun-k8s --help``)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("sparkrun_operator.cli.demo", "run the main flow end to end on a local testbed"),
+    "testbed": ("sparkrun_operator.cli.testbed", "run a local Kubernetes control plane with fake GPU nodes"),
+    "operator": ("sparkrun_operator.cli.operator", "run the operator (kopf controllers)"),
+    "shim": ("sparkrun_operator.cli.shim", "the daemon-compatible API (serve it, or call it)"),
+    "gateway": ("sparkrun_operator.cli.gateway", "run the OpenAI/Anthropic/Ollama inference gateway"),
+    "validate": ("sparkrun_operator.cli.validate", "check sparkrun.dev manifests offline"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sparkrun-k8s", description=__doc__)
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``only``, just that command is fully registered (others are stubs)."""
+    parser = argparse.ArgumentParser(prog="sparkrun-k8s", description="Run vLLM inference on Kubernetes.")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    testbed.register(subparsers)
-    validate.register(subparsers)
-    operator_cli.register(subparsers)
-    shim.register(subparsers)
-    gateway.register(subparsers)
-    demo.register(subparsers)
+    for name, (module, summary) in COMMANDS.items():
+        if only is None or name == only:
+            importlib.import_module(module).register(subparsers)
+        else:
+            subparsers.add_parser(name, help=summary)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
     if argv[:1] == ["gateway"]:
         # NB: the gateway owns its whole command line (options included), which argparse's
         # REMAINDER cannot pass through when the first one starts with a dash.
+        from sparkrun_operator.cli import gateway
+
         return gateway.run_argv(argv[1:])
-    parser = build_parser()
+    parser = build_parser(only=command if command in COMMANDS else "")
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
