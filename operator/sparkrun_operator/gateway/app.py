@@ -531,9 +531,9 @@ async def _relay_openai(gw: Gateway, ctx: Ctx, response: UpstreamResponse, path:
     responses_api = path == "/v1/responses"
     ctx.stream_end = _responses_stream_error if responses_api else _openai_stream_error
     await ctx.start_response(response.status, ctype, [(b"cache-control", b"no-cache")])
-    if not responses_api:
-        # Seed 004: "streaming chat completions open with the SSE comment line : command_id <id>".
-        await ctx.body_part(b": command_id " + ctx.rid.encode() + b"\n\n")
+    # Seed 004: "streaming chat completions open with the SSE comment line : command_id <id>".
+    # NB: it leaves with the first upstream bytes, one write less on the time-to-first-token path.
+    opening = b"" if responses_api else b": command_id " + ctx.rid.encode() + b"\n\n"
     tail = b""
     last = b""
     first = True
@@ -551,18 +551,20 @@ async def _relay_openai(gw: Gateway, ctx: Ctx, response: UpstreamResponse, path:
                 out, tail = data, b""
             else:
                 out, tail = data[: cut + 2], data[cut + 2 :]
-            await ctx.body_part(out)
             last = out
+            if opening:
+                out, opening = opening + out, b""
+            await ctx.body_part(out)
     except UpstreamError as exc:
         message = gw.upstream_failed(ctx, exc)
-        await ctx.body_part(ctx.stream_end(message), more=False)
+        await ctx.body_part(opening + ctx.stream_end(message), more=False)
         return
     if tail.strip():
         message = "Upstream ended the stream in the middle of an event"
-        await ctx.body_part(ctx.stream_end(message), more=False)
+        await ctx.body_part(opening + ctx.stream_end(message), more=False)
         return
     gw.record_usage(ctx, last[-1024:])
-    await ctx.body_part(b"", more=False)
+    await ctx.body_part(opening, more=False)
 
 
 def _openai_stream_error(message: str) -> bytes:
