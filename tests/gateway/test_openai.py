@@ -237,7 +237,10 @@ def test_metrics_count_requests_and_tokens(gw: GatewayThread) -> None:
 
 def test_cancel_by_command_id(start_gateway: StartGateway, engines: Engines) -> None:
     slow = engines.launcher(
-        "org/slow", "--served-model-name", "slow", env={"SPARKRUN_ENGINE_TOKEN_SECONDS": "0.05"}
+        "org/slow",
+        "--served-model-name",
+        "slow",
+        env={"SPARKRUN_ENGINE_TOKEN_SECONDS": "0.05", "SPARKRUN_ENGINE_OUTPUT_TOKENS": "400"},
     )
     gw = start_gateway([workload("slow", "slow", [slow.url])])
     body = {
@@ -265,7 +268,10 @@ def test_cancel_by_command_id(start_gateway: StartGateway, engines: Engines) -> 
 
 def test_client_disconnect_cancels_upstream(start_gateway: StartGateway, engines: Engines) -> None:
     slow = engines.launcher(
-        "org/slow", "--served-model-name", "slow", env={"SPARKRUN_ENGINE_TOKEN_SECONDS": "0.05"}
+        "org/slow",
+        "--served-model-name",
+        "slow",
+        env={"SPARKRUN_ENGINE_TOKEN_SECONDS": "0.05", "SPARKRUN_ENGINE_OUTPUT_TOKENS": "400"},
     )
     gw = start_gateway([workload("slow", "slow", [slow.url])])
     body = {
