@@ -24,6 +24,7 @@ Contract:
 from __future__ import annotations
 
 import json
+import ssl
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -76,7 +77,7 @@ class Client:
         headers = {"X-Sparkrun-Client": client_label}
         if token:
             headers["Authorization"] = "Bearer " + token
-        verify: Any = ca_cert if ca_cert else True
+        verify: Any = ssl.create_default_context(cafile=ca_cert) if ca_cert else True
         self._http = httpx.Client(
             base_url=url.rstrip("/"), headers=headers, verify=verify, timeout=timeout, transport=transport
         )

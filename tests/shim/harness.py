@@ -4,10 +4,11 @@
   (``manifests/rbac/daemon-roles.yaml``), ServiceAccounts bound to them and a token for each
   (TokenRequest): ``admin`` (admin + answer-secret), ``operator`` (operate), ``reader`` and
   ``reader2`` (read), ``automation`` (operate, manager ``automation``), ``nobody`` (no role).
-- :class:`ShimRunner` runs, in a background thread with its own event loop, the shim on
+- :class:`ShimRunner` runs the real commands as child processes: ``sparkrun-k8s shim serve`` on
   ``https://127.0.0.1:<port>`` (serving certificate from the testbed CA) and, unless disabled,
-  the DaemonJob controller under kopf (standalone, this namespace only). Both use the testbed's
-  admin kubeconfig, like an operator deployed with its own ServiceAccount would.
+  ``sparkrun-k8s operator run --standalone -n <namespace>`` (every controller, including the
+  DaemonJob executor). Both use the testbed's admin kubeconfig, as a deployment would use its
+  own ServiceAccount.
 
 Tests talk to it over real HTTP (``httpx``) or with the reference daemon client
 (:func:`reference_client`, which runs ``sparkrun.daemon.client.Client`` in the reference
@@ -16,24 +17,23 @@ interpreter).
 
 from __future__ import annotations
 
-import asyncio
 import json
+import os
+import signal
 import socket
+import ssl
 import subprocess
-import threading
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import kopf
+import httpx
 import yaml
 
-from sparkrun_operator.controllers import daemonjob
-from sparkrun_operator.k8s.rest import Rest, connect
-from sparkrun_operator.ops.context import Settings
-from sparkrun_operator.shim import server
 from sparkrun_operator.testbed.kubeapi import KubeApi
 from sparkrun_operator.testbed.plane import Testbed
 
@@ -101,34 +101,55 @@ class DaemonEnv:
 
     def teardown(self) -> None:
         self.kube.delete("v1", "Namespace", self.namespace)
+        # InferenceClusters are cluster-scoped: remove those this environment's tests created.
+        for cluster in self.kube.list_items("sparkrun.dev/v1alpha1", "InferenceCluster"):
+            name = cluster["metadata"]["name"]
+            if name.startswith(("nowhere-", "hosts-", "idem-")):
+                self.kube.delete("sparkrun.dev/v1alpha1", "InferenceCluster", name)
 
 
-def _free_socket() -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    sock.setblocking(False)
-    return sock
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
-async def _login(rest: Rest) -> kopf.ConnectionInfo:
-    configuration = rest.api.configuration
-    header = await configuration.get_api_key_with_prefix("BearerToken")
-    token = str(header).split(" ", 1)[-1] if header else None
-    return kopf.ConnectionInfo(
-        server=str(configuration.host),
-        ca_path=configuration.ssl_ca_cert,
-        insecure=not configuration.verify_ssl,
-        scheme="Bearer" if token else None,
-        token=token,
-        certificate_path=configuration.cert_file,
-        private_key_path=configuration.key_file,
-    )
+class _Process:
+    """A child process with its output in a log file."""
+
+    def __init__(self, args: list[str], log: Path, env: dict[str, str]) -> None:
+        self.args, self.log, self.env = args, log, env
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as handle:
+            self.proc = subprocess.Popen(
+                self.args, env=self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, *, kill: bool = False, timeout: float = 15.0) -> None:
+        if not self.alive():
+            return
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def tail(self, lines: int = 60) -> str:
+        if not self.log.exists():
+            return ""
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
 class ShimRunner:
-    """The shim (and the DaemonJob controller) serving from a background thread."""
+    """``sparkrun-k8s shim serve`` and ``sparkrun-k8s operator run`` as child processes."""
 
     def __init__(
         self,
@@ -138,105 +159,90 @@ class ShimRunner:
         *,
         executor: bool = True,
         plaintext: bool = False,
-        settings: Settings | None = None,
+        extra_shim_args: tuple[str, ...] = (),
     ) -> None:
         self.testbed = testbed
         self.namespace = namespace
         self.workdir = workdir
         self.with_executor = executor
         self.plaintext = plaintext
-        self.settings = settings
-        self.sock = _free_socket()
-        self.port = self.sock.getsockname()[1]
-        scheme = "http" if plaintext else "https"
-        self.url = f"{scheme}://127.0.0.1:{self.port}"
+        self.port = free_port()
+        self.url = f"{'http' if plaintext else 'https'}://127.0.0.1:{self.port}"
         self.ca_file = str(testbed.run_dir / "pki" / "ca.crt")
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._kopf_stop = threading.Event()
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self.executor: daemonjob.JobExecutor | None = None
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(testbed.kubeconfig),
+            "PYTHONUNBUFFERED": "1",
+            # Executor Leases expire quickly, so "lost" is observable within seconds.
+            "SPARKRUN_EXECUTOR_LEASE_SECONDS": "6",
+        }
+        cli = [sys.executable, "-m", "sparkrun_operator.cli.main"]
+        shim_args = [
+            *cli,
+            "shim",
+            "serve",
+            "--namespace",
+            namespace,
+            "--kubeconfig",
+            str(testbed.kubeconfig),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            *extra_shim_args,
+        ]
+        if plaintext:
+            shim_args.append("--insecure-plaintext")
+        else:
+            pair = testbed.issue_serving_cert("127.0.0.1", "localhost")
+            cert, key = workdir / "shim.crt", workdir / "shim.key"
+            pair.write(cert, key)
+            shim_args += ["--tls-cert", str(cert), "--tls-key", str(key)]
+        self.shim = _Process(shim_args, workdir / "shim.log", env)
+        self.operator = _Process(
+            [
+                *cli,
+                "operator",
+                "run",
+                "--standalone",
+                "-n",
+                namespace,
+                "--kubeconfig",
+                str(testbed.kubeconfig),
+            ],
+            workdir / "operator.log",
+            env,
+        )
 
     def start(self, timeout: float = 60.0) -> ShimRunner:
-        self._thread = threading.Thread(target=self._main, name="shim-runner", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(timeout):
-            raise TimeoutError(f"the shim did not start within {timeout} s: {self._error!r}")
-        if self._error is not None:
-            raise RuntimeError("the shim failed to start") from self._error
-        return self
+        if self.with_executor:
+            self.operator.start()
+        self.shim.start()
+        deadline = time.monotonic() + timeout
+        verify: Any = False if self.plaintext else ssl.create_default_context(cafile=self.ca_file)
+        while True:
+            if not self.shim.alive():
+                raise RuntimeError(f"the shim exited:\n{self.shim.tail()}")
+            try:
+                if httpx.get(self.url + "/v1/health", verify=verify, timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the shim did not answer within {timeout} s:\n{self.shim.tail()}")
+            time.sleep(0.1)
+
+    def restart_operator(self, *, kill: bool = True) -> None:
+        """Stop the operator (SIGKILL by default, as a crash) and start a new one."""
+        self.operator.stop(kill=kill)
+        self.operator.start()
 
     def stop(self) -> None:
-        self._kopf_stop.set()
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        if self._thread is not None:
-            self._thread.join(30)
+        self.shim.stop()
+        self.operator.stop()
 
-    def _main(self) -> None:
-        try:
-            asyncio.run(self._serve())
-        except BaseException as error:  # reported to start()/tests
-            self._error = error
-            self._ready.set()
-
-    async def _serve(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        options = server.ServeOptions(
-            namespace=self.namespace,
-            kubeconfig=str(self.testbed.kubeconfig),
-            host="127.0.0.1",
-            port=self.port,
-            sock=self.sock,
-            insecure_plaintext=self.plaintext,
-        )
-        if not self.plaintext:
-            pair = self.testbed.issue_serving_cert("127.0.0.1", "localhost")
-            cert, key = self.workdir / "shim.crt", self.workdir / "shim.key"
-            pair.write(cert, key)
-            options.tls_cert, options.tls_key = str(cert), str(key)
-        tasks = []
-        shim_ready = asyncio.Event()
-        tasks.append(asyncio.create_task(server.serve(options, stop=self._stop, ready=shim_ready)))
-        operator_ready = threading.Event()
-        if self.with_executor:
-            rest = Rest(await connect(str(self.testbed.kubeconfig)))
-            registry = kopf.OperatorRegistry()
-            daemonjob.register(registry, settings=self.settings, rest_factory=lambda _memo: rest)
-
-            @kopf.on.login(registry=registry)
-            async def login(**_: Any) -> kopf.ConnectionInfo:
-                return await _login(rest)
-
-            @kopf.on.startup(registry=registry)
-            async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-                settings.posting.enabled = False
-                settings.watching.server_timeout = 60
-
-            tasks.append(
-                asyncio.create_task(
-                    kopf.operator(
-                        registry=registry,
-                        standalone=True,
-                        namespaces=[self.namespace],
-                        stop_flag=self._kopf_stop,
-                        ready_flag=operator_ready,
-                        memo=kopf.Memo(),
-                    )
-                )
-            )
-        waiter = asyncio.create_task(shim_ready.wait())
-        done, _ = await asyncio.wait({waiter, *tasks}, return_when=asyncio.FIRST_COMPLETED)
-        if waiter not in done:
-            for task in done:
-                task.result()
-        if self.with_executor:
-            await asyncio.to_thread(operator_ready.wait, 60)
-        self._ready.set()
-        await asyncio.gather(*tasks)
+    def logs(self) -> str:
+        return f"--- shim.log\n{self.shim.tail()}\n--- operator.log\n{self.operator.tail()}"
 
 
 @contextmanager

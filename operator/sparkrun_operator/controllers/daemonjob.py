@@ -47,7 +47,9 @@ __all__ = ["JobExecutor", "register"]
 
 log = logging.getLogger("sparkrun.daemonjobs")
 
-LEASE_RENEW_SECONDS = 10.0
+#: How long an executor's Lease stays valid without renewal (``$SPARKRUN_EXECUTOR_LEASE_SECONDS``);
+#: a job whose executor's Lease expired is lost. Renewed every third of it.
+LEASE_ENV = "SPARKRUN_EXECUTOR_LEASE_SECONDS"
 RETENTION_SECONDS = 300.0
 
 
@@ -129,6 +131,9 @@ class JobExecutor:
         self.namespaces: set[str] = set()
         self._background: list[asyncio.Task[None]] = []
         self._clients: dict[str, DaemonJobs] = {}
+        self.lease_seconds = max(3, int(os.environ.get(LEASE_ENV, leases.LEASE_SECONDS)))
+        #: Active jobs of other executors that were alive when last checked.
+        self.foreign: dict[tuple[str, str], dict[str, Any]] = {}
 
     def jobs_in(self, namespace: str) -> DaemonJobs:
         client = self._clients.get(namespace)
@@ -160,6 +165,7 @@ class JobExecutor:
         meta = obj.get("metadata") or {}
         key = (meta.get("namespace", ""), meta.get("name", ""))
         if kind == "DELETED":
+            self.foreign.pop(key, None)
             task = self.tasks.pop(key, None)
             if task is not None:
                 task.cancel()
@@ -170,6 +176,7 @@ class JobExecutor:
         if control is not None:
             control.offer(obj)
             return
+        self.foreign.pop(key, None)
         state = jobs.state_of(obj)
         if state in jobs.TERMINAL or jobs.is_tombstone(obj):
             return
@@ -178,7 +185,11 @@ class JobExecutor:
             owner = status.get("executor")
             alive = await leases.executor_liveness(self.rest, key[0])
             if owner and alive.get(owner):
-                return  # a live executor (another replica) runs it
+                self.foreign[key] = obj  # a live executor (another replica) runs it; checked again later
+                return
+        self._spawn(key, obj)
+
+    def _spawn(self, key: tuple[str, str], obj: dict[str, Any]) -> None:
         control = self.controls[key] = _Control(self, obj)
         self.tasks[key] = asyncio.create_task(self._run(key, control), name=f"daemonjob-{key[1]}")
 
@@ -196,7 +207,7 @@ class JobExecutor:
 
     async def _run(self, key: tuple[str, str], control: _Control) -> None:
         try:
-            await leases.renew(self.rest, key[0], self.executor_id)
+            await leases.renew(self.rest, key[0], self.executor_id, duration=self.lease_seconds)
             await run_job(
                 control,
                 catalog=self.catalog,
@@ -220,10 +231,24 @@ class JobExecutor:
         while True:
             for namespace in sorted(self.namespaces):
                 try:
-                    await leases.renew(self.rest, namespace, self.executor_id)
+                    await leases.renew(self.rest, namespace, self.executor_id, duration=self.lease_seconds)
+                    await self._recheck_foreign(namespace)
                 except Exception:
                     log.warning("renewing the executor lease in %s failed", namespace, exc_info=True)
-            await asyncio.sleep(LEASE_RENEW_SECONDS)
+            await asyncio.sleep(self.lease_seconds / 3)
+
+    async def _recheck_foreign(self, namespace: str) -> None:
+        """Take over (as lost) the active jobs of executors that died since we last looked."""
+        waiting = [key for key in self.foreign if key[0] == namespace]
+        if not waiting:
+            return
+        alive = await leases.executor_liveness(self.rest, namespace)
+        for key in waiting:
+            obj = self.foreign[key]
+            owner = (obj.get("status") or {}).get("executor")
+            if not (owner and alive.get(owner)) and key not in self.controls:
+                del self.foreign[key]
+                self._spawn(key, obj)
 
     async def _retention(self) -> None:
         while True:

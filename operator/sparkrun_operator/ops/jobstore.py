@@ -141,18 +141,22 @@ class JobService:
         return rows[: min(max(limit, 1), 1000)]
 
     async def cancel(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Request cancellation; returns the updated job. Raises ``Conflict`` when finished."""
+        """Request cancellation; returns the updated job. Raises ``Conflict`` when finished.
+
+        The status moves first (``cancelling``, or ``cancelled`` for a queued job), then
+        ``spec.cancel`` is set, which is what the executor acts on: the executor's terminal write
+        can therefore never race ahead of the request that caused it.
+        """
         name = obj["metadata"]["name"]
         fresh = await self.daemonjobs.get(name) or obj
         if jobs.state_of(fresh) in jobs.TERMINAL:
             raise Conflict("Job is already finished")
-        if not fresh.get("spec", {}).get("cancel"):
-            fresh = await self.daemonjobs.patch_spec(name, {"cancel": True})
 
         def mutate(status: DaemonJobStatus, current: dict[str, Any]) -> None:
             jobs.cancel(status, now=self.clock(), created=_created_at(current))
 
-        written = await self.daemonjobs.update_status(fresh, mutate)
+        await self.daemonjobs.update_status(fresh, mutate)
+        written = await self.daemonjobs.patch_spec(name, {"cancel": True})
         await self.cache.observe(written)
         return written
 

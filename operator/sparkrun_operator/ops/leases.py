@@ -34,8 +34,15 @@ def _micro(value: dt.datetime) -> str:
     return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-async def renew(rest: Rest, namespace: str, executor_id: str, *, now: dt.datetime | None = None) -> None:
-    """Create or renew this executor's Lease."""
+async def renew(
+    rest: Rest,
+    namespace: str,
+    executor_id: str,
+    *,
+    now: dt.datetime | None = None,
+    duration: int = LEASE_SECONDS,
+) -> None:
+    """Create or renew this executor's Lease (valid ``duration`` seconds)."""
     stamp = _micro(now or dt.datetime.now(dt.UTC))
     await rest.apply(
         LEASES,

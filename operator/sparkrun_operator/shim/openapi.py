@@ -25,6 +25,7 @@ _ERRORS = {
     "404": "Requested resource was not found.",
     "408": "Request body timed out.",
     "409": "Conflicting request, exhausted admission capacity, or daemon maintenance.",
+    "410": "Requested event history is no longer retained.",
     "413": "Request body exceeds the configured limit.",
     "422": "Invalid JSON or operation arguments.",
     "500": "Operation failed; see daemon diagnostics.",
@@ -44,7 +45,7 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
 def _error_responses(*codes: str) -> dict[str, Any]:
     return {
         code: {"description": _ERRORS[code], "content": _json(_ref("DaemonOperationError"))}
-        for code in (codes or tuple(_ERRORS))
+        for code in (codes or tuple(c for c in _ERRORS if c != "410"))
     }
 
 

@@ -675,7 +675,25 @@ async def run(ctx: OperationContext, args: dict[str, Any]) -> Any:
             from sparkrun_operator.ops.executors.diagnostics import collect_bundle
 
             await collect_bundle(ctx, {"workload_id": name})
-    return _run_result(workload, recipe_obj=recipe_obj, hosts=hosts, dry_run=False, already=already, ctx=ctx)
+    placed = await _placed_hosts(ctx, name)
+    return _run_result(
+        workload, recipe_obj=recipe_obj, hosts=placed or hosts, dry_run=False, already=already, ctx=ctx
+    )
+
+
+async def _placed_hosts(ctx: OperationContext, name: str) -> list[str]:
+    """Nodes the workload's pods are bound to (leader first)."""
+    from sparkrun_operator.k8s.rest import PODS
+    from sparkrun_operator.render import keys
+
+    pods = await ctx.rest.items(PODS, ctx.namespace, label_selector=f"{keys.LABEL_WORKLOAD}={name}")
+    pods.sort(
+        key=lambda p: (
+            (p["metadata"].get("labels") or {}).get(keys.LABEL_ROLE) != keys.ROLE_LEADER,
+            p["metadata"]["name"],
+        )
+    )
+    return list(dict.fromkeys(p["spec"].get("nodeName") for p in pods if p.get("spec", {}).get("nodeName")))
 
 
 async def ensure_ready(ctx: OperationContext, args: dict[str, Any]) -> Any:

@@ -1,0 +1,134 @@
+"""Fixtures for the daemon API tests on the testbed.
+
+- ``daemon`` (module): a :class:`Daemon`: a prepared namespace (roles, ServiceAccounts, tokens,
+  the example Recipe) with ``sparkrun-k8s shim serve`` and ``sparkrun-k8s operator run`` running
+  against the testbed; its logs are printed when a test of the module fails.
+- ``ref_python`` (session): the reference sparkrun interpreter (``tests/reference.py``).
+"""
+
+from __future__ import annotations
+
+import secrets
+import ssl
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from sparkrun_operator.testbed.kubeapi import KubeApi
+from sparkrun_operator.testbed.plane import Testbed
+from tests.reference import reference_python
+from tests.shim.harness import DaemonEnv, ShimRunner
+
+REPO = Path(__file__).resolve().parents[2]
+API = "sparkrun.dev/v1alpha1"
+TERMINAL = {"succeeded", "failed", "cancelled", "lost"}
+
+
+@dataclass
+class Daemon:
+    """A running shim + operator and the principals that may call it."""
+
+    env: DaemonEnv
+    runner: ShimRunner
+    kube: KubeApi
+
+    @property
+    def namespace(self) -> str:
+        return self.env.namespace
+
+    @property
+    def url(self) -> str:
+        return self.runner.url
+
+    def http(self, who: str | None = None, **headers: str) -> httpx.Client:
+        all_headers = dict(headers)
+        if who is not None:
+            all_headers["Authorization"] = "Bearer " + self.env.tokens[who]
+        verify: Any = (
+            False if self.runner.plaintext else ssl.create_default_context(cafile=self.runner.ca_file)
+        )
+        return httpx.Client(base_url=self.url, verify=verify, headers=all_headers, timeout=30)
+
+    def token(self, who: str) -> str:
+        return self.env.tokens[who]
+
+    def wait_job(
+        self, job_id: str, who: str = "admin", *, timeout: float = 120, states: set[str] = TERMINAL
+    ) -> Any:
+        """Poll ``GET /v1/jobs/{id}`` until the job reaches one of ``states``."""
+        deadline = time.monotonic() + timeout
+        with self.http(who) as client:
+            while True:
+                job = client.get(f"/v1/jobs/{job_id}").json()
+                if job.get("state") in states:
+                    return job
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"job {job_id} still {job.get('state')} after {timeout} s: {job}")
+                time.sleep(0.2)
+
+    def submit(self, who: str, name: str, arguments: dict[str, Any], **headers: str) -> str:
+        with self.http(who, **headers) as client:
+            answer = client.post(f"/v1/ops/{name}", json=arguments)
+        assert answer.status_code == 202, answer.text
+        job_id: str = answer.json()["job_id"]
+        return job_id
+
+    def job_object(self, job_id: str) -> dict[str, Any]:
+        found = self.kube.get(API, "DaemonJob", job_id, namespace=self.namespace)
+        assert found is not None
+        return found
+
+
+def start_daemon(testbed: Testbed, kube: KubeApi, workdir: Path, **kwargs: Any) -> Daemon:
+    env = DaemonEnv(kube, "shim-" + secrets.token_hex(4)).setup()
+    recipe = yaml.safe_load((REPO / "examples" / "recipe.yaml").read_text())
+    recipe["metadata"]["namespace"] = env.namespace
+    deadline = time.monotonic() + 30
+    while True:  # NB: discovery can lag behind the CRD becoming Established
+        try:
+            kube.create(recipe)
+            break
+        except KeyError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    runner = ShimRunner(testbed, env.namespace, workdir, **kwargs)
+    try:
+        runner.start()
+    except BaseException:
+        runner.stop()
+        env.teardown()
+        raise
+    return Daemon(env=env, runner=runner, kube=kube)
+
+
+def stop_daemon(daemon: Daemon) -> None:
+    daemon.runner.stop()
+    daemon.env.teardown()
+
+
+@pytest.fixture(scope="module")
+def daemon(
+    request: pytest.FixtureRequest,
+    testbed: Testbed,
+    crds: list[str],
+    kube: KubeApi,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Daemon]:
+    running = start_daemon(testbed, kube, tmp_path_factory.mktemp("shim"))
+    failed_before = request.session.testsfailed
+    yield running
+    if request.session.testsfailed > failed_before:
+        print(running.runner.logs())
+    stop_daemon(running)
+
+
+@pytest.fixture(scope="session")
+def ref_python() -> str:
+    return reference_python()
