@@ -326,7 +326,9 @@ def test_metrics_count_tokens_and_ttft(engine: EngineProc) -> None:
 
 
 def test_client_disconnect_aborts_the_request(start_engine: StartEngine) -> None:
-    slow = start_engine("org/slow", env={"SPARKRUN_ENGINE_TOKEN_SECONDS": "0.05"})
+    slow = start_engine(
+        "org/slow", env={"SPARKRUN_ENGINE_TOKEN_SECONDS": "0.05", "SPARKRUN_ENGINE_OUTPUT_TOKENS": "1000"}
+    )
     body = {"model": "org/slow", "messages": [{"role": "user", "content": "go"}], "max_tokens": 200}
     body["stream"] = True
     with httpx.stream("POST", f"{slow.url}/v1/chat/completions", json=body) as resp:
@@ -343,7 +345,12 @@ def test_client_disconnect_aborts_the_request(start_engine: StartEngine) -> None
 
 
 def test_max_num_seqs_queues_requests(start_engine: StartEngine) -> None:
-    eng = start_engine("org/q", "--max-num-seqs", "1", env={"SPARKRUN_ENGINE_TOKEN_SECONDS": "0.05"})
+    eng = start_engine(
+        "org/q",
+        "--max-num-seqs",
+        "1",
+        env={"SPARKRUN_ENGINE_TOKEN_SECONDS": "0.05", "SPARKRUN_ENGINE_OUTPUT_TOKENS": "1000"},
+    )
     body = {"model": "org/q", "messages": [{"role": "user", "content": "go"}], "max_tokens": 40}
     body["stream"] = True
     with (

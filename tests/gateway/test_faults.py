@@ -33,7 +33,8 @@ from tests.engine.test_openai_surface import metric
 
 from .conftest import GatewayThread, StartGateway, workload, write_routes
 
-SLOW = {"SPARKRUN_ENGINE_TOKEN_SECONDS": "0.05"}
+# NB: long answers, so a stream is still running when the test acts on it, however loaded the machine.
+SLOW = {"SPARKRUN_ENGINE_TOKEN_SECONDS": "0.05", "SPARKRUN_ENGINE_OUTPUT_TOKENS": "1000"}
 
 
 @pytest.fixture
