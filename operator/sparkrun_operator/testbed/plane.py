@@ -568,6 +568,13 @@ class _Launcher:
     def _kwok_args(self) -> list[str]:
         stages = self.dir / "config" / "kwok-stages.yaml"
         docs = [d for path in self.bin.kwok_stages for d in load_manifests(path) if d.get("kind") == "Stage"]
+        for doc in docs:
+            if doc["metadata"]["name"] == "pod-delete":
+                # NB: Job-owned pods carry the batch.kubernetes.io/job-tracking finalizer, which
+                # the Job controller drops only once a pod is terminal; KWOK's fast stages never
+                # make a deleted Running pod terminal, so without this such pods stayed
+                # Terminating forever, holding their node's GPUs and their namespace.
+                doc["spec"]["next"]["finalizers"] = {"empty": True}
         stages.write_text(yaml.safe_dump_all(docs))
         return [
             f"--kubeconfig={self.tb.kubeconfig}",
