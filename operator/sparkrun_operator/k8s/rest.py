@@ -21,6 +21,7 @@ own the client and close it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT = 30.0
+RETRIES_429 = 3
 
 
 @dataclass(frozen=True)
@@ -173,27 +175,42 @@ class Rest:
         content_type: str = "application/json",
         request_timeout: float | None = None,
     ) -> Any:
-        """One request; the decoded JSON answer. Raises :class:`ApiError` on non-2xx."""
-        response = await self.api.call_api(
-            path,
-            method,
-            query_params=_query(query),
-            header_params={"Accept": "application/json", "Content-Type": content_type},
-            body=body,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=request_timeout or self.timeout,
-        )
-        async with response:
-            raw = await response.read()
-            status = response.status
-        try:
-            decoded = json.loads(raw) if raw else None
-        except ValueError:
-            decoded = raw.decode("utf-8", "replace")
-        if not 200 <= status <= 299:
-            raise ApiError(status, decoded, method=method, path=path)
-        return decoded
+        """One request; the decoded JSON answer. Raises :class:`ApiError` on non-2xx.
+
+        A ``429 Too Many Requests`` (apiserver priority and fairness, or storage still
+        initializing) was not processed, so it is retried up to :data:`RETRIES_429` times after
+        the advertised delay (at most 2 s).
+        """
+        for attempt in range(RETRIES_429 + 1):
+            response = await self.api.call_api(
+                path,
+                method,
+                query_params=_query(query),
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=request_timeout or self.timeout,
+            )
+            async with response:
+                raw = await response.read()
+                status = response.status
+                retry_after = response.headers.get("Retry-After", "1")
+            try:
+                decoded = json.loads(raw) if raw else None
+            except ValueError:
+                decoded = raw.decode("utf-8", "replace")
+            if status == 429 and attempt < RETRIES_429:
+                try:
+                    delay = min(float(retry_after), 2.0)
+                except ValueError:
+                    delay = 1.0
+                await asyncio.sleep(max(delay, 0.1))
+                continue
+            if not 200 <= status <= 299:
+                raise ApiError(status, decoded, method=method, path=path)
+            return decoded
+        raise AssertionError("unreachable")
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """The object, or ``None`` when it does not exist."""

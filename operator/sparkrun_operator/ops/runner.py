@@ -114,6 +114,8 @@ def as_daemon_error(error: BaseException) -> DaemonError:
             return DaemonError(detail, type_name="PermissionError")
         if error.status in (400, 422):
             return Invalid(detail)
+        if error.status == 429:
+            return Conflict(detail, retryable=True, type_name="Busy")
         return DaemonError(detail, retryable=error.status in (429, 500, 503, 504))
     if isinstance(error, TimeoutError):
         return OperationTimeout(str(error) or "Operation timed out")
