@@ -80,22 +80,22 @@ def register(registry: kopf.OperatorRegistry, *, drift_seconds: float) -> None:
         ctx.triggers.poke_where(lambda key: isinstance(key, tuple) and key[0] == "ic")
 
     @kopf.on.event("", "v1", "nodes", id="ic-node-changed", registry=registry)
-    def ic_node_changed(*, memo: Any, **_: Any) -> None:
+    async def ic_node_changed(*, memo: Any, **_: Any) -> None:
         poke_all(memo.ctx)
 
     @kopf.on.event("", "v1", "pods", id="ic-pod-changed", registry=registry)
-    def ic_pod_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
+    async def ic_pod_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
         if observe.gpu_pod_from(body) is not None:
             poke_all(memo.ctx)
 
     @kopf.on.event(*CLUSTER_ID, id="ic-changed", registry=registry)
-    def ic_changed(*, memo: Any, **_: Any) -> None:
+    async def ic_changed(*, memo: Any, **_: Any) -> None:
         poke_all(memo.ctx)  # the single-default rule involves every cluster
 
     @kopf.timer(
         *CLUSTER_ID, id="ic-drift", interval=drift_seconds, initial_delay=drift_seconds, registry=registry
     )
-    def ic_drift(*, name: str, memo: Any, **_: Any) -> None:
+    async def ic_drift(*, name: str, memo: Any, **_: Any) -> None:
         memo.ctx.triggers.poke(_key(name))
 
     @kopf.daemon(*CLUSTER_ID, id="ic-reconcile", cancellation_timeout=10.0, registry=registry)

@@ -123,6 +123,8 @@ async def run_loop(
     trigger = ctx.triggers.register(key)
     config = ctx.config
     requeue: float | None = None
+    last_pass = -float("inf")
+    loop = asyncio.get_running_loop()
     try:
         while not stopped:
             timeout = ctx.jitter(config.drift_seconds)
@@ -139,20 +141,28 @@ async def run_loop(
                         await task
             if stopped:
                 return
-            if config.debounce_seconds:
-                await asyncio.sleep(config.debounce_seconds)  # coalesce a burst of child events
-            trigger.clear()
-            with ctx.metrics.reconcile_seconds.labels(kind=kind).time():
-                try:
-                    requeue = await reconcile()
-                except (errors.Unavailable, errors.Conflict) as error:
-                    ctx.metrics.reconcile_errors.labels(kind=kind, error=type(error).__name__).inc()
-                    raise kopf.TemporaryError(
-                        str(error), delay=5 if isinstance(error, errors.Conflict) else 15
-                    ) from error
-                except errors.KubeError as error:
-                    ctx.metrics.reconcile_errors.labels(kind=kind, error=type(error).__name__).inc()
-                    logger.error("reconcile failed: %s", error)
-                    requeue = 30.0
+            # NB: the first event after a quiet spell is handled at once; passes that follow
+            # each other keep at least debounce_seconds apart, so a burst of child events
+            # coalesces into few passes.
+            spacing = config.debounce_seconds - (loop.time() - last_pass)
+            if spacing > 0:
+                await asyncio.sleep(spacing)
+            async with ctx.gate:
+                # NB: cleared once a slot is ours: pokes while queued for one need no extra pass.
+                trigger.clear()
+                with ctx.metrics.reconcile_seconds.labels(kind=kind).time():
+                    try:
+                        requeue = await reconcile()
+                    except (errors.Unavailable, errors.Conflict) as error:
+                        ctx.metrics.reconcile_errors.labels(kind=kind, error=type(error).__name__).inc()
+                        raise kopf.TemporaryError(
+                            str(error), delay=5 if isinstance(error, errors.Conflict) else 15
+                        ) from error
+                    except errors.KubeError as error:
+                        ctx.metrics.reconcile_errors.labels(kind=kind, error=type(error).__name__).inc()
+                        logger.error("reconcile failed: %s", error)
+                        requeue = 30.0
+                    finally:
+                        last_pass = loop.time()
     finally:
         ctx.triggers.unregister(key)

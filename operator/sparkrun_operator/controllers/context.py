@@ -29,13 +29,19 @@ class OperatorConfig:
 
     #: How often every object is reconciled even without events (drift repair).
     drift_seconds: float = DEFAULT_DRIFT_SECONDS
-    #: Coalescing window for bursts of child events before a reconcile.
-    debounce_seconds: float = 0.2
+    #: Least time between two passes of one object (bursts of child events coalesce).
+    debounce_seconds: float = 0.5
     #: How long to wait for the watch cache to show the operator's own writes.
     expectation_seconds: float = 10.0
     render: RenderOptions = field(default_factory=RenderOptions)
     #: Timeout of calls to engines (``/is_sleeping``, ``/sleep``, ``/wake_up``).
     engine_timeout: float = 10.0
+    #: Passes running at once over all objects. Thousands of objects changing together (an
+    #: operator restart, a mass apply) would otherwise queue thousands of requests at the
+    #: apiserver, time out, and retry in a storm.
+    max_concurrent_passes: int = 16
+    #: TLS connections of the operator's client to the apiserver.
+    api_connections: int = 32
 
 
 class Triggers:
@@ -135,6 +141,8 @@ class Context:
     http: httpx.AsyncClient
     metrics: Metrics
     triggers: Triggers = field(default_factory=Triggers)
+    #: Bounds the passes running at once (``OperatorConfig.max_concurrent_passes``).
+    gate: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
     #: Workload key -> names it depends on (``recipe``, ``cache``, ``cluster``), for fan-out.
     dependencies: dict[tuple[str, str], tuple[str | None, str | None, str | None]] = field(
         default_factory=dict

@@ -154,12 +154,20 @@ async def run(
     ready_flag: asyncio.Event | threading.Event | None = None,
 ) -> None:
     """Run the operator until ``stop_flag`` is set or the process is signalled."""
-    api = await connect(kubeconfig=options.kubeconfig, context=options.context)
+    api = await connect(
+        kubeconfig=options.kubeconfig, context=options.context, connections=options.config.api_connections
+    )
     metrics = Metrics()
     kube = Kube(api, on_write=metrics.count_write)
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
     http = httpx.AsyncClient(limits=limits, timeout=options.config.engine_timeout)
-    ctx = Context(config=options.config, kube=kube, http=http, metrics=metrics)
+    ctx = Context(
+        config=options.config,
+        kube=kube,
+        http=http,
+        metrics=metrics,
+        gate=asyncio.Semaphore(options.config.max_concurrent_passes),
+    )
     try:
         if options.metrics_port is not None:
             serve_metrics(metrics, host=options.metrics_host, port=options.metrics_port)

@@ -72,20 +72,22 @@ class Expectations:
 
     created: set[str] = field(default_factory=set)
     deleted: set[str] = field(default_factory=set)
+    service: bool = False
     since: float = 0.0
 
     def record(self, p: Plan) -> None:
         self.created = {d["metadata"]["name"] for d in p.apply if d.get("kind") == "JobSet"}
         self.deleted = {d.uid for d in p.delete}
+        self.service = any(d.get("kind") == "Service" for d in p.apply)
         self.since = time.monotonic()
 
-    def met(self, jobsets: Iterable[ObservedJobSet], *, patience: float) -> bool:
-        if not self.created and not self.deleted:
+    def met(self, jobsets: Iterable[ObservedJobSet], *, service_seen: bool, patience: float) -> bool:
+        if not self.created and not self.deleted and not self.service:
             return True
         seen = {js.name for js in jobsets}
         gone = {js.uid for js in jobsets if not js.deleting}
-        if self.created <= seen and not (self.deleted & gone):
-            self.created, self.deleted = set(), set()
+        if self.created <= seen and not (self.deleted & gone) and (service_seen or not self.service):
+            self.created, self.deleted, self.service = set(), set(), False
             return True
         return time.monotonic() - self.since > patience
 
@@ -306,7 +308,8 @@ async def reconcile(
         observe.with_readiness(js, _store(indices.get("iw_pods"), key))
         for js in _store(indices.get("iw_jobsets"), key)
     ]
-    if not expectations.met(jobsets, patience=ctx.config.expectation_seconds):
+    service_seen = bool(_store(indices.get("iw_services"), key))
+    if not expectations.met(jobsets, service_seen=service_seen, patience=ctx.config.expectation_seconds):
         return 1.0  # the watch has not caught up with our own writes yet
     asleep = await probe_sleep(ctx, body, indices)
     obs = observation(ctx=ctx, body=body, indices=indices, now=utcnow(), asleep=asleep)
@@ -354,17 +357,17 @@ def register(registry: kopf.OperatorRegistry, *, drift_seconds: float) -> None:
     # -- pokes ----------------------------------------------------------------------------
 
     @kopf.on.event(*WORKLOAD_ID, id="iw-changed", registry=registry)
-    def iw_changed(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+    async def iw_changed(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
         memo.ctx.triggers.poke(_key(namespace or "", name))
 
     @kopf.on.event(*JOBSET_ID, id="iw-jobset-changed", labels=OURS, registry=registry)
-    def iw_jobset_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
+    async def iw_jobset_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
         key = observe.workload_key(body)
         if key:
             memo.ctx.triggers.poke(_key(*key))
 
     @kopf.on.event("", "v1", "pods", id="iw-pod-changed", labels=OURS, registry=registry)
-    def iw_pod_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
+    async def iw_pod_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
         key = observe.workload_key(body)
         if key:
             memo.ctx.triggers.poke(_key(*key))
@@ -375,15 +378,15 @@ def register(registry: kopf.OperatorRegistry, *, drift_seconds: float) -> None:
                 ctx.triggers.poke(_key(ns, wl))
 
     @kopf.on.event(*RECIPE_ID, id="iw-recipe-changed", registry=registry)
-    def iw_recipe_changed(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+    async def iw_recipe_changed(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
         _poke_dependents(memo.ctx, namespace=namespace, slot=0, name=name)
 
     @kopf.on.event(*CACHE_ID, id="iw-cache-changed", registry=registry)
-    def iw_cache_changed(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+    async def iw_cache_changed(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
         _poke_dependents(memo.ctx, namespace=namespace, slot=1, name=name)
 
     @kopf.on.event(*CLUSTER_ID, id="iw-cluster-changed", registry=registry)
-    def iw_cluster_changed(*, name: str, memo: Any, **_: Any) -> None:
+    async def iw_cluster_changed(*, name: str, memo: Any, **_: Any) -> None:
         ctx: Context = memo.ctx
         # A (new) default cluster concerns every workload naming none.
         for (ns, wl), deps in list(ctx.dependencies.items()):
@@ -393,7 +396,7 @@ def register(registry: kopf.OperatorRegistry, *, drift_seconds: float) -> None:
     @kopf.timer(
         *WORKLOAD_ID, id="iw-drift", interval=drift_seconds, initial_delay=drift_seconds, registry=registry
     )
-    def iw_drift(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+    async def iw_drift(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
         memo.ctx.triggers.poke(_key(namespace or "", name))
 
     @kopf.daemon(*WORKLOAD_ID, id="iw-reconcile", cancellation_timeout=10.0, registry=registry)

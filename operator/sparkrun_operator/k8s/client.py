@@ -84,13 +84,17 @@ PEERINGS: Final = Resource("kopf.dev", "v1", "kopfpeerings", True, "KopfPeering"
 WriteHook = Callable[[str, str], None]
 
 
-async def connect(*, kubeconfig: str | None = None, context: str | None = None) -> k8s_client.ApiClient:
+async def connect(
+    *, kubeconfig: str | None = None, context: str | None = None, connections: int = 32
+) -> k8s_client.ApiClient:
     """An ``ApiClient`` for the cluster: in-cluster when running in a pod, else the kubeconfig.
 
     ``kubeconfig``/``context`` force a kubeconfig (``$KUBECONFIG`` or ``~/.kube/config`` when
-    ``kubeconfig`` is None). The caller owns the client and closes it.
+    ``kubeconfig`` is None). At most ``connections`` TLS connections are open at once (each
+    costs a few hundred KiB). The caller owns the client and closes it.
     """
     configuration = k8s_client.Configuration()
+    configuration.connection_pool_maxsize = connections
     in_cluster = (
         kubeconfig is None
         and "KUBERNETES_SERVICE_HOST" in os.environ

@@ -1,0 +1,183 @@
+"""Helpers of the operator benchmarks: a testbed, the operator process, an async API client,
+watches that timestamp events, and the apiserver's request counters."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import re
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from sparkrun_operator.testbed import binaries, plane
+from sparkrun_operator.testbed.topology import NodePool, Topology
+
+REPO = Path(__file__).resolve().parent.parent
+API = "sparkrun.dev/v1alpha1"
+WORKLOADS = "/apis/sparkrun.dev/v1alpha1/namespaces/{ns}/inferenceworkloads"
+JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets"
+SERVICES = "/api/v1/namespaces/{ns}/services"
+
+
+def start_testbed(workdir: Path, *, nodes: int, gpus: int = 8) -> plane.Testbed:
+    """A fresh testbed with ``nodes`` KWOK GPU nodes and the project's CRDs."""
+    bins = binaries.locate(REPO).check()
+    options = plane.Options(
+        topology=Topology(pools=(NodePool(count=nodes, gpus=gpus),)),
+        crd_dirs=(REPO / "crds",),
+        timeout=600.0,
+    )
+    return plane.Testbed.start(workdir / "testbed", bins, options)
+
+
+class Operator:
+    """``sparkrun-k8s operator run`` as a child process (standalone, all namespaces)."""
+
+    def __init__(self, kubeconfig: Path, log: Path, *extra: str) -> None:
+        self.log = log
+        self._out = log.open("wb")
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sparkrun_operator.cli.main", "operator", "run", "--standalone", *extra],
+            env=env,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+        )
+
+    def rss_bytes(self) -> int:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._out.close()
+
+
+def client(kubeconfig: Path, *, limits: int = 64) -> httpx.AsyncClient:
+    """An async client for the testbed's token kubeconfig."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    context = next(c["context"] for c in config["contexts"] if c["name"] == config["current-context"])
+    cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
+    user = next(u["user"] for u in config["users"] if u["name"] == context["user"])
+    tls = ssl.create_default_context(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
+    return httpx.AsyncClient(
+        base_url=cluster["server"],
+        verify=tls,
+        headers={"Authorization": f"Bearer {user['token']}", "Accept": "application/json"},
+        timeout=60,
+        limits=httpx.Limits(max_connections=limits, max_keepalive_connections=limits),
+    )
+
+
+async def call(http: httpx.AsyncClient, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+    response = await http.request(method, path, **kwargs)
+    if response.status_code >= 300:
+        raise RuntimeError(f"{method} {path}: {response.status_code} {response.text[:500]}")
+    body: dict[str, Any] = response.json() if response.content else {}
+    return body
+
+
+async def apply(http: httpx.AsyncClient, path: str, doc: dict[str, Any], manager: str) -> dict[str, Any]:
+    return await call(
+        http,
+        "PATCH",
+        path,
+        params={"fieldManager": manager, "force": "true"},
+        content=json.dumps(doc),
+        headers={"Content-Type": "application/apply-patch+yaml"},
+    )
+
+
+async def watch(
+    http: httpx.AsyncClient, path: str, on_event: Callable[[str, dict[str, Any], float], None]
+) -> None:
+    """Stream watch events of ``path`` to ``on_event(type, object, perf_counter_time)`` forever."""
+    version = (await call(http, "GET", path, params={"limit": 1}))["metadata"]["resourceVersion"]
+    while True:
+        params = {
+            "watch": "1",
+            "resourceVersion": version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": "300",
+        }
+        async with http.stream("GET", path, params=params, timeout=None) as response:
+            async for line in response.aiter_lines():
+                if not line:
+                    continue
+                event = json.loads(line)
+                obj = event["object"]
+                version = obj.get("metadata", {}).get("resourceVersion", version)
+                if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                    on_event(event["type"], obj, time.perf_counter())
+
+
+@contextlib.asynccontextmanager
+async def watching(
+    http: httpx.AsyncClient, paths: list[str], on_event: Callable[[str, dict[str, Any], float], None]
+) -> AsyncIterator[None]:
+    tasks = [asyncio.create_task(watch(http, path, on_event)) for path in paths]
+    await asyncio.sleep(0.5)  # the watches are established
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
+                await task
+
+
+_SAMPLE = re.compile(r"^apiserver_request_total\{([^}]*)\} (\S+)$", re.M)
+
+
+async def write_counts(http: httpx.AsyncClient) -> dict[tuple[str, str, str], float]:
+    """apiserver_request_total of write verbs, by (resource, subresource, verb)."""
+    text = (await http.get("/metrics")).text
+    counts: dict[tuple[str, str, str], float] = {}
+    for labels, value in _SAMPLE.findall(text):
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        if fields.get("verb") not in ("POST", "PUT", "PATCH", "DELETE", "APPLY", "CREATE", "UPDATE"):
+            continue
+        key = (fields.get("resource", ""), fields.get("subresource", ""), fields["verb"])
+        counts[key] = counts.get(key, 0.0) + float(value)
+    return counts
+
+
+def diff_counts(
+    before: dict[tuple[str, str, str], float], after: dict[tuple[str, str, str], float]
+) -> dict[tuple[str, str, str], float]:
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0) > 0}
+
+
+def workload(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": {"name": "Qwen/Qwen3-0.6B"}}
+    body.update(spec)
+    return {
+        "apiVersion": API,
+        "kind": "InferenceWorkload",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": body,
+    }

@@ -1,0 +1,296 @@
+"""Scale: N InferenceWorkloads applied at once on M simulated GPU nodes.
+
+Measured on a fresh testbed (M KWOK nodes with 8 GPUs each; pods are scheduled by the real
+scheduler and marked Running/Ready by KWOK):
+
+- time to converge: from the first create until every workload reports ``Ready=True`` with one
+  ready replica (seen through a watch), compared with N x the single-object cost (one workload
+  created alone on the same testbed beforehand, create -> Ready);
+- operator RSS (peak, sampled every second) and CPU seconds;
+- API writes per object while converging, from the apiserver's ``apiserver_request_total``
+  by resource (the operator is the only writer of InferenceWorkloads after their creation, of
+  their status, of Services and of JobSet specs; JobSet status is the JobSet controller's);
+- writes while idle: the same counters over ``--idle-seconds`` after convergence.
+
+Run: ``python -m bench.scale [--workloads 1000 --nodes 250]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench import _common
+from bench._operator import (
+    JOBSETS,
+    WORKLOADS,
+    Operator,
+    call,
+    client,
+    diff_counts,
+    start_testbed,
+    watching,
+    workload,
+    write_counts,
+)
+
+OPERATOR_RESOURCES = ("inferenceworkloads", "services", "jobsets")
+
+
+class Readiness:
+    """Which workloads are Ready (from a watch), and when the last one became so; when each
+    workload's JobSet first appeared (the operator's own part of the work)."""
+
+    def __init__(self) -> None:
+        self.ready: dict[str, float] = {}
+        self.jobsets: dict[str, float] = {}
+        self.pods_ready: dict[str, float] = {}
+        self.changed = asyncio.Event()
+
+    def __call__(self, kind: str, obj: dict[str, Any], when: float) -> None:
+        if obj.get("kind") == "Pod":
+            owner = obj["metadata"].get("labels", {}).get("sparkrun.dev/workload")
+            conditions = (obj.get("status") or {}).get("conditions") or []
+            if (
+                owner
+                and owner not in self.pods_ready
+                and any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+            ):
+                self.pods_ready[owner] = when
+            return
+        if obj.get("kind") == "JobSet":
+            owner = obj["metadata"].get("labels", {}).get("sparkrun.dev/workload")
+            if owner and owner not in self.jobsets:
+                self.jobsets[owner] = when
+            return
+        status = obj.get("status") or {}
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+        )
+        name = obj["metadata"]["name"]
+        if ready and status.get("readyReplicas", 0) >= 1 and name not in self.ready:
+            self.ready[name] = when
+            self.changed.set()
+
+    async def wait(self, count: int, patience: float) -> bool:
+        deadline = time.perf_counter() + patience
+        while len(self.ready) < count:
+            self.changed.clear()
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self.changed.wait(), remaining)
+            except TimeoutError:
+                return False
+        return True
+
+
+async def sample_rss(operator: Operator, peak: list[int], stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        peak[0] = max(peak[0], operator.rss_bytes())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 1.0)
+
+
+async def operator_passes(port: int) -> dict[str, float]:
+    """Count and mean duration of the operator's InferenceWorkload passes, from its /metrics."""
+    async with httpx.AsyncClient() as local:
+        text = (await local.get(f"http://127.0.0.1:{port}/metrics", timeout=10)).text
+    values = {}
+    for name in ("count", "sum"):
+        pattern = rf'^sparkrun_operator_reconcile_seconds_{name}{{kind="InferenceWorkload"}} (\S+)$'
+        match = re.search(pattern, text, re.M)
+        values[name] = float(match.group(1)) if match else float("nan")
+    return {"passes": values["count"], "mean_s": values["sum"] / values["count"] if values["count"] else 0.0}
+
+
+def per_object(counts: dict[tuple[str, str, str], float], n: int) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for (resource, sub, verb), value in sorted(counts.items()):
+        out[f"{resource}{'/' + sub if sub else ''} {verb}"] = value / n
+    return out
+
+
+async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    tb = start_testbed(workdir, nodes=args.nodes)
+    testbed_up = time.perf_counter() - t0
+    print(f"testbed with {args.nodes} nodes up in {testbed_up:.1f} s", flush=True)
+    operator: Operator | None = None
+    result: dict[str, Any] = {"testbed_up_s": testbed_up}
+    try:
+        async with client(tb.kubeconfig, limits=64) as http:
+            await call(http, "POST", "/api/v1/namespaces", json={"metadata": {"name": "scale"}})
+            metrics_port = _common.free_port()
+            operator = Operator(
+                tb.kubeconfig,
+                workdir / "operator.log",
+                "--metrics-port",
+                str(metrics_port),
+                "--metrics-host",
+                "127.0.0.1",
+            )
+            readiness = Readiness()
+            path = WORKLOADS.format(ns="scale")
+            pods = "/api/v1/namespaces/scale/pods"
+            async with watching(http, [path, JOBSETS.format(ns="scale"), pods], readiness):
+                # the single-object cost, on the same testbed, operator warm
+                start = time.perf_counter()
+                await call(http, "POST", path, json=workload("single", "scale"))
+                assert await readiness.wait(1, 120), "the single workload never became Ready"
+                single = readiness.ready["single"] - start
+                print(f"single workload create -> Ready: {single:.2f} s", flush=True)
+                await asyncio.sleep(5)
+
+                before = await write_counts(http)
+                cpu_before = operator.cpu_seconds()
+                peak = [operator.rss_bytes()]
+                stop = asyncio.Event()
+                sampler = asyncio.create_task(sample_rss(operator, peak, stop))
+                gate = asyncio.Semaphore(32)
+
+                async def create(i: int) -> None:
+                    async with gate:
+                        await call(http, "POST", path, json=workload(f"w{i:04d}", "scale"))
+
+                start = time.perf_counter()
+                await asyncio.gather(*(create(i) for i in range(args.workloads)))
+                created = time.perf_counter() - start
+                print(f"{args.workloads} workloads created in {created:.1f} s", flush=True)
+                converged = await readiness.wait(args.workloads + 1, args.patience)
+                took = (max(readiness.ready.values()) - start) if converged else float("nan")
+                done = len(readiness.ready) - 1
+                print(f"converged: {converged} ({done}/{args.workloads} Ready) in {took:.1f} s", flush=True)
+                all_jobsets = (max(readiness.jobsets.values()) - start) if readiness.jobsets else float("nan")
+                print(f"every JobSet created after {all_jobsets:.1f} s", flush=True)
+                after = await write_counts(http)
+                converge_cpu = operator.cpu_seconds() - cpu_before
+                await asyncio.sleep(5)  # late follow-up events of the last objects
+                idle_before = await write_counts(http)
+                idle_cpu_before = operator.cpu_seconds()
+                await asyncio.sleep(args.idle_seconds)
+                idle_after = await write_counts(http)
+                idle_cpu = operator.cpu_seconds() - idle_cpu_before
+                stop.set()
+                await sampler
+            # the operator's own lag: leader pod Ready -> workload Ready (seen by the same watcher)
+            lags = [
+                readiness.ready[name] - readiness.pods_ready[name]
+                for name in readiness.ready
+                if name in readiness.pods_ready and name != "single"
+            ]
+            passes = await operator_passes(metrics_port)
+            writes = diff_counts(before, after)
+            idle = diff_counts(idle_before, idle_after)
+            ours = {
+                k: v
+                for k, v in writes.items()
+                if (k[0] in OPERATOR_RESOURCES and k[1] != "status")
+                or (k[0] == "inferenceworkloads" and k[1] == "status")
+            }
+            # the benchmark's own creates are not the operator's
+            ours[("inferenceworkloads", "", "POST")] = (
+                ours.get(("inferenceworkloads", "", "POST"), 0) - args.workloads
+            )
+            ours = {k: v for k, v in ours.items() if v > 0}
+            idle_ours = {
+                k: v
+                for k, v in idle.items()
+                if (k[0] in OPERATOR_RESOURCES and k[1] != "status")
+                or k[:2] == ("inferenceworkloads", "status")
+            }
+            result.update(
+                {
+                    "single_s": single,
+                    "created_s": created,
+                    "converged": converged,
+                    "converge_s": took,
+                    "ready_lag_s": {
+                        "n": len(lags),
+                        "p50": _common.median(lags),
+                        "p99": _common.pct(lags, 0.99),
+                        "max": max(lags) if lags else float("nan"),
+                    },
+                    "operator_passes": passes,
+                    "all_jobsets_s": all_jobsets,
+                    "n_times_single_s": args.workloads * single,
+                    "operator_peak_rss_mib": peak[0] / 2**20,
+                    "operator_cpu_s_converging": converge_cpu,
+                    "operator_cpu_s_idle": idle_cpu,
+                    "operator_writes_per_object": per_object(ours, args.workloads),
+                    "operator_writes_total_per_object": sum(ours.values()) / args.workloads,
+                    "all_writes_converging": {f"{k[0]}/{k[1]} {k[2]}": v for k, v in writes.items()},
+                    "idle_writes_operator_resources": {
+                        f"{k[0]}/{k[1]} {k[2]}": v for k, v in idle_ours.items()
+                    },
+                    "idle_writes_all": {f"{k[0]}/{k[1]} {k[2]}": v for k, v in idle.items()},
+                }
+            )
+    finally:
+        if operator is not None:
+            operator.stop()
+        tb.stop()
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__)
+    parser.add_argument("--workloads", type=int, default=1000)
+    parser.add_argument("--nodes", type=int, default=250)
+    parser.add_argument("--patience", type=float, default=600.0, help="give up converging after this")
+    parser.add_argument("--idle-seconds", type=float, default=60.0)
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    try:
+        result = asyncio.run(run(args, workdir))
+    except httpx.HTTPError as error:
+        print(f"failed: {error}")
+        return 1
+    print()
+    print(f"workloads {args.workloads} on {args.nodes} nodes x 8 GPUs")
+    print(f"converge: {result['converge_s']:.1f} s (N x single: {result['n_times_single_s']:.1f} s)")
+    print(f"every JobSet created after {result['all_jobsets_s']:.1f} s")
+    lag = result["ready_lag_s"]
+    print(f"leader pod Ready -> workload Ready: p50 {lag['p50']:.2f} s, p99 {lag['p99']:.2f} s", end="")
+    print(f", max {lag['max']:.2f} s")
+    passes = result["operator_passes"]
+    print(f"operator passes: {passes['passes']:.0f}, mean {passes['mean_s'] * 1000:.0f} ms")
+    rss, cpu = result["operator_peak_rss_mib"], result["operator_cpu_s_converging"]
+    print(f"operator peak RSS {rss:.0f} MiB, CPU {cpu:.1f} s")
+    print(f"operator writes per object: {result['operator_writes_total_per_object']:.2f}")
+    for key, value in result["operator_writes_per_object"].items():
+        print(f"  {key}: {value:.2f}")
+    idle = result["idle_writes_operator_resources"]
+    print(f"idle {args.idle_seconds:.0f} s: writes to operator resources {idle}")
+    path = _common.write_json(
+        "scale",
+        {
+            "inputs": vars(args),
+            "environment": _common.environment(["kopf", "kubernetes_asyncio"]),
+            "result": result,
+        },
+    )
+    print(f"wrote {path}")
+    print(
+        json.dumps(
+            {
+                k: result[k]
+                for k in ("converge_s", "operator_peak_rss_mib", "operator_writes_total_per_object")
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
