@@ -25,18 +25,19 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import yaml
 
-from sparkrun_operator.testbed.kubeapi import KubeApi
+from sparkrun_operator.testbed.kubeapi import ApiError, KubeApi
 from sparkrun_operator.testbed.plane import Testbed
 
+T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "manifests" / "rbac" / "daemon-roles.yaml"
 PRINCIPALS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
@@ -58,7 +59,19 @@ class DaemonEnv:
     tokens: dict[str, str] = field(default_factory=dict)
 
     def setup(self) -> DaemonEnv:
-        self.kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}})
+        # NB: right after the CRDs were installed the apiserver may still answer 429 (storage
+        # (re)initializing) for a moment.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self.kube.create(
+                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}
+                )
+                break
+            except ApiError as error:
+                if error.status != 429 or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
         for doc in yaml.safe_load_all(ROLES.read_text()):
             if doc:
                 self.kube.apply(doc)
@@ -100,12 +113,24 @@ class DaemonEnv:
         return f"system:serviceaccount:{self.namespace}:{name}"
 
     def teardown(self) -> None:
-        self.kube.delete("v1", "Namespace", self.namespace)
+        retry(lambda: self.kube.delete("v1", "Namespace", self.namespace))
         # InferenceClusters are cluster-scoped: remove those this environment's tests created.
-        for cluster in self.kube.list_items("sparkrun.dev/v1alpha1", "InferenceCluster"):
+        for cluster in retry(lambda: self.kube.list_items("sparkrun.dev/v1alpha1", "InferenceCluster")):
             name = cluster["metadata"]["name"]
             if name.startswith(("nowhere-", "hosts-", "idem-")):
-                self.kube.delete("sparkrun.dev/v1alpha1", "InferenceCluster", name)
+                retry(lambda name=name: self.kube.delete("sparkrun.dev/v1alpha1", "InferenceCluster", name))
+
+
+def retry(call: Callable[[], T], *, seconds: float = 30.0) -> T:
+    """``call()``, retried while the apiserver answers 429 (e.g. storage still initializing)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return call()
+        except ApiError as error:
+            if error.status != 429 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def free_port() -> int:

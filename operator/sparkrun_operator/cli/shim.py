@@ -41,6 +41,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="serve without TLS (bearer tokens in clear text: development only)",
     )
     run.add_argument("--aggregated-port", type=int, default=None, help="also serve the aggregated API here")
+    run.add_argument("--aggregated-host", default=None, help="address of the aggregated API (default: --host)")
     run.add_argument(
         "--allow-request-trust",
         action="store_true",
@@ -71,6 +72,7 @@ def _serve(args: argparse.Namespace) -> int:
         tls_key=args.tls_key,
         insecure_plaintext=args.insecure_plaintext,
         aggregated_port=args.aggregated_port,
+        aggregated_host=args.aggregated_host,
         allow_request_trust=args.allow_request_trust,
     )
 
