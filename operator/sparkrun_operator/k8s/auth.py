@@ -61,11 +61,13 @@ class UserInfo:
     groups: tuple[str, ...] = ()
     extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
-    @property
-    def key(self) -> str:
-        """A stable cache key for everything that authorization depends on."""
+    key: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # A stable cache key for everything that authorization depends on (computed once:
+        # every authorization decision looks it up).
         extra = sorted((k, tuple(v)) for k, v in self.extra.items())
-        return json.dumps([self.username, self.uid, sorted(self.groups), extra])
+        object.__setattr__(self, "key", json.dumps([self.username, self.uid, sorted(self.groups), extra]))
 
     @property
     def service_account(self) -> tuple[str, str] | None:

@@ -230,9 +230,21 @@ class Rest:
         label_selector: str | None = None,
         field_selector: str | None = None,
         limit: int | None = None,
+        cached: bool = False,
     ) -> dict[str, Any]:
-        """The List object (``items``, ``metadata.resourceVersion``)."""
-        query = {"labelSelector": label_selector, "fieldSelector": field_selector, "limit": limit}
+        """The List object (``items``, ``metadata.resourceVersion``).
+
+        ``cached`` reads from the apiserver's watch cache as it is (``resourceVersion=0``)
+        instead of a consistent read, which waits until the cache has caught up with etcd
+        (tens of milliseconds right after writes). For read-only answers that may be a
+        moment old (inline queries, monitors); never for read-modify-write.
+        """
+        query = {
+            "labelSelector": label_selector,
+            "fieldSelector": field_selector,
+            "limit": limit,
+            "resourceVersion": "0" if cached else None,
+        }
         found: dict[str, Any] = await self.request("GET", resource.path(namespace), query=query)
         return found
 

@@ -132,10 +132,10 @@ class Occupancy:
 
 async def occupancy(rest: Rest, *, gpu_resource: str = DEFAULT_GPU_RESOURCE) -> Occupancy:
     """All nodes and every bound, non-terminated pod (one list each)."""
-    nodes = {n.name: n for n in map(node_view, await rest.items(NODES))}
+    nodes = {n.name: n for n in map(node_view, await rest.items(NODES, cached=True))}
     pods = []
     for pod in await rest.items(
-        PODS, field_selector="status.phase!=Succeeded,status.phase!=Failed,spec.nodeName!="
+        PODS, field_selector="status.phase!=Succeeded,status.phase!=Failed,spec.nodeName!=", cached=True
     ):
         meta, spec, status = pod.get("metadata", {}), pod.get("spec", {}), pod.get("status", {})
         labels = meta.get("labels") or {}

@@ -169,7 +169,9 @@ async def set_default(ctx: OperationContext, args: dict[str, Any]) -> Any:
 
 async def list_clusters(ctx: OperationContext, args: dict[str, Any]) -> Any:
     rows = []
-    for cluster in sorted(await ctx.rest.items(kube.CLUSTERS), key=lambda c: c["metadata"]["name"]):
+    for cluster in sorted(
+        await ctx.rest.items(kube.CLUSTERS, cached=True), key=lambda c: c["metadata"]["name"]
+    ):
         hosts = kube.declared_hosts(cluster)
         rows.append(
             {

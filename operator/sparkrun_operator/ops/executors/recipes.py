@@ -149,7 +149,9 @@ def _matches(summary: Mapping[str, Any], *, query: str | None, runtime: str | No
 
 
 async def recipes(ctx: OperationContext, args: dict[str, Any]) -> Any:
-    items = sorted(await ctx.rest.items(kube.RECIPES, ctx.namespace), key=lambda o: o["metadata"]["name"])
+    items = sorted(
+        await ctx.rest.items(kube.RECIPES, ctx.namespace, cached=True), key=lambda o: o["metadata"]["name"]
+    )
     summaries = [_summary(o) for o in items]
     if args.get("registry"):
         summaries = []
@@ -174,7 +176,9 @@ async def recipes(ctx: OperationContext, args: dict[str, Any]) -> Any:
 
 
 async def search(ctx: OperationContext, args: dict[str, Any]) -> Any:
-    items = sorted(await ctx.rest.items(kube.RECIPES, ctx.namespace), key=lambda o: o["metadata"]["name"])
+    items = sorted(
+        await ctx.rest.items(kube.RECIPES, ctx.namespace, cached=True), key=lambda o: o["metadata"]["name"]
+    )
     rows = []
     for obj in items:
         summary = _summary(obj)

@@ -746,7 +746,7 @@ async def ensure_ready(ctx: OperationContext, args: dict[str, Any]) -> Any:
 
 async def list_workloads(ctx: OperationContext, args: dict[str, Any]) -> Any:
     workloads = sorted(
-        await ctx.rest.items(kube.WORKLOADS, ctx.namespace),
+        await ctx.rest.items(kube.WORKLOADS, ctx.namespace, cached=True),
         key=lambda w: str(w["metadata"].get("creationTimestamp", "")),
         reverse=True,
     )
