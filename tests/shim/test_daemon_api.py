@@ -624,3 +624,75 @@ def test_openapi_and_docs(daemon: Daemon) -> None:
     assert "cdn" not in page.text.lower()
     assert asset.status_code == 200
     assert len(asset.content) > 100_000
+
+
+# -- retention and the project's own client ----------------------------------------------------
+
+
+def test_retention_tombstones_keyed_jobs_and_deletes_the_others(daemon: Daemon) -> None:
+    import asyncio
+    import datetime as dt
+
+    from sparkrun_operator.controllers.daemonjob import JobExecutor
+    from sparkrun_operator.k8s.rest import Rest, connect
+
+    body = {"recipe": "qwen3-8b-vllm", "dry_run": True}
+    key = "retained-" + secrets.token_hex(3)
+    keyed = daemon.submit("operator", "workloads.run", body, **{"Idempotency-Key": key})
+    plain = daemon.submit("operator", "workloads.run", body)
+    daemon.wait_job(keyed, "operator")
+    daemon.wait_job(plain, "operator")
+
+    async def expire() -> list[tuple[str, str]]:
+        rest = Rest(await connect(str(daemon.runner.testbed.kubeconfig)))
+        try:
+            later = dt.datetime.now(dt.UTC) + dt.timedelta(days=8)
+            executor = JobExecutor(rest, clock=lambda: later)
+            return await executor.apply_retention(daemon.namespace)
+        finally:
+            await rest.api.close()
+
+    actions = dict(asyncio.run(expire()))
+    assert actions[keyed] == "tombstone"
+    assert actions[plain] == "delete"
+    tombstone = daemon.job_object(keyed)
+    assert tombstone["metadata"]["labels"]["sparkrun.dev/tombstone"] == "true"
+    assert "result" not in tombstone["status"]
+    assert not tombstone["status"].get("events")
+    assert daemon.kube.get(API, "DaemonJob", plain, namespace=daemon.namespace) is None
+    time.sleep(1.0)  # the shim's watch cache sees the tombstone
+    with daemon.http("operator", **{"Idempotency-Key": key}) as client:
+        assert client.get(f"/v1/jobs/{keyed}").status_code == 404
+        again = client.post("/v1/workloads/run", json=body)
+    assert again.status_code == 409
+    assert again.json()["detail"] == "The previous result expired; this idempotency key cannot execute again"
+
+
+def test_the_projects_python_client(daemon: Daemon) -> None:
+    from sparkrun_operator.client import Client, DaemonError, JobFailed
+
+    with Client(daemon.url, daemon.token("operator"), ca_cert=daemon.runner.ca_file) as client:
+        assert client.info()["manager"] == "daemon"
+        assert any(op["name"] == "workloads.run" for op in client.operations())
+        assert client.call("workloads.list") == client.submit("workloads.list")
+        result = client.call("workloads.run", {"recipe": "qwen3-8b-vllm", "dry_run": True}, timeout=60)
+        assert result["dry_run"] is True
+        ack = client.submit("workloads.run", {"recipe": "qwen3-8b-vllm", "dry_run": True}, key="client-1")
+        assert (
+            client.submit("workloads.run", {"recipe": "qwen3-8b-vllm", "dry_run": True}, key="client-1")
+            == ack
+        )
+        client.wait(ack["job_id"], timeout=60)
+        events = list(client.events(ack["job_id"]))
+        assert events[-1] == {"id": events[-1]["id"], "type": "state", "state": "succeeded"}
+        assert [e["id"] for e in client.events(ack["job_id"], after=events[-2]["id"])] == [events[-1]["id"]]
+        missing = client.submit("workloads.run", {"recipe": "no-such-recipe"})
+        with pytest.raises(JobFailed) as failed:
+            client.wait(missing["job_id"], timeout=60)
+        assert failed.value.job["error"]["error"]["type"] == "LookupError"
+        with pytest.raises(DaemonError) as refused:
+            client.submit("cluster.create", {"name": "x", "hosts": ["a"]})
+        assert refused.value.status == 403
+        blocked = _blocked_run(daemon)
+        daemon.wait_job(blocked, "operator", states={"running"})
+        assert client.cancel(blocked)["state"] in ("cancelling", "cancelled")
