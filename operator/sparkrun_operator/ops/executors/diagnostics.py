@@ -31,7 +31,7 @@ from sparkrun_operator.k8s.rest import CONFIG_MAPS, EVENTS, NODES, PODS, ApiErro
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import Invalid
-from sparkrun_operator.ops.executors.workloads import _sweep, endpoint_entry
+from sparkrun_operator.ops.executors.workloads import _sweep, endpoint_entry, recipe_specs
 from sparkrun_operator.render import keys
 
 __all__ = ["EXECUTORS", "collect_bundle", "read_bundle"]
@@ -51,8 +51,9 @@ async def snapshot(ctx: OperationContext, args: dict[str, Any]) -> Any:
         workloads = [
             w for w in workloads if kube.workload_id_of(w) in wanted or w["metadata"]["name"] in wanted
         ]
+    recipes = await recipe_specs(ctx)
     if args.get("metadata_only"):
-        return _sweep([endpoint_entry(w) for w in workloads], mode="metadata", hosts=[])
+        return _sweep([endpoint_entry(w, recipes) for w in workloads], mode="metadata", hosts=[])
     seen = await kube.occupancy(ctx.rest)
     hosts, _ = await kube.cluster_hosts(
         ctx.rest, hosts=args.get("hosts"), cluster=args.get("cluster"), occupancy_=seen
@@ -61,7 +62,7 @@ async def snapshot(ctx: OperationContext, args: dict[str, Any]) -> Any:
     if args.get("hosts") or args.get("cluster"):
         on = {(p.namespace, p.workload) for p in seen.pods if p.node in hosts and p.workload}
         workloads = [w for w in workloads if (w["metadata"]["namespace"], w["metadata"]["name"]) in on]
-    return _sweep([endpoint_entry(w) for w in workloads], mode="live", hosts=hosts, errors=errors)
+    return _sweep([endpoint_entry(w, recipes) for w in workloads], mode="live", hosts=hosts, errors=errors)
 
 
 def _redact(value: Any) -> Any:

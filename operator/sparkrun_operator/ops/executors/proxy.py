@@ -21,7 +21,7 @@ from sparkrun_operator.k8s.rest import CONFIG_MAPS, ApiError, Resource
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import NotFound
-from sparkrun_operator.ops.executors.workloads import endpoint_entry
+from sparkrun_operator.ops.executors.workloads import endpoint_entry, recipe_specs
 
 __all__ = ["EXECUTORS", "GATEWAY"]
 
@@ -102,10 +102,11 @@ async def _models(ctx: OperationContext) -> list[dict[str, Any]]:
     _, aliases, _ = await _state(ctx)
     rows = []
     served: dict[str, dict[str, Any]] = {}
+    recipes = await recipe_specs(ctx)
     for workload in await ctx.rest.items(kube.WORKLOADS, ctx.namespace):
         if not kube.is_ready(workload):
             continue
-        entry = endpoint_entry(workload)
+        entry = endpoint_entry(workload, recipes)
         for name in entry["actual_models"]:
             served[name] = entry
             rows.append(
@@ -125,8 +126,9 @@ async def _models(ctx: OperationContext) -> list[dict[str, Any]]:
 
 async def _applied(ctx: OperationContext, target: str) -> int:
     count = 0
+    recipes = await recipe_specs(ctx)
     for workload in await ctx.rest.items(kube.WORKLOADS, ctx.namespace):
-        if kube.is_ready(workload) and target in endpoint_entry(workload)["actual_models"]:
+        if kube.is_ready(workload) and target in endpoint_entry(workload, recipes)["actual_models"]:
             count += 1
     return count
 

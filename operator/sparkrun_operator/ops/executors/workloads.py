@@ -44,7 +44,7 @@ from sparkrun_operator.ops.errors import Conflict, DaemonError, Invalid, NotFoun
 from sparkrun_operator.render import names, recipe_identity
 from sparkrun_operator.render.recipe import resolve
 
-__all__ = ["EXECUTORS", "endpoint_entry", "workload_row"]
+__all__ = ["EXECUTORS", "endpoint_entry", "recipe_specs", "served_names", "workload_row"]
 
 MANAGED_BY = "sparkrun-daemon-api"
 INVENTORY_LIMIT = 256
@@ -123,23 +123,53 @@ def workload_row(workload: Mapping[str, Any], manager: str) -> dict[str, Any]:
     }
 
 
-def endpoint_entry(workload: Mapping[str, Any], *, with_recipe: bool = True) -> dict[str, Any]:
+def served_names(
+    workload: Mapping[str, Any], recipes: Mapping[str, RecipeSpec]
+) -> tuple[str, str, list[str]]:
+    """``(model, served name, aliases)`` the workload's engine serves (the recipe resolved)."""
+    spec = workload.get("spec") or {}
+    model = spec.get("model") or {}
+    recipe = recipes.get(((spec.get("recipe") or {}).get("name")) or "")
+    aliases = list(model.get("aliases") or [])
+    try:
+        resolution = resolve(workload=InferenceWorkloadSpec.model_validate(spec), recipe=recipe)
+    except ValueError:
+        resolution = None
+    if resolution is not None and resolution.spec is not None:
+        return resolution.spec.model, resolution.spec.served_name, aliases
+    name = model.get("servedName") or model.get("name") or (recipe.model if recipe else "")
+    return model.get("name") or name, name, aliases
+
+
+async def recipe_specs(ctx: OperationContext) -> dict[str, RecipeSpec]:
+    """The namespace's Recipes by name (for resolving what workloads serve)."""
+    out: dict[str, RecipeSpec] = {}
+    for obj in await ctx.rest.items(kube.RECIPES, ctx.namespace, cached=True):
+        try:
+            out[obj["metadata"]["name"]] = RecipeSpec.model_validate(obj.get("spec") or {})
+        except ValueError:
+            continue
+    return out
+
+
+def endpoint_entry(
+    workload: Mapping[str, Any], recipes: Mapping[str, RecipeSpec], *, with_recipe: bool = True
+) -> dict[str, Any]:
     """A credential-free endpoint of a workload (discovery.snapshot / workloads.endpoints)."""
     meta, spec, status = (
         workload.get("metadata") or {},
         workload.get("spec") or {},
         workload.get("status") or {},
     )
-    model = spec.get("model") or {}
-    served = model.get("servedName") or model.get("name") or ((spec.get("recipe") or {}).get("name") or "")
+    model, served, aliases = served_names(workload, recipes)
     entry: dict[str, Any] = {
         "workload_id": kube.workload_id_of(workload),
-        "model": model.get("name") or served,
+        "model": model,
         "served_model_name": served or None,
         "host": f"{names.service_name(workload=meta.get('name', ''))}.{meta.get('namespace', '')}.svc",
         "port": ENGINE_PORT,
         "healthy": kube.is_ready(workload),
-        "actual_models": [served, *model.get("aliases", [])] if served else [],
+        "actual_models": [served, *aliases] if served else list(aliases),
         "max_model_len": (spec.get("engine") or {}).get("maxModelLen"),
         "cluster_name": spec.get("cluster"),
         "recipe_revision": status.get("recipeRevision") or "",
@@ -732,7 +762,7 @@ async def ensure_ready(ctx: OperationContext, args: dict[str, Any]) -> Any:
     return {
         "state": "ready",
         "workload_id": kube.workload_id_of(ready),
-        "endpoint": endpoint_entry(ready, with_recipe=False),
+        "endpoint": endpoint_entry(ready, await recipe_specs(ctx), with_recipe=False),
         "adopted": adopted,
         "workload": workload_row(ready, ctx.manager),
         "observed_at": time.time(),
@@ -836,6 +866,7 @@ async def reconcile(ctx: OperationContext, args: dict[str, Any]) -> Any:
 
 
 async def find_intent(ctx: OperationContext, args: dict[str, Any]) -> Any:
+    recipes = await recipe_specs(ctx)
     for workload in await ctx.rest.items(kube.WORKLOADS, ctx.namespace):
         status = workload.get("status") or {}
         if status.get("intentId") == args["intent_id"] and kube.is_ready(workload):
@@ -843,7 +874,7 @@ async def find_intent(ctx: OperationContext, args: dict[str, Any]) -> Any:
                 "workload_id": kube.workload_id_of(workload),
                 "intent_id": args["intent_id"],
                 "hosts": list(args["hosts"]),
-                "endpoint": endpoint_entry(workload),
+                "endpoint": endpoint_entry(workload, recipes),
             }
     return None
 
@@ -865,9 +896,10 @@ async def plugins(ctx: OperationContext, args: dict[str, Any]) -> Any:
 
 async def endpoints(ctx: OperationContext, args: dict[str, Any]) -> Any:
     workloads = await ctx.rest.items(kube.WORKLOADS, ctx.namespace)
+    recipes = await recipe_specs(ctx)
     rows = []
     for workload in workloads:
-        entry = endpoint_entry(workload)
+        entry = endpoint_entry(workload, recipes)
         if args.get("workload_id") and args["workload_id"] not in (
             entry["workload_id"],
             workload["metadata"]["name"],

@@ -1,0 +1,209 @@
+"""Every enabled operation, run once through the shim against the testbed.
+
+Each of the 50 enabled operations is called with valid arguments as the document's users would
+(jobs through their HTTP alias, queries inline) and must end as expected: succeeded, or failed
+with the typed error its situation calls for (a JobSet that does not exist is a
+``LookupError``). A job that succeeded passed the runtime check of its result against the
+reference result schema, so this also proves every executor's result shape. Effects are checked
+where they are the point (the cluster exists, the alias is saved, the recipe was imported).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import pytest
+
+from sparkrun_operator.ops import catalog
+from tests.shim.conftest import API, Daemon
+
+pytestmark = pytest.mark.testbed
+
+RECIPE_YAML = """
+model: Qwen/Qwen3-0.6B
+runtime: vllm
+container: vllm/vllm-openai:v0.11.0
+defaults:
+  tensor_parallel: 1
+  served_model_name: tiny
+metadata:
+  description: imported through the daemon API
+"""
+
+
+def _call(daemon: Daemon, who: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """Run ``name``; returns ``{"state", "result", "error"}`` for jobs and queries alike."""
+    op = catalog.load().get(name)
+    with daemon.http(who) as client:
+        answer = client.post(op.http_path or f"/v1/ops/{name}", json=arguments)
+    if op.kind == "query":
+        if answer.status_code == 200:
+            return {"state": "succeeded", "result": answer.json(), "error": None}
+        return {"state": "failed", "result": None, "error": answer.json(), "status": answer.status_code}
+    assert answer.status_code == 202, (name, answer.text)
+    job: dict[str, Any] = daemon.wait_job(answer.json()["job_id"], who, timeout=240)
+    return job
+
+
+def test_every_enabled_operation_runs(daemon: Daemon) -> None:
+    tag = secrets.token_hex(3)
+    cluster = f"ops-{tag}"
+    seen: dict[str, dict[str, Any]] = {}
+    problems: list[str] = []
+
+    def run(name: str, arguments: dict[str, Any], *, who: str = "admin", error: str | None = None) -> Any:
+        job = _call(daemon, who, name, arguments)
+        seen[name] = job
+        if error is None and job["state"] != "succeeded":
+            problems.append(f"{name}: {job['state']} {job.get('error')}")
+        if error is not None and (
+            job["state"] != "failed" or (job["error"] or {}).get("error", {}).get("type") != error
+        ):
+            problems.append(f"{name}: expected a {error} failure, got {job['state']} {job.get('error')}")
+        return job.get("result")
+
+    try:
+        # Clusters and capacity.
+        created = run(
+            "cluster.create", {"name": cluster, "hosts": ["gpu-0", "gpu-1"], "description": "ops test"}
+        )
+        assert created["hosts"] == ["gpu-0", "gpu-1"]
+        assert created["hosts_hardware"]["gpu-0"]["accelerators"][0]["count"] == 8
+        updated = run("cluster.update", {"name": cluster, "hosts": ["gpu-0"], "user": "ubuntu"})
+        assert (updated["hosts"], updated["user"]) == (["gpu-0"], "ubuntu")
+        run("cluster.default", {"name": cluster})
+        assert daemon.kube.get(API, "InferenceCluster", cluster)["spec"]["default"] is True
+        run("cluster.default", {"name": None})
+        observed = run("cluster.observe", {"cluster": cluster})
+        assert [h["host"] for h in observed["hosts"]] == ["gpu-0"]
+        run("cluster.report", {"hosts": ["gpu-0", "gpu-1"]})
+        rows = run("catalog.clusters", {}, who="reader")
+        assert cluster in {r["name"] for r in rows}
+        capacity = run("catalog.capacity", {"cluster": cluster}, who="reader")
+        assert capacity["hosts"][0]["reachable"] is True
+
+        # Recipes.
+        imported = run("catalog.import", {"content": RECIPE_YAML}, who="operator")
+        reference = imported["reference"]
+        assert imported["source_kind"] == "imported"
+        assert run("catalog.recipe", {"reference": "qwen3-8b-vllm"}, who="reader")["model"] == "Qwen/Qwen3-8B"
+        run(
+            "catalog.recipe",
+            {"reference": "qwen3-8b-vllm", "expected_revision": "0" * 12},
+            who="reader",
+            error="Conflict",
+        )
+        listing = run("catalog.recipes", {"limit": 1}, who="reader")
+        assert listing["total"] == 2
+        assert listing["next_offset"] == 1
+        assert {r["name"] for r in run("catalog.search", {"query": "8b"}, who="reader")} == {
+            "qwen3-8b-vllm"
+        }
+        run("catalog.retain", {"reference": reference}, who="operator")
+        assert run("catalog.cleanup", {}, who="operator") == 0  # retained
+        issues = run("recipes.validate", {"recipe": "qwen3-8b-vllm"}, who="reader")
+        assert all(issue["severity"] != "error" for issue in issues)
+
+        # Workloads.
+        plan = run("workloads.plan", {"recipe": "qwen3-8b-vllm", "overrides": {"tp": 2}}, who="reader")
+        assert plan["workload_id"].startswith("sparkrun_")
+        materialized = run("workloads.materialize", {"recipe": "qwen3-8b-vllm"}, who="operator")
+        assert materialized["kind"] == "kubernetes.jobset"
+        assert materialized["units"]
+        dry = run("workloads.run", {"recipe": "qwen3-8b-vllm", "dry_run": True}, who="operator")
+        assert dry["dry_run"] is True
+        ready = run("workloads.ensure_ready", {"recipe": "qwen3-8b-vllm", "timeout": 180}, who="operator")
+        assert ready["state"] == "ready"
+        assert ready["adopted"] is False
+        workload_id = ready["workload_id"]
+        revision = ready["workload"]["recipe_revision"]
+        again = run(
+            "workloads.ensure_ready", {"recipe": "qwen3-8b-vllm", "recipe_revision": revision}, who="operator"
+        )
+        assert again["adopted"] is True
+        guarded = {"recipe": "qwen3-8b-vllm", "recipe_revision": revision, "workload_id": workload_id}
+        assert run("workloads.status", guarded, who="reader")["state"] == "ready"
+        run("workloads.sleep", guarded, who="operator", error="Conflict")  # started without sleep mode
+        assert run("workloads.wake", guarded, who="operator")["state"] == "ready"
+        assert (
+            run("workloads.reconcile", {**guarded, "acknowledge_effects": True})["workload_id"] == workload_id
+        )
+        inventory = run("workloads.inventory", {}, who="reader")
+        assert workload_id in {row["workload_id"] for row in inventory["workloads"]}
+        assert workload_id in {
+            row["workload_id"] for row in run("workloads.list", {"limit": 10}, who="reader")
+        }
+        endpoints = run("workloads.endpoints", {"workload_id": workload_id}, who="reader")
+        assert endpoints["endpoints"][0]["healthy"] is True
+        snapshot = run("discovery.snapshot", {"workload_ids": [workload_id]}, who="reader")
+        assert [e["workload_id"] for e in snapshot["endpoints"]] == [workload_id]
+        found = run(
+            "workloads.find_intent",
+            {"intent_id": workload_id.split("_")[1], "hosts": ["gpu-0"]},
+            who="reader",
+        )
+        assert found is not None
+        assert found["workload_id"] == workload_id
+        assert run("workloads.plugins", {}, who="reader")["plugins"][0]["lifecycle"] is True
+        bundle = run("diagnostics.collect", {"workload_id": workload_id, "log_tail": 5}, who="reader")
+        assert bundle["artifact"]["size_bytes"] > 0
+
+        # Gateway state.
+        saved = run("proxy.add_alias", {"alias": f"alias-{tag}", "target": "qwen3-8b"})
+        assert saved["aliases"][f"alias-{tag}"] == "qwen3-8b"
+        assert saved["applied"] == 1  # the ready workload serves qwen3-8b
+        assert run("proxy.list_aliases", {}, who="reader") == {f"alias-{tag}": "qwen3-8b"}
+        models = {m["model_name"] for m in run("proxy.models", {}, who="reader")}
+        assert {"qwen3-8b", f"alias-{tag}"} <= models
+        assert run("proxy.remove_alias", {"alias": f"alias-{tag}"})["removed"] == 1
+        assert run("proxy.list_gateways", {}, who="reader") == ["sparkrun-gateway"]
+        assert run("proxy.resolve_gateway", {}, who="reader") == "sparkrun-gateway"
+        run("proxy.resolve_gateway", {"name": "litellm"}, who="reader", error="LookupError")
+        assert run("proxy.status", {}, who="reader")["running"] is False  # no gateway on the testbed
+        assert run("proxy.register_loaded_model", {"recipe": "qwen3-8b-vllm"}, who="operator")["added"] == 1
+        assert (
+            run("proxy.unregister_loaded_model", {"recipe": "qwen3-8b-vllm"}, who="operator")["removed"] == 1
+        )
+
+        # The Kubernetes plugin, on the operator's own cluster.
+        info = run("plugins.k8s.cluster_info", {}, who="operator")
+        assert info["reachable"] is True
+        assert info["server_version"].startswith("v1.")
+        run("plugins.k8s.cluster_info", {"kubeconfig": "/etc/kubeconfig"}, who="operator", error="ValueError")
+        account = run("plugins.k8s.configure_service_account", {"name": f"ci-{tag}", "dry_run": True})
+        assert "ServiceAccount" in account["manifests_yaml"]
+        assert account["applied"] is False
+        kubectl = _call(daemon, "admin", "plugins.k8s.ensure_kubectl", {})
+        seen["plugins.k8s.ensure_kubectl"] = kubectl
+        assert kubectl["state"] == "succeeded" or kubectl["error"]["error"]["type"] == "LookupError"
+        run("plugins.k8s.jobset_status", {"name": "no-such-jobset"}, who="operator", error="LookupError")
+        assert run("plugins.k8s.kueue_status", {}, who="operator") == {
+            "kueue_installed": False,
+            "jobset_installed": True,
+        }
+        nodes = run("plugins.k8s.list_nodes", {"gpu_only": True}, who="operator")
+        assert {n["name"] for n in nodes} >= {"gpu-0", "gpu-1"}
+        assert all(n["capacity_gpus"] == 8 for n in nodes)
+        queues = run("plugins.k8s.setup_kueue", {"dry_run": True})
+        assert queues["flavors"]
+        assert queues["provisioned"] is False
+        run("plugins.k8s.stop_jobset", {"name": "no-such-jobset"}, who="operator", error="LookupError")
+
+        # Teardown through the API.
+        preview = run("workloads.stop_all", {"cluster": cluster, "dry_run": True}, who="operator")
+        assert preview["dry_run"] is True
+        nothing = run(
+            "workloads.stop_matching",
+            {"workload_id": "sparkrun_0000000000000000_000000000000"},
+            who="operator",
+        )
+        assert nothing["containers_removed"] == 0
+        assert run("workloads.stop", guarded, who="operator")["state"] == "offline"
+        run("cluster.delete", {"name": cluster})
+        assert daemon.kube.get(API, "InferenceCluster", cluster) is None
+    finally:
+        daemon.kube.delete(API, "InferenceCluster", cluster)
+    assert not problems, "\n".join(problems)
+    enabled = {op.name for op in catalog.load() if op.enabled}
+    assert set(seen) == enabled, sorted(enabled - set(seen))
