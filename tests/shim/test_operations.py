@@ -97,9 +97,7 @@ def test_every_enabled_operation_runs(daemon: Daemon) -> None:
         listing = run("catalog.recipes", {"limit": 1}, who="reader")
         assert listing["total"] == 2
         assert listing["next_offset"] == 1
-        assert {r["name"] for r in run("catalog.search", {"query": "8b"}, who="reader")} == {
-            "qwen3-8b-vllm"
-        }
+        assert {r["name"] for r in run("catalog.search", {"query": "8b"}, who="reader")} == {"qwen3-8b-vllm"}
         run("catalog.retain", {"reference": reference}, who="operator")
         assert run("catalog.cleanup", {}, who="operator") == 0  # retained
         issues = run("recipes.validate", {"recipe": "qwen3-8b-vllm"}, who="reader")

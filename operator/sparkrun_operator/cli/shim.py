@@ -41,7 +41,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="serve without TLS (bearer tokens in clear text: development only)",
     )
     run.add_argument("--aggregated-port", type=int, default=None, help="also serve the aggregated API here")
-    run.add_argument("--aggregated-host", default=None, help="address of the aggregated API (default: --host)")
+    run.add_argument(
+        "--aggregated-host", default=None, help="address of the aggregated API (default: --host)"
+    )
     run.add_argument(
         "--allow-request-trust",
         action="store_true",
