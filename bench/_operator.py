@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import datetime as dt
 import json
 import os
 import re
@@ -20,6 +21,9 @@ from typing import Any
 import httpx
 import yaml
 
+from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus
+from sparkrun_operator.plan.workload import Observation, plan
+from sparkrun_operator.render import keys
 from sparkrun_operator.testbed import binaries, plane
 from sparkrun_operator.testbed.topology import NodePool, Topology
 
@@ -181,3 +185,42 @@ def workload(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": namespace},
         "spec": body,
     }
+
+
+async def direct_calls(http: httpx.AsyncClient, name: str, namespace: str) -> None:
+    """What the operator does for a new workload, done by this process: create the workload, add
+    kopf's finalizer, apply the Service and JobSet the planner renders, write the status."""
+    created = await call(http, "POST", WORKLOADS.format(ns=namespace), json=workload(name, namespace))
+    path = f"{WORKLOADS.format(ns=namespace)}/{name}"
+    await call(
+        http,
+        "PATCH",
+        path,
+        json={"metadata": {"finalizers": [f"{keys.KOPF_PREFIX}/finalizer"]}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    meta = created["metadata"]
+    decided = plan(
+        Observation(
+            name=name,
+            namespace=namespace,
+            uid=meta["uid"],
+            generation=meta["generation"],
+            spec=InferenceWorkloadSpec.model_validate(created["spec"]),
+            status=InferenceWorkloadStatus(),
+            now=dt.datetime.now(dt.UTC).replace(microsecond=0),
+        )
+    )
+
+    def child_path(doc: dict[str, Any]) -> str:
+        collection = JOBSETS if doc["kind"] == "JobSet" else SERVICES
+        return f"{collection.format(ns=namespace)}/{doc['metadata']['name']}"
+
+    await asyncio.gather(*(apply(http, child_path(doc), doc, "bench-direct") for doc in decided.apply))
+    await call(
+        http,
+        "PATCH",
+        f"{path}/status",
+        json={"status": decided.status.model_dump(by_alias=True, exclude_none=True, mode="json")},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )

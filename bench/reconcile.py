@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import json
 import tempfile
 import time
@@ -26,18 +25,15 @@ import httpx
 from bench import _common
 from bench._operator import (
     JOBSETS,
-    SERVICES,
     WORKLOADS,
     Operator,
-    apply,
     call,
     client,
+    direct_calls,
     start_testbed,
     watching,
     workload,
 )
-from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus
-from sparkrun_operator.plan.workload import Observation, plan
 from sparkrun_operator.render import keys
 
 
@@ -86,40 +82,7 @@ async def through_operator(http: httpx.AsyncClient, seen: Seen, name: str) -> fl
 async def direct(http: httpx.AsyncClient, seen: Seen, name: str) -> float:
     """The operator's API calls for a new workload, made directly (same manifests, same order)."""
     start = time.perf_counter()
-    created = await call(http, "POST", WORKLOADS.format(ns="direct"), json=workload(name, "direct"))
-    path = f"{WORKLOADS.format(ns='direct')}/{name}"
-    await call(
-        http,
-        "PATCH",
-        path,
-        json={"metadata": {"finalizers": [f"{keys.KOPF_PREFIX}/finalizer"]}},
-        headers={"Content-Type": "application/merge-patch+json"},
-    )
-    meta = created["metadata"]
-    decided = plan(
-        Observation(
-            name=name,
-            namespace="direct",
-            uid=meta["uid"],
-            generation=meta["generation"],
-            spec=InferenceWorkloadSpec.model_validate(created["spec"]),
-            status=InferenceWorkloadStatus(),
-            now=dt.datetime.now(dt.UTC).replace(microsecond=0),
-        )
-    )
-
-    def child_path(doc: dict[str, Any]) -> str:
-        collection = JOBSETS if doc["kind"] == "JobSet" else SERVICES
-        return f"{collection.format(ns='direct')}/{doc['metadata']['name']}"
-
-    await asyncio.gather(*(apply(http, child_path(doc), doc, "bench-direct") for doc in decided.apply))
-    await call(
-        http,
-        "PATCH",
-        f"{path}/status",
-        json={"status": decided.status.model_dump(by_alias=True, exclude_none=True, mode="json")},
-        headers={"Content-Type": "application/merge-patch+json"},
-    )
+    await direct_calls(http, name, "direct")
     return await seen.done(name) - start
 
 

@@ -37,6 +37,7 @@ from bench._operator import (
     call,
     client,
     diff_counts,
+    direct_calls,
     start_testbed,
     watching,
     workload,
@@ -66,6 +67,7 @@ class Readiness:
                 and any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
             ):
                 self.pods_ready[owner] = when
+                self.changed.set()
             return
         if obj.get("kind") == "JobSet":
             owner = obj["metadata"].get("labels", {}).get("sparkrun.dev/workload")
@@ -81,9 +83,13 @@ class Readiness:
             self.ready[name] = when
             self.changed.set()
 
-    async def wait(self, count: int, patience: float) -> bool:
+    async def wait_pods(self, count: int, patience: float) -> bool:
+        return await self.wait(count, patience, of=self.pods_ready)
+
+    async def wait(self, count: int, patience: float, *, of: dict[str, float] | None = None) -> bool:
+        seen = self.ready if of is None else of
         deadline = time.perf_counter() + patience
-        while len(self.ready) < count:
+        while len(seen) < count:
             self.changed.clear()
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
@@ -139,6 +145,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 str(metrics_port),
                 "--metrics-host",
                 "127.0.0.1",
+                *args.operator_args,
             )
             readiness = Readiness()
             path = WORKLOADS.format(ns="scale")
@@ -243,15 +250,82 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     return result
 
 
+async def run_direct(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """The physical limit: this process makes the operator's API calls for every workload itself
+    (same manifests, same concurrency), and convergence is every leader pod Ready."""
+    t0 = time.perf_counter()
+    tb = start_testbed(workdir, nodes=args.nodes)
+    testbed_up = time.perf_counter() - t0
+    print(f"testbed with {args.nodes} nodes up in {testbed_up:.1f} s", flush=True)
+    try:
+        async with client(tb.kubeconfig, limits=64) as http:
+            await call(http, "POST", "/api/v1/namespaces", json={"metadata": {"name": "scale"}})
+            readiness = Readiness()
+            pods = "/api/v1/namespaces/scale/pods"
+            async with watching(http, [JOBSETS.format(ns="scale"), pods], readiness):
+                start = time.perf_counter()
+                await direct_calls(http, "single", "scale")
+                await readiness.wait_pods(1, args.patience)
+                single = readiness.pods_ready["single"] - start
+                print(f"single workload, direct calls -> leader pod Ready: {single:.2f} s", flush=True)
+                await asyncio.sleep(5)
+                gate = asyncio.Semaphore(32)
+
+                async def one(i: int) -> None:
+                    async with gate:
+                        await direct_calls(http, f"w{i:04d}", "scale")
+
+                start = time.perf_counter()
+                await asyncio.gather(*(one(i) for i in range(args.workloads)))
+                calls = time.perf_counter() - start
+                print(f"direct calls for {args.workloads} workloads done in {calls:.1f} s", flush=True)
+                await readiness.wait_pods(args.workloads + 1, args.patience)
+                done = len(readiness.pods_ready) - 1
+                took = max(readiness.pods_ready.values()) - start
+                print(f"{done}/{args.workloads} leader pods Ready after {took:.1f} s", flush=True)
+                all_jobsets = max(readiness.jobsets.values()) - start
+    finally:
+        tb.stop()
+    return {
+        "mode": "direct",
+        "testbed_up_s": testbed_up,
+        "single_s": single,
+        "calls_s": calls,
+        "converged": done == args.workloads,
+        "converge_s": took,
+        "all_jobsets_s": all_jobsets,
+        "n_times_single_s": args.workloads * single,
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__)
     parser.add_argument("--workloads", type=int, default=1000)
     parser.add_argument("--nodes", type=int, default=250)
     parser.add_argument("--patience", type=float, default=600.0, help="give up converging after this")
     parser.add_argument("--idle-seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--direct",
+        action="store_true",
+        help="no operator: this process makes the operator's calls itself (the physical limit)",
+    )
+    parser.add_argument(
+        "operator_args",
+        nargs="*",
+        help="extra 'operator run' flags (after --), e.g. --max-concurrent-passes 32",
+    )
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     try:
+        if args.direct:
+            result = asyncio.run(run_direct(args, workdir))
+            path = _common.write_json(
+                "scale-direct",
+                {"inputs": vars(args), "environment": _common.environment(), "result": result},
+            )
+            print(json.dumps(result))
+            print(f"wrote {path}")
+            return 0
         result = asyncio.run(run(args, workdir))
     except httpx.HTTPError as error:
         print(f"failed: {error}")

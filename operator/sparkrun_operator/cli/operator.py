@@ -64,6 +64,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     runner.add_argument(
         "--max-restarts", type=int, default=5, help="JobSet maxRestarts for new replicas (%(default)s)"
     )
+    runner.add_argument(
+        "--max-concurrent-passes",
+        type=int,
+        default=OperatorConfig.max_concurrent_passes,
+        help="reconcile passes running at once over all objects (%(default)s)",
+    )
     runner.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     runner.set_defaults(func=_run)
 
@@ -88,7 +94,10 @@ def _run(args: argparse.Namespace) -> int:
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,
         config=OperatorConfig(
-            drift_seconds=args.drift_seconds, render=RenderOptions(max_restarts=args.max_restarts)
+            drift_seconds=args.drift_seconds,
+            render=RenderOptions(max_restarts=args.max_restarts),
+            max_concurrent_passes=args.max_concurrent_passes,
+            api_connections=max(32, 2 * args.max_concurrent_passes),
         ),
     )
     for line in describe(options):
