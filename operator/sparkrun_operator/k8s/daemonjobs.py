@@ -223,8 +223,9 @@ class JobCache:
                     log.warning("DaemonJob watch failed: %s", error)
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 10.0)
-            except Exception:
-                log.exception("DaemonJob watch failed; relisting")
+            except Exception as error:
+                log.warning("DaemonJob watch failed (%s); relisting", error or type(error).__name__)
+                log.debug("DaemonJob watch failure", exc_info=True)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
 

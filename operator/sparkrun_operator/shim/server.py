@@ -68,14 +68,23 @@ class ServeOptions:
     aggregated_sock: socket.socket | None = None
 
 
-async def build(options: ServeOptions, rest: Rest | None = None) -> Shim:
-    """The wired application with its job cache started."""
+async def build(options: ServeOptions, rest: Rest | None = None, *, sync_timeout: float = 60.0) -> Shim:
+    """The wired application with its job cache started.
+
+    Raises ``TimeoutError`` when the DaemonJob cache cannot list within ``sync_timeout``
+    seconds (the apiserver is unreachable or the CRD is not installed).
+    """
     if rest is None:
         rest = Rest(await connect(options.kubeconfig, options.context))
     settings = Settings(namespace=options.namespace)
     daemonjobs = DaemonJobs(rest, options.namespace)
     cache = JobCache(daemonjobs)
-    await cache.start()
+    try:
+        await asyncio.wait_for(cache.start(), sync_timeout)
+    except BaseException:
+        await cache.stop()
+        await rest.api.close()
+        raise
     gate = Gate(Authenticator(rest), Authorizer(rest, options.namespace), ManagerDirectory(rest))
     front_proxy = (
         await request_header_config(rest) if options.aggregated_port or options.aggregated_sock else None
@@ -120,7 +129,16 @@ async def serve(
     """Serve until ``stop`` is set (or ``POST /v1/shutdown``)."""
     _check_tls(options)
     stop = stop or asyncio.Event()
-    shim = await build(options)
+    building = asyncio.create_task(build(options))
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({building, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not building.done():  # stopped while still connecting
+        building.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await building
+        return
+    stopping.cancel()
+    shim = building.result()
     shim.on_shutdown = stop.set
     app = shim.app()
     servers: list[tuple[_Server, list[socket.socket] | None]] = []
