@@ -72,6 +72,38 @@ async def write_status(
     return True
 
 
+class StatusMemory:
+    """The last status one object's loop wrote, so that a pass running before the watch has
+    delivered that write does not write the same status again."""
+
+    def __init__(self, *, patience: float = 10.0) -> None:
+        self.patience = patience
+        self.wire: dict[str, Any] | None = None
+        self.at = 0.0
+
+    async def write(
+        self,
+        ctx: Context,
+        *,
+        resource: Resource,
+        name: str,
+        namespace: str | None,
+        current: Mapping[str, Any] | None,
+        desired: BaseModel,
+    ) -> bool:
+        """Like :func:`write_status`, skipping a repeat of a write younger than ``patience``."""
+        wire = desired.model_dump(by_alias=True, exclude_none=True, mode="json")
+        now = asyncio.get_running_loop().time()
+        if wire == self.wire and now - self.at < self.patience:
+            return False
+        wrote = await write_status(
+            ctx, resource=resource, name=name, namespace=namespace, current=current, desired=desired
+        )
+        if wrote:
+            self.wire, self.at = wire, now
+        return wrote
+
+
 class Engine:
     """Calls to a leader's vLLM server (dev-mode endpoints included)."""
 

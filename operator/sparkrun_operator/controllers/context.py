@@ -144,6 +144,8 @@ class Context:
     #: Bounds the passes running at once (``OperatorConfig.max_concurrent_passes``).
     gate: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
     #: Workload key -> names it depends on (``recipe``, ``cache``, ``cluster``), for fan-out.
+    #: Workload key -> the generation its last pass planned for (own status writes skip a pass).
+    reconciled: dict[tuple[str, str], int] = field(default_factory=dict)
     dependencies: dict[tuple[str, str], tuple[str | None, str | None, str | None]] = field(
         default_factory=dict
     )

@@ -74,6 +74,7 @@ class Expectations:
     deleted: set[str] = field(default_factory=set)
     service: bool = False
     since: float = 0.0
+    status: common.StatusMemory = field(default_factory=common.StatusMemory)
 
     def record(self, p: Plan) -> None:
         self.created = {d["metadata"]["name"] for d in p.apply if d.get("kind") == "JobSet"}
@@ -329,7 +330,8 @@ async def reconcile(
             now=obs.now,
         )
         status.phase = "Failed"
-    wrote = await common.write_status(
+    ctx.reconciled[key] = obs.generation
+    wrote = await expectations.status.write(
         ctx, resource=WORKLOADS, name=name, namespace=namespace, current=body.get("status"), desired=status
     )
     ctx.metrics.observe_ready("InferenceWorkload", key, _ready_of(status))
@@ -357,8 +359,15 @@ def register(registry: kopf.OperatorRegistry, *, drift_seconds: float) -> None:
     # -- pokes ----------------------------------------------------------------------------
 
     @kopf.on.event(*WORKLOAD_ID, id="iw-changed", registry=registry)
-    async def iw_changed(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
-        memo.ctx.triggers.poke(_key(namespace or "", name))
+    async def iw_changed(*, namespace: str | None, name: str, body: kopf.Body, memo: Any, **_: Any) -> None:
+        ctx: Context = memo.ctx
+        meta = body.get("metadata") or {}
+        # NB: the operator's own status writes come back as events too; a pass for those
+        # would find nothing to do. Only a new generation (a spec change) or a deletion counts.
+        if meta.get("deletionTimestamp") or ctx.reconciled.get((namespace or "", name)) != meta.get(
+            "generation"
+        ):
+            ctx.triggers.poke(_key(namespace or "", name))
 
     @kopf.on.event(*JOBSET_ID, id="iw-jobset-changed", labels=OURS, registry=registry)
     async def iw_jobset_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
@@ -429,4 +438,5 @@ def register(registry: kopf.OperatorRegistry, *, drift_seconds: float) -> None:
             )
         finally:
             ctx.dependencies.pop((namespace, name), None)
+            ctx.reconciled.pop((namespace, name), None)
             ctx.metrics.observe_ready("InferenceWorkload", (namespace, name), None)
