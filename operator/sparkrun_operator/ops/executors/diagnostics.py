@@ -27,7 +27,7 @@ from typing import Any
 
 from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.api.resources import DAEMON_JOB
-from sparkrun_operator.k8s.rest import CONFIG_MAPS, EVENTS, NODES, PODS, ApiError
+from sparkrun_operator.k8s.rest import CONFIG_MAPS, EVENTS, NODES, PODS, ApiError, stream_lines
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import Invalid
@@ -212,26 +212,14 @@ async def collect_bundle(ctx: OperationContext, args: Mapping[str, Any]) -> dict
                     continue
                 for container in pod.get("spec", {}).get("containers") or ():
                     path = PODS.path(pod["metadata"]["namespace"], pod["metadata"]["name"]) + "/log"
+                    where = {"pod": pod["metadata"]["name"], "container": container["name"]}
+                    query = {"container": container["name"], "tailLines": tail}
                     try:
-                        text = await ctx.rest.request(
-                            "GET", path, query={"container": container["name"], "tailLines": tail}
-                        )
+                        async for raw in stream_lines(ctx.rest, path, query=query, read_timeout=30):
+                            bundle.add("logs", {**where, "line": raw.decode("utf-8", "replace").rstrip("\n")})
                     except ApiError as error:
                         partial = True
-                        bundle.add(
-                            "logs",
-                            {
-                                "pod": pod["metadata"]["name"],
-                                "container": container["name"],
-                                "error": error.message,
-                            },
-                        )
-                        continue
-                    for line in str(text or "").splitlines():
-                        bundle.add(
-                            "logs",
-                            {"pod": pod["metadata"]["name"], "container": container["name"], "line": line},
-                        )
+                        bundle.add("logs", {**where, "error": error.message})
             sections.append({"section": "logs", "status": "error" if partial else "ok"})
         except ApiError as error:
             partial = True
