@@ -22,7 +22,7 @@ from sparkrun_operator.gateway.kube import (
     SecretKeySource,
 )
 from sparkrun_operator.gateway.routing import RoutingTable
-from sparkrun_operator.k8s.rest import SECRETS, SERVICES, Rest
+from sparkrun_operator.k8s.rest import CONFIG_MAPS, SECRETS, SERVICES, Rest
 
 T = TypeVar("T")
 
@@ -85,6 +85,19 @@ async def test_routes_follow_workloads_and_endpoint_slices(k8s_api: Any, namespa
         assert entry is not None
         assert entry.key == f"{namespace}/qwen"
         assert entry.endpoints == ("http://10.244.9.9:8000",)
+
+        # Imperative aliases (the daemon API's proxy.add_alias) come from the alias ConfigMap.
+        aliases = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "sparkrun-gateway-aliases", "namespace": namespace},
+            "data": {"aliases.json": '{"speedy": "qwen-test"}'},
+        }
+        await rest.create(CONFIG_MAPS, aliases, namespace)
+        table = await _until(source, lambda t: t.lookup("speedy") is not None)
+        speedy = table.lookup("speedy")
+        assert speedy is not None
+        assert speedy.key == f"{namespace}/qwen"
 
         # Readiness flips are seen through the watch.
         await rest.apply(

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 from sparkrun_operator.gateway.kube import (
     build_entries,
     capabilities_of,
     grant_of,
+    imperative_aliases,
     ready_endpoints,
     routing_state,
 )
@@ -109,3 +111,24 @@ def test_key_secrets() -> None:
     assert everything[1].models is None
     assert grant_of(_secret(models="llama")) is None
     assert grant_of({"metadata": {"name": "bad"}, "data": {"key": "%%%not-base64"}}) is None
+
+
+def test_imperative_aliases_from_the_config_map() -> None:
+    config_maps = [
+        {
+            "metadata": {"namespace": "ns", "name": "sparkrun-gateway-aliases"},
+            "data": {"aliases.json": json.dumps({"fast": "llama", "clash": "llama", "orphan": "nothing"})},
+        },
+        {"metadata": {"namespace": "bad", "name": "sparkrun-gateway-aliases"}, "data": {"aliases.json": "{"}},
+    ]
+    aliases = imperative_aliases(config_maps)
+    assert aliases == {"ns": {"fast": "llama", "clash": "llama", "orphan": "nothing"}}
+    workloads = [
+        _iw("llama", model={"name": "meta/llama", "servedName": "llama"}),
+        _iw("other", model={"name": "x", "servedName": "clash"}),
+    ]
+    entries = {e.name: e for e in build_entries(workloads, [], aliases)}
+    assert entries["llama"].aliases == (
+        "fast",
+    )  # "clash" belongs to another workload; "orphan" has no target
+    assert entries["other"].aliases == ()

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hmac
 import itertools
+import json
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -37,7 +39,7 @@ from sparkrun_operator.gateway.routing import (
     Workload,
 )
 from sparkrun_operator.k8s.informer import Informer
-from sparkrun_operator.k8s.rest import SECRETS, Resource, Rest, connect, resource_of
+from sparkrun_operator.k8s.rest import CONFIG_MAPS, SECRETS, Resource, Rest, connect, resource_of
 
 log = logging.getLogger("sparkrun.gateway.kube")
 
@@ -48,6 +50,10 @@ LABEL_SERVICE_NAME = "kubernetes.io/service-name"
 LABEL_GATEWAY_KEY = "sparkrun.dev/gateway-key"
 PORT_NAME = "http"
 FIELD_MANAGER = "sparkrun-gateway"
+#: Imperative aliases of the daemon API (``proxy.add_alias``; ADR 0006): ConfigMap data key
+#: ``aliases.json`` = {"alias": "target model name"}, applied to workloads of its namespace.
+ALIASES_CONFIG_MAP = "sparkrun-gateway-aliases"
+ALIASES_KEY = "aliases.json"
 
 _EMBEDDING_FLAGS = {("--task", "embed"), ("--task", "embedding"), ("--runner", "pooling")}
 
@@ -113,8 +119,50 @@ def workload_entry(obj: dict[str, Any], slices: Iterable[dict[str, Any]]) -> Wor
     )
 
 
-def build_entries(workloads: Iterable[dict[str, Any]], slices: Iterable[dict[str, Any]]) -> list[Workload]:
-    """Routing entries for ``workloads``, each with the slices of its Service."""
+def imperative_aliases(config_maps: Iterable[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """``{namespace: {alias: target}}`` from the alias ConfigMaps (bad JSON is logged, skipped)."""
+    out: dict[str, dict[str, str]] = {}
+    for cm in config_maps:
+        meta = cm.get("metadata") or {}
+        raw = (cm.get("data") or {}).get(ALIASES_KEY) or "{}"
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            log.error("%s/%s: %s is not JSON; ignored", meta.get("namespace"), meta.get("name"), ALIASES_KEY)
+            continue
+        if isinstance(parsed, dict):
+            out[str(meta.get("namespace") or "")] = {str(k): str(v) for k, v in parsed.items()}
+    return out
+
+
+def _with_imperative(entries: list[Workload], aliases: dict[str, dict[str, str]]) -> list[Workload]:
+    by_name = {(e.namespace, n): e for e in entries for n in e.names}
+    extra: dict[str, list[str]] = {}
+    for namespace, table in aliases.items():
+        for alias, target in sorted(table.items()):
+            owner = by_name.get((namespace, target))
+            if owner is None:
+                continue  # the target is not served (yet): the alias resolves once it is
+            taken = by_name.get((namespace, alias))
+            if taken is not None and taken.key != owner.key:
+                log.warning("alias %r -> %r ignored: it is already a name of %s", alias, target, taken.key)
+                continue
+            extra.setdefault(owner.key, []).append(alias)
+    return [
+        dataclasses.replace(e, aliases=(*e.aliases, *[a for a in extra[e.key] if a not in e.names]))
+        if e.key in extra
+        else e
+        for e in entries
+    ]
+
+
+def build_entries(
+    workloads: Iterable[dict[str, Any]],
+    slices: Iterable[dict[str, Any]],
+    aliases: dict[str, dict[str, str]] | None = None,
+) -> list[Workload]:
+    """Routing entries for ``workloads``, each with the slices of its Service and, from
+    ``aliases`` (``{namespace: {alias: target}}``), the imperative aliases naming it."""
     by_service: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for sl in slices:
         meta = sl.get("metadata") or {}
@@ -128,7 +176,7 @@ def build_entries(workloads: Iterable[dict[str, Any]], slices: Iterable[dict[str
             continue
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         entries.append(workload_entry(obj, by_service.get(key, [])))
-    return entries
+    return _with_imperative(entries, aliases or {})
 
 
 class KubeConnection:
@@ -167,6 +215,7 @@ class KubeRoutingSource:
         self._publisher = TablePublisher()
         self._workloads: Informer | None = None
         self._slices: Informer | None = None
+        self._aliases: Informer | None = None
 
     def snapshot(self) -> RoutingTable:
         return self._publisher.snapshot()
@@ -183,20 +232,32 @@ class KubeRoutingSource:
             rest, ENDPOINT_SLICES, namespace=ns, label_selector=LABEL_WORKLOAD, on_change=self._rebuild
         )
         self._workloads = Informer(rest, WORKLOADS, namespace=ns, on_change=self._rebuild)
+        self._aliases = Informer(
+            rest,
+            CONFIG_MAPS,
+            namespace=ns,
+            field_selector=f"metadata.name={ALIASES_CONFIG_MAP}",
+            on_change=self._rebuild,
+        )
         await self._slices.start()
+        await self._aliases.start()
         await self._workloads.start()
 
     async def close(self) -> None:
-        for informer in (self._workloads, self._slices):
+        for informer in (self._workloads, self._slices, self._aliases):
             if informer is not None:
                 await informer.close()
-        self._workloads = self._slices = None
+        self._workloads = self._slices = self._aliases = None
 
     def _rebuild(self) -> None:
-        workloads, slices = self._workloads, self._slices
-        if workloads is None or slices is None or not (workloads.synced and slices.synced):
+        workloads, slices, aliases = self._workloads, self._slices, self._aliases
+        if workloads is None or slices is None or aliases is None:
             return
-        entries = build_entries(workloads.objects.values(), slices.objects.values())
+        if not (workloads.synced and slices.synced and aliases.synced):
+            return
+        entries = build_entries(
+            workloads.objects.values(), slices.objects.values(), imperative_aliases(aliases.objects.values())
+        )
         try:
             self._publisher.publish(entries)
         except RoutingError as error:

@@ -39,6 +39,7 @@ class Informer:
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
+        field_selector: str | None = None,
         on_change: Callable[[], None] | None = None,
         watch_timeout: int = 240,
         max_backoff: float = 30.0,
@@ -47,6 +48,7 @@ class Informer:
         self.resource = resource
         self.namespace = namespace
         self.label_selector = label_selector
+        self.field_selector = field_selector
         self.on_change = on_change
         self.watch_timeout = watch_timeout
         self.max_backoff = max_backoff
@@ -116,7 +118,12 @@ class Informer:
                 backoff = min(backoff * 2, self.max_backoff)
 
     async def _relist(self) -> None:
-        found = await self.rest.list_raw(self.resource, self.namespace, label_selector=self.label_selector)
+        found = await self.rest.list_raw(
+            self.resource,
+            self.namespace,
+            label_selector=self.label_selector,
+            field_selector=self.field_selector,
+        )
         self._objects = {key_of(obj): obj for obj in found.get("items") or []}
         self._version = str((found.get("metadata") or {}).get("resourceVersion") or "") or None
         self._synced.set()
@@ -128,6 +135,7 @@ class Informer:
             self.namespace,
             resource_version=self._version,
             label_selector=self.label_selector,
+            field_selector=self.field_selector,
             timeout_seconds=self.watch_timeout,
         ):
             version = (obj.get("metadata") or {}).get("resourceVersion")
