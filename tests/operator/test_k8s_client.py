@@ -1,0 +1,145 @@
+"""The operator's Kubernetes client (``k8s/client.py``) against the testbed's apiserver.
+
+Tested: server-side apply as ``sparkrun-operator`` with an owner reference (and idempotence),
+typed errors with the cause chained (NotFound, AlreadyExists, Invalid), deletes with a UID
+precondition refusing a recreated object, merge patches of the status subresource, listing
+with a label selector, and ``status_patch`` nulling fields that disappeared.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import aiohttp
+import pytest
+
+from sparkrun_operator.api.resources import INFERENCE_WORKLOAD
+from sparkrun_operator.api.workload import InferenceWorkloadStatus
+from sparkrun_operator.controllers.common import status_patch
+from sparkrun_operator.k8s import errors
+from sparkrun_operator.k8s.client import SERVICES, Kube, connect, resource_of
+from sparkrun_operator.testbed import plane
+
+WORKLOADS = resource_of(INFERENCE_WORKLOAD)
+
+
+def _service(namespace: str, name: str = "svc") -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"sparkrun.dev/workload": "w"}},
+        "spec": {"selector": {"a": "b"}, "ports": [{"name": "http", "port": 8000, "targetPort": 8000}]},
+    }
+
+
+async def _kube(testbed: plane.Testbed) -> Kube:
+    return Kube(await connect(kubeconfig=str(testbed.kubeconfig)))
+
+
+async def test_apply_owner_and_typed_errors(testbed: plane.Testbed, crds: list[str], namespace: str) -> None:
+    kube = await _kube(testbed)
+    try:
+        owner_doc = await kube.create(
+            WORKLOADS,
+            {
+                "apiVersion": INFERENCE_WORKLOAD.api_version,
+                "kind": "InferenceWorkload",
+                "metadata": {"name": "owner", "namespace": namespace},
+                "spec": {"model": {"name": "m/m"}},
+            },
+        )
+        owner = {
+            "apiVersion": INFERENCE_WORKLOAD.api_version,
+            "kind": "InferenceWorkload",
+            "name": "owner",
+            "uid": owner_doc["metadata"]["uid"],
+            "controller": True,
+        }
+        applied = await kube.apply(SERVICES, _service(namespace), owner=owner)
+        assert applied["metadata"]["ownerReferences"][0]["uid"] == owner["uid"]
+        managers = {m["manager"] for m in applied["metadata"]["managedFields"]}
+        assert "sparkrun-operator" in managers
+        again = await kube.apply(SERVICES, _service(namespace), owner=owner)
+        assert again["metadata"]["resourceVersion"] == applied["metadata"]["resourceVersion"]  # no-op
+
+        assert await kube.get(SERVICES, "absent", namespace) is None
+        with pytest.raises(errors.NotFound) as missing:
+            await kube.merge_patch(SERVICES, "absent", {"metadata": {"labels": {"x": "y"}}}, namespace)
+        assert missing.value.status == 404
+        with pytest.raises(errors.AlreadyExists):
+            await kube.create(SERVICES, _service(namespace))
+        bad = _service(namespace, "bad")
+        bad["spec"] = {"ports": [{"port": 99999}]}
+        with pytest.raises(errors.Invalid) as invalid:
+            await kube.apply(SERVICES, bad)
+        assert "99999" in invalid.value.message
+
+        listed = await kube.list(SERVICES, namespace, label_selector="sparkrun.dev/workload=w")
+        assert [s["metadata"]["name"] for s in listed] == ["svc"]
+
+        # the status subresource, and a status patch that removes a field
+        status = InferenceWorkloadStatus(phase="Running", revision="abc")
+        await kube.merge_patch(
+            WORKLOADS, "owner", {"status": status_patch(None, status)}, namespace, subresource="status"
+        )
+        current = (await kube.get(WORKLOADS, "owner", namespace) or {})["status"]
+        assert current["phase"] == "Running"
+        patch = status_patch(current, InferenceWorkloadStatus(phase="Running"))
+        assert patch is not None
+        assert patch["revision"] is None
+        await kube.merge_patch(WORKLOADS, "owner", {"status": patch}, namespace, subresource="status")
+        current = (await kube.get(WORKLOADS, "owner", namespace) or {})["status"]
+        assert "revision" not in current
+        assert status_patch(current, InferenceWorkloadStatus(phase="Running")) is None
+    finally:
+        await kube.close()
+
+
+async def test_delete_with_uid_precondition(testbed: plane.Testbed, namespace: str) -> None:
+    kube = await _kube(testbed)
+    try:
+        first = await kube.apply(SERVICES, _service(namespace))
+        old_uid = first["metadata"]["uid"]
+        assert await kube.delete(SERVICES, "svc", namespace, uid=old_uid, propagation="Background")
+        await kube.create(SERVICES, _service(namespace))  # a new object reuses the name
+        with pytest.raises(errors.Conflict):
+            await kube.delete(SERVICES, "svc", namespace, uid=old_uid)
+        assert await kube.get(SERVICES, "svc", namespace) is not None
+        assert not await kube.delete(SERVICES, "never-was", namespace)
+    finally:
+        await kube.close()
+
+
+async def test_unreachable_apiserver_chains_the_cause(testbed: plane.Testbed) -> None:
+    kube = await _kube(testbed)
+    try:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        kube.api.configuration.host = f"https://127.0.0.1:{port}"
+        with pytest.raises(errors.Unavailable) as down:
+            await kube.get(SERVICES, "svc", "default")
+        assert isinstance(down.value.__cause__, aiohttp.ClientError)
+        assert down.value.method == "GET"
+    finally:
+        await kube.close()
+
+
+def test_errors_from_responses() -> None:
+    body = b'{"kind":"Status","reason":"AlreadyExists","message":"exists"}'
+    error = errors.from_response(status=409, body=body, method="POST", path="/x")
+    assert isinstance(error, errors.AlreadyExists)
+    assert str(error) == "POST /x: 409 AlreadyExists: exists"
+    assert isinstance(
+        errors.from_response(status=409, body=b"{}", method="DELETE", path="/x"), errors.Conflict
+    )
+    assert isinstance(
+        errors.from_response(status=503, body=b"busy", method="GET", path="/x"), errors.Unavailable
+    )
+    assert isinstance(
+        errors.from_response(status=429, body=None, method="GET", path="/x"), errors.Unavailable
+    )
+    assert isinstance(errors.from_response(status=403, body=b"{}", method="GET", path="/x"), errors.Forbidden)
+    plain = errors.from_response(status=400, body=b"not json", method="GET", path="/x")
+    assert type(plain) is errors.KubeError
+    assert plain.message == "not json"
