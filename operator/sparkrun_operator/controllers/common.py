@@ -145,10 +145,12 @@ async def run_loop(
     stopped: kopf.DaemonStopped,
     logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
     reconcile: Pass,
+    precheck: Callable[[], float | None] | None = None,
 ) -> None:
     """Reconcile ``key`` whenever poked, at least every drift interval, until ``stopped``.
 
     ``reconcile`` returns seconds after which to look again regardless of events (or ``None``).
+    ``precheck`` (cheap, no I/O) returns seconds to wait instead of a pass, or ``None`` to pass.
     API unavailability and conflicts become ``kopf.TemporaryError``: kopf restarts the daemon
     after the delay, with its own backoff bookkeeping.
     """
@@ -179,6 +181,12 @@ async def run_loop(
             spacing = config.debounce_seconds - (loop.time() - last_pass)
             if spacing > 0:
                 await asyncio.sleep(spacing)
+            # NB: checked outside the gate: a pass that could not act yet takes no slot.
+            wait = precheck() if precheck is not None else None
+            if wait is not None:
+                trigger.clear()
+                requeue = wait
+                continue
             async with ctx.gate:
                 # NB: cleared once a slot is ours: pokes while queued for one need no extra pass.
                 trigger.clear()

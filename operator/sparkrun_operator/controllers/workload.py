@@ -305,13 +305,6 @@ async def reconcile(
     namespace = str(meta["namespace"])
     name = str(meta["name"])
     key = (namespace, name)
-    jobsets = [
-        observe.with_readiness(js, _store(indices.get("iw_pods"), key))
-        for js in _store(indices.get("iw_jobsets"), key)
-    ]
-    service_seen = bool(_store(indices.get("iw_services"), key))
-    if not expectations.met(jobsets, service_seen=service_seen, patience=ctx.config.expectation_seconds):
-        return 1.0  # the watch has not caught up with our own writes yet
     asleep = await probe_sleep(ctx, body, indices)
     obs = observation(ctx=ctx, body=body, indices=indices, now=utcnow(), asleep=asleep)
     p = plan(obs)
@@ -343,6 +336,19 @@ async def reconcile(
     if wrote:
         logger.debug("status written: phase %s", status.phase)
     return p.requeue_after
+
+
+def catching_up(
+    ctx: Context, *, body: kopf.Body, indices: Mapping[str, Any], expectations: Expectations
+) -> float | None:
+    """Seconds to wait before a pass because the indexes do not show the last pass's writes yet."""
+    meta = body.get("metadata") or {}
+    key = (str(meta.get("namespace")), str(meta.get("name")))
+    jobsets: list[ObservedJobSet] = _store(indices.get("iw_jobsets"), key)
+    service_seen = bool(_store(indices.get("iw_services"), key))
+    if expectations.met(jobsets, service_seen=service_seen, patience=ctx.config.expectation_seconds):
+        return None
+    return 1.0
 
 
 def _ready_of(status: InferenceWorkloadStatus) -> str:
@@ -435,6 +441,7 @@ def register(registry: kopf.OperatorRegistry, *, drift_seconds: float) -> None:
                 stopped=stopped,
                 logger=logger,
                 reconcile=one_pass,
+                precheck=lambda: catching_up(ctx, body=body, indices=indices, expectations=expectations),
             )
         finally:
             ctx.dependencies.pop((namespace, name), None)
