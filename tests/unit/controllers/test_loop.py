@@ -1,0 +1,205 @@
+"""The reconcile loop's mechanics (``controllers/common.py``, ``controllers/context.py``), with
+real asyncio timing and no apiserver: pokes coalesce, requeues come back, a precheck that says
+"wait" costs no pass, the gate bounds passes over all objects, API errors become kopf's
+TemporaryError, and a status write is neither sent when equal nor repeated before the watch
+shows it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import httpx
+import kopf
+import pytest
+
+from sparkrun_operator.api.workload import InferenceWorkloadStatus
+from sparkrun_operator.controllers import common
+from sparkrun_operator.controllers.context import Context, Metrics, OperatorConfig, Triggers
+from sparkrun_operator.k8s import errors
+
+
+class Stopped:
+    """Stands in for kopf's DaemonStopped flag."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def __bool__(self) -> bool:
+        return self.event.is_set()
+
+    async def wait(self) -> None:
+        await self.event.wait()
+
+
+class FakeKube:
+    def __init__(self) -> None:
+        self.patches: list[dict[str, Any]] = []
+
+    async def merge_patch(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self.patches.append(args[2])
+        return {}
+
+
+def _ctx(*, gate: int = 16, debounce: float = 0.0) -> Context:
+    return Context(
+        config=OperatorConfig(drift_seconds=60, debounce_seconds=debounce),
+        kube=FakeKube(),  # type: ignore[arg-type]
+        http=httpx.AsyncClient(),
+        metrics=Metrics(),
+        gate=asyncio.Semaphore(gate),
+    )
+
+
+async def _run(ctx: Context, key: str, stopped: Stopped, reconcile: Any, **kwargs: Any) -> asyncio.Task[None]:
+    return asyncio.create_task(
+        common.run_loop(
+            ctx,
+            key=key,
+            kind="Test",
+            stopped=stopped,  # type: ignore[arg-type]
+            logger=logging.getLogger("test"),
+            reconcile=reconcile,
+            **kwargs,
+        )
+    )
+
+
+async def test_pokes_during_a_pass_coalesce_into_one_more_pass() -> None:
+    ctx = _ctx()
+    stopped = Stopped()
+    passes = 0
+    release = asyncio.Event()
+
+    async def reconcile() -> float | None:
+        nonlocal passes
+        passes += 1
+        if passes == 1:
+            await release.wait()
+        return None
+
+    task = await _run(ctx, "a", stopped, reconcile)
+    await asyncio.sleep(0.05)
+    assert passes == 1  # the first pass runs at once
+    for _ in range(5):
+        ctx.triggers.poke("a")
+    release.set()
+    await asyncio.sleep(0.1)
+    assert passes == 2
+    stopped.event.set()
+    ctx.triggers.poke("a")
+    await asyncio.wait_for(task, 1)
+    assert "a" not in list(ctx.triggers.keys())
+    await ctx.http.aclose()
+
+
+async def test_requeue_and_precheck() -> None:
+    ctx = _ctx()
+    stopped = Stopped()
+    passes = 0
+    waiting = True
+
+    async def reconcile() -> float | None:
+        nonlocal passes
+        passes += 1
+        return 0.1 if passes == 1 else None
+
+    task = await _run(ctx, "b", stopped, reconcile, precheck=lambda: 30.0 if waiting else None)
+    await asyncio.sleep(0.2)
+    assert passes == 0  # the precheck said wait: no pass, no slot
+    waiting = False
+    ctx.triggers.poke("b")
+    await asyncio.sleep(0.05)
+    assert passes == 1
+    await asyncio.sleep(0.2)
+    assert passes == 2  # the requested re-check came back without a poke
+    stopped.event.set()
+    await asyncio.wait_for(task, 1)
+    await ctx.http.aclose()
+
+
+async def test_the_gate_bounds_passes_over_all_objects() -> None:
+    ctx = _ctx(gate=2)
+    stopped = Stopped()
+    running = 0
+    most = 0
+
+    async def reconcile() -> float | None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.05)
+        running -= 1
+        return None
+
+    tasks = [await _run(ctx, f"k{i}", stopped, reconcile) for i in range(6)]
+    await asyncio.sleep(0.3)
+    assert most == 2
+    stopped.event.set()
+    ctx.triggers.poke_where(lambda key: True)
+    await asyncio.wait_for(asyncio.gather(*tasks), 2)
+    await ctx.http.aclose()
+
+
+async def test_api_errors_become_temporary_errors() -> None:
+    ctx = _ctx()
+
+    async def conflict() -> float | None:
+        raise errors.Conflict("changed", status=409)
+
+    task = await _run(ctx, "c", Stopped(), conflict)
+    with pytest.raises(kopf.TemporaryError) as raised:
+        await asyncio.wait_for(task, 1)
+    assert raised.value.delay == 5
+    assert isinstance(raised.value.__cause__, errors.Conflict)
+    await ctx.http.aclose()
+
+
+async def test_status_memory() -> None:
+    ctx = _ctx()
+    memory = common.StatusMemory()
+    desired = InferenceWorkloadStatus(phase="Running", revision="r1")
+    kwargs: dict[str, Any] = {"resource": None, "name": "w", "namespace": "ns"}
+    assert await memory.write(ctx, current=None, desired=desired, **kwargs)
+    # the watch has not delivered the write yet: the same status is not sent again
+    assert not await memory.write(ctx, current=None, desired=desired, **kwargs)
+    # once it has, nothing differs
+    current = desired.model_dump(by_alias=True, exclude_none=True, mode="json")
+    assert not await memory.write(ctx, current=current, desired=desired, **kwargs)
+    changed = InferenceWorkloadStatus(phase="Running")
+    assert await memory.write(ctx, current=current, desired=changed, **kwargs)
+    kube = ctx.kube
+    assert isinstance(kube, FakeKube)
+    assert kube.patches[-1] == {
+        "status": {
+            "phase": "Running",
+            "replicas": 0,
+            "readyReplicas": 0,
+            "restarts": 0,
+            "conditions": [],
+            "endpoints": [],
+            "startup": [],
+            "revision": None,
+        }
+    }
+    await ctx.http.aclose()
+
+
+def test_triggers_and_ready_gauge() -> None:
+    triggers = Triggers()
+    assert not triggers.poke("x")
+    event = triggers.register("x")
+    assert event.is_set()  # the first pass runs without waiting for an event
+    event.clear()
+    assert triggers.poke("x")
+    assert event.is_set()
+    assert triggers.poke_where(lambda key: key == "x") == 1
+    metrics = Metrics()
+    metrics.observe_ready("K", "a", "True")
+    metrics.observe_ready("K", "b", "False")
+    metrics.observe_ready("K", "a", None)
+    assert metrics.registry.get_sample_value("sparkrun_operator_objects", {"kind": "K", "ready": "True"}) == 0
+    assert (
+        metrics.registry.get_sample_value("sparkrun_operator_objects", {"kind": "K", "ready": "False"}) == 1
+    )
