@@ -63,11 +63,21 @@ def test_scale_up_and_down(kube: KubeApi, namespace: str, operator_factory: Fact
     kube.apply(workload("qwen", namespace))
     obj = wait_condition(kube, namespace, "qwen", "Ready", timeout=90)
     rev = obj["status"]["revision"][:5]
-    _set_spec(kube, namespace, "qwen", replicas=3)
+    # through the scale subresource, as `kubectl scale` and an HPA do
+    scale = kube.resource_path(API, "InferenceWorkload", namespace=namespace, name="qwen") + "/scale"
+    kube.request(
+        "PATCH",
+        scale,
+        json={"spec": {"replicas": 3}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
     wait_condition(
         kube, namespace, "qwen", "Ready", timeout=90, extra=lambda o: o["status"]["readyReplicas"] == 3
     )
     assert _names(kube, namespace, "qwen") == [f"qwen-{i}-{rev}" for i in range(3)]
+    current = kube.request("GET", scale).json()
+    assert current["status"]["replicas"] == 3
+    assert current["status"]["selector"] == "sparkrun.dev/role=leader,sparkrun.dev/workload=qwen"
     _set_spec(kube, namespace, "qwen", replicas=1)
     kube.wait(
         lambda: _names(kube, namespace, "qwen") == [f"qwen-0-{rev}"], timeout=60, what="scale down to 1"
