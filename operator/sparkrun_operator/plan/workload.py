@@ -62,6 +62,8 @@ from sparkrun_operator.render.workload import (
 FAILED_BACKOFF: Final = dt.timedelta(seconds=10)
 #: How soon to look again after asking engines to sleep or wake.
 SLEEP_RECHECK_SECONDS: Final = 5.0
+#: A running JobSet without any pod this long after its creation is reported as stuck.
+PODLESS_AFTER: Final = dt.timedelta(seconds=60)
 #: Cap on ``status.startup`` entries.
 STARTUP_MAX: Final = 256
 
@@ -930,6 +932,24 @@ def _scheduled(
                 c.REASON_PODS_PENDING,
                 f"{_plural(len(unschedulable), 'pod')} unschedulable: {message}",
             )
+        return
+    podless = [
+        (js, obs.now - js.created)
+        for js in counted
+        if not js.suspended and js.created is not None and not any(p.jobset == js.name for p in pods)
+    ]
+    stuck = [(js, age) for js, age in podless if age >= PODLESS_AFTER]
+    if stuck:
+        js = stuck[0][0]
+        # NB: no exact age in the message: it would change (and be written) on every pass.
+        cond.set(
+            c.SCHEDULED,
+            False,
+            c.REASON_PODS_PENDING,
+            f"JobSet {js.name} has no pods more than {int(PODLESS_AFTER.total_seconds())} s after it was "
+            f"created: the JobSet or Job controller could not create them; `kubectl describe jobset "
+            f"{js.name}` shows why",
+        )
         return
     if pending or (not pods and counted):
         cond.set(

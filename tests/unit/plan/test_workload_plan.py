@@ -528,3 +528,18 @@ def test_restarts_and_last_failure_from_pods() -> None:
     assert p.status.last_failure == failure
     assert _cond(p, c.DEGRADED) == ("True", c.REASON_GROUP_RESTARTING)
     assert p.status.phase == "Degraded"
+
+
+def test_a_jobset_without_pods_for_a_minute_is_reported() -> None:
+    spec = _spec()
+    js = _js(0, _rev(spec), ready=False, created=NOW - dt.timedelta(seconds=90))
+    p = plan(_obs(spec, jobsets=(js,), service=SERVICE))
+    scheduled = find_condition(p.status.conditions, c.SCHEDULED)
+    assert scheduled is not None
+    assert scheduled.reason == c.REASON_PODS_PENDING
+    assert f"kubectl describe jobset {js.name}" in scheduled.message
+    fresh = replace(js, created=NOW - dt.timedelta(seconds=5))
+    p = plan(_obs(spec, jobsets=(fresh,), service=SERVICE))
+    scheduled = find_condition(p.status.conditions, c.SCHEDULED)
+    assert scheduled is not None
+    assert scheduled.message == "waiting for pods"
