@@ -101,6 +101,12 @@ def jobset_from(obj: Obj) -> ObservedJobSet | None:
         terminal_message=terminal_message,
         restarts=_int(status.get("restarts")) or 0,
         created=parse_time(meta.get("creationTimestamp")),
+        jobs=sum(
+            _int(rjob.get(k)) or 0
+            for rjob in status.get("replicatedJobsStatus") or []
+            if isinstance(rjob, Mapping)
+            for k in ("active", "ready", "succeeded", "failed", "suspended")
+        ),
     )
 
 

@@ -91,6 +91,8 @@ class ObservedJobSet:
     #: The leader pod is Ready (vLLM's /health is 200 only once every rank joined).
     leader_ready: bool = False
     created: dt.datetime | None = None
+    #: Jobs the JobSet reports in any state (``status.replicatedJobsStatus``); 0: none exist.
+    jobs: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -936,7 +938,10 @@ def _scheduled(
     podless = [
         (js, obs.now - js.created)
         for js in counted
-        if not js.suspended and js.created is not None and not any(p.jobset == js.name for p in pods)
+        if not js.suspended
+        and js.created is not None
+        and js.jobs == 0
+        and not any(p.jobset == js.name for p in pods)
     ]
     stuck = [(js, age) for js, age in podless if age >= PODLESS_AFTER]
     if stuck:

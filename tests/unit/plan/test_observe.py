@@ -38,6 +38,10 @@ def test_jobset_terminal_and_labels() -> None:
             "spec": {"suspend": True},
             "status": {
                 "restarts": 3,
+                "replicatedJobsStatus": [
+                    {"name": "leader", "active": 1, "ready": 0},
+                    {"name": "worker", "failed": 1},
+                ],
                 "conditions": [
                     {"type": "Failed", "status": "True", "lastTransitionTime": T0, "message": "boom"}
                 ],
@@ -52,7 +56,7 @@ def test_jobset_terminal_and_labels() -> None:
         True,
         3,
     )
-    assert (js.terminal, js.terminal_message) == ("Failed", "boom")
+    assert (js.terminal, js.terminal_message, js.jobs) == ("Failed", "boom", 2)
     assert js.terminal_time == dt.datetime(2026, 9, 1, 12, tzinfo=dt.UTC)
     assert observe.jobset_from({"metadata": {"name": "other", "labels": {}}}) is None
 

@@ -538,6 +538,11 @@ def test_a_jobset_without_pods_for_a_minute_is_reported() -> None:
     assert scheduled is not None
     assert scheduled.reason == c.REASON_PODS_PENDING
     assert f"kubectl describe jobset {js.name}" in scheduled.message
+    with_jobs = replace(js, jobs=1)  # Jobs exist (a restart or resume in progress): not stuck
+    p = plan(_obs(spec, jobsets=(with_jobs,), service=SERVICE))
+    scheduled = find_condition(p.status.conditions, c.SCHEDULED)
+    assert scheduled is not None
+    assert scheduled.message == "waiting for pods"
     fresh = replace(js, created=NOW - dt.timedelta(seconds=5))
     p = plan(_obs(spec, jobsets=(fresh,), service=SERVICE))
     scheduled = find_condition(p.status.conditions, c.SCHEDULED)
