@@ -10,7 +10,7 @@ PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv demo test unit verify crds generate lint fmt typecheck importlint testbed-bin testbed-up testbed-down bench bench-gateway clean
+.PHONY: help venv demo test unit verify crds generate lint fmt typecheck importlint testbed-bin testbed-up testbed-down bench bench-gateway bench-reconcile bench-scale clean
 
 help: ## list the verbs
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -68,6 +68,13 @@ bench: $(STAMP) testbed-bin ## run every benchmark in bench/
 bench-gateway: $(STAMP) ## gateway vs direct vs LiteLLM proxy (LiteLLM in /tmp/litellm-venv, installed if missing)
 	@test -x /tmp/litellm-venv/bin/litellm || { $(PYTHON) -m venv /tmp/litellm-venv && /tmp/litellm-venv/bin/pip install -q 'litellm[proxy]'; } || echo "LiteLLM could not be installed; benchmarking without it"
 	$(PY) -m bench.gateway
+
+bench-reconcile: $(STAMP) testbed-bin ## operator: create -> JobSet + status, vs the same API calls made directly
+	$(PY) -m bench.reconcile
+
+bench-scale: $(STAMP) testbed-bin ## operator: 1000 workloads on 250 KWOK GPU nodes (converge, RSS, writes), then the direct-call limit
+	$(PY) -m bench.scale
+	$(PY) -m bench.scale --direct
 
 clean: ## remove the venv and caches (the testbed binary cache stays)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
