@@ -263,7 +263,7 @@ def strip_owned(tokens: Iterable[str]) -> list[str]:
     return out
 
 
-def fill_template(template: str, settings: Mapping[str, Any]) -> tuple[str, list[str]]:
+def fill_template(template: str, *, settings: Mapping[str, Any]) -> tuple[str, list[str]]:
     """Fill ``{key}`` placeholders (``{{``/``}}`` are literal braces); returns text and missing keys."""
     missing: list[str] = []
 
@@ -288,9 +288,9 @@ def _format_value(value: Any) -> str:
     return str(value)
 
 
-def template_args(command: str, settings: Mapping[str, Any], issues: _Issues) -> list[str] | None:
+def template_args(command: str, *, settings: Mapping[str, Any], issues: _Issues) -> list[str] | None:
     """Arguments after the model from a ``vllm serve`` command template, owned flags removed."""
-    text, missing = fill_template(command, settings)
+    text, missing = fill_template(command, settings=settings)
     for key in dict.fromkeys(missing):
         issues.add("error", f"command template uses {{{key}}}, which no default or field provides", "command")
     try:
@@ -312,7 +312,7 @@ def template_args(command: str, settings: Mapping[str, Any], issues: _Issues) ->
     return strip_owned(rest)
 
 
-def default_flags(defaults: Mapping[str, Any], issues: _Issues) -> list[str]:
+def default_flags(defaults: Mapping[str, Any], *, issues: _Issues) -> list[str]:
     """``vllm serve`` flags for recipe defaults the operator knows (no command template)."""
     out: list[str] = []
     for key in sorted(defaults):
@@ -409,9 +409,9 @@ def _check_recipe(recipe: RecipeSpec, issues: _Issues, *, check_args: bool) -> T
             issues.add("warning", f"{hook} hooks need trust and are not run by the operator", hook)
     # NB: resolve() builds the arguments itself, so it skips this to report each issue once.
     if check_args and recipe.command is not None:
-        template_args(recipe.command, _template_settings(recipe=recipe, overrides={}), issues)
+        template_args(recipe.command, settings=_template_settings(recipe=recipe, overrides={}), issues=issues)
     elif check_args:
-        default_flags(recipe.defaults or {}, issues)
+        default_flags(recipe.defaults or {}, issues=issues)
     topology = _recipe_topology(recipe, issues)
     if recipe.max_nodes is not None and recipe.min_nodes > recipe.max_nodes:
         issues.add("error", "max_nodes must be at least min_nodes", "max_nodes")
@@ -566,9 +566,9 @@ def _resolve_recipe(workload: InferenceWorkloadSpec, recipe: RecipeSpec, issues:
         )
         if model_revision:
             settings["model_revision"] = model_revision
-        base = template_args(recipe.command, settings, issues)
+        base = template_args(recipe.command, settings=settings, issues=issues)
     else:
-        base = default_flags(defaults, issues)
+        base = default_flags(defaults, issues=issues)
     if base is None or issues.failed:
         return Resolution(None, tuple(issues.items))
 
