@@ -8,7 +8,10 @@ exactly as Python does for an absent package (``ModuleNotFoundError`` naming it)
 
 from __future__ import annotations
 
+import ast
 import email.parser
+import importlib.metadata
+import re
 import shutil
 import subprocess
 import sys
@@ -115,25 +118,56 @@ def test_the_image_installs_only_the_product() -> None:
     assert not [ln for ln in instructions if "testbed" in ln]
 
 
+def _build_wheel(source: Path, dist: Path) -> tuple[list[str], list[str]]:
+    """Build ``source``'s wheel offline: its file names and its requirements (markers dropped)."""
+    build = ["wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(dist), str(source)]
+    subprocess.run([sys.executable, "-m", "pip", *build], check=True, capture_output=True, timeout=300)
+    (wheel,) = dist.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        (metadata_name,) = (n for n in names if n.endswith(".dist-info/METADATA"))
+        metadata = email.parser.Parser().parsestr(archive.read(metadata_name).decode())
+    return names, [r.split(";")[0].strip() for r in metadata.get_all("Requires-Dist") or []]
+
+
 def test_product_wheel_holds_no_testbed(tmp_path: Path) -> None:
     """Build the wheel from the image's build context, as the image does, but offline."""
     context = tmp_path / "src"
     _copy_build_context(context)
     assert (context / "pyproject.toml").is_file()
     assert not (context / "testbed").exists()
-    dist = tmp_path / "dist"
-    build = ["wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(dist), str(context)]
-    subprocess.run([sys.executable, "-m", "pip", *build], check=True, capture_output=True, timeout=300)
-    (wheel,) = dist.glob("sparkrun_operator-*.whl")
-    with zipfile.ZipFile(wheel) as archive:
-        names = archive.namelist()
-        (metadata_name,) = (n for n in names if n.endswith(".dist-info/METADATA"))
-        metadata = email.parser.Parser().parsestr(archive.read(metadata_name).decode())
+    names, requires = _build_wheel(context, tmp_path / "dist")
     assert "sparkrun_operator/cli/main.py" in names
     assert "sparkrun_operator/py.typed" in names
     assert [n for n in names if "testbed" in n] == []
-    requires = [r.split(";")[0].strip() for r in metadata.get_all("Requires-Dist") or []]
     assert "kopf>=1.38" in requires
     # The testbed's own dependencies are its business; only the testbed's pki uses cryptography.
     testbed_only = ("cryptography", "sparkrun-testbed", "sparkrun_testbed")
     assert [r for r in requires if r.startswith(testbed_only)] == []
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_testbed_wheel_declares_what_it_imports(tmp_path: Path) -> None:
+    """The testbed's wheel: its package (typed), no product, and a requirement per import."""
+    source = tmp_path / "testbed"
+    shutil.copytree(ROOT / "testbed", source, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    names, requires = _build_wheel(source, tmp_path / "dist")
+    assert "sparkrun_testbed/py.typed" in names
+    assert "sparkrun_testbed/engine/__main__.py" in names
+    assert [n for n in names if n.startswith("sparkrun_operator")] == []
+    imported: set[str] = set()
+    for path in (ROOT / "testbed" / "sparkrun_testbed").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    third_party = imported - set(sys.stdlib_module_names) - {"sparkrun_testbed", "__future__"}
+    assert {"cryptography", "aiohttp", "yaml"} <= third_party
+    distributions = importlib.metadata.packages_distributions()
+    declared = {_canonical(re.split(r"[<>=!~ \[]", r)[0]) for r in requires}
+    undeclared = {m for m in third_party if not {_canonical(d) for d in distributions[m]} & declared}
+    assert undeclared == set(), f"testbed/pyproject.toml lacks the distributions of {sorted(undeclared)}"
