@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkrun_operator.testbed import binaries, plane
+from sparkrun_testbed import binaries, plane
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 

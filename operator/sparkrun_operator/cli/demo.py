@@ -34,9 +34,9 @@ from rich.console import Console
 from rich.table import Table
 
 from sparkrun_operator.api.admission import validate
-from sparkrun_operator.testbed import binaries, daemons, plane
-from sparkrun_operator.testbed.kubeapi import KubeApi
-from sparkrun_operator.testbed.topology import NodePool, Topology
+from sparkrun_testbed import binaries, daemons, plane
+from sparkrun_testbed.kubeapi import KubeApi
+from sparkrun_testbed.topology import NodePool, Topology
 
 #: Examples applied to the testbed, in order (the ModelCache, benchmark and job examples need a
 #: hub, a served model and the daemon API respectively, so the demo leaves them out).
