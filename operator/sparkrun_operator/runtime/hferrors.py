@@ -155,7 +155,7 @@ def classify(
                 if has_token
                 else "check the repository id; a private repository needs source.huggingFace.tokenSecretRef"
             )
-            code = EXIT_AUTH if _status(err) in (401, 403) else EXIT_REPO_NOT_FOUND
+            code = EXIT_REPO_NOT_FOUND if isinstance(err, hf_errors.RepositoryNotFoundError) else EXIT_AUTH
             return DownloadError(code, f"{where} was not found or is not accessible: {hint}.")
     for err in chain:
         if isinstance(err, OSError) and err.errno in _STORAGE_ERRNOS:

@@ -100,13 +100,15 @@ class Faults:
         with self._lock:
             return list(self._faults)
 
-    def take(self, key: str, method: str, kinds: tuple[str, ...]) -> list[Fault]:
-        """The faults of ``kinds`` that hit this request (each counts one use)."""
+    def take(self, key: str, method: str, kinds: tuple[str, ...], *, limit: int | None = None) -> list[Fault]:
+        """The faults of ``kinds`` that hit this request (each counts one use), oldest first."""
         taken: list[Fault] = []
         with self._lock:
             for fault in list(self._faults):
                 if fault.kind not in kinds or not fault.matches(key, method):
                     continue
+                if limit is not None and len(taken) >= limit:
+                    break
                 fault.hits += 1
                 taken.append(fault)
                 if fault.times is not None and fault.hits >= fault.times:

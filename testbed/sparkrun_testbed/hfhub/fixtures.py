@@ -90,7 +90,9 @@ def tokenizer_repo() -> Repo | None:
     corpus = [" ".join(words[j : j + 20]) for j in range(0, 180, 5)] + ["hello world, sparkrun!"] * 5
     tokenizer = tk.Tokenizer(tk.models.BPE(unk_token="<unk>"))
     tokenizer.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
-    trainer = tk.trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"])
+    trainer = tk.trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False
+    )
     tokenizer.train_from_iterator(corpus, trainer=trainer)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "tokenizer.json"

@@ -165,7 +165,7 @@ class Handler(BaseHTTPRequestHandler):
         return sha
 
     def _status_faults(self, key: str) -> None:
-        for fault in self.hub.faults.take(key, self.command, ("status",)):
+        for fault in self.hub.faults.take(key, self.command, ("status",), limit=1):
             headers = {}
             if fault.retry_after is not None:
                 headers["Retry-After"] = str(fault.retry_after)
