@@ -41,6 +41,13 @@ def _cli(
     )
 
 
+def _settle(hub: Hub, key: str) -> None:
+    last, deadline = -1, time.monotonic() + 10
+    while hub.bytes_served(key) != last and time.monotonic() < deadline:
+        last = hub.bytes_served(key)
+        time.sleep(0.5)
+
+
 def _events(stdout: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
@@ -233,8 +240,9 @@ def test_killed_mid_file_resumes_without_refetching_finished_blobs(hub: Hub, cac
     orphans = layout.incomplete(repo.tree(repo.head)[SHARD1].sha256)
     assert len(orphans) == 1
     kept = orphans[0].stat().st_size
-    assert kept >= 10 * MiB
+    assert kept >= 8 * MiB  # written in 1 MiB chunks (the library's default is 10 MiB)
     hub.clear_faults()
+    _settle(hub, key)  # the Hub's thread for the killed connection writes until the socket errors
     hub.reset_stats()
     result = _downloader(hub, cache_root, repo=BIG).download()
     assert result.how == {"resumed": 1, "verified": 2}  # the finished blobs: verified by the killed run

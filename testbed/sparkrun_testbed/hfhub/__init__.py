@@ -13,6 +13,7 @@ CLI: ``python -m sparkrun_testbed.hfhub --port 0 --print-url``.
 
 from sparkrun_testbed.hfhub.faults import Fault, PathStats
 from sparkrun_testbed.hfhub.fixtures import (
+    BENCH,
     BIG,
     BRANCH,
     DATASET,
@@ -28,6 +29,7 @@ from sparkrun_testbed.hfhub.hub import Hub
 from sparkrun_testbed.hfhub.repo import Repo, RepoFile, generated, git_blob_sha1
 
 __all__ = [
+    "BENCH",
     "BIG",
     "BRANCH",
     "DATASET",

@@ -8,7 +8,7 @@ import sys
 import threading
 from types import FrameType
 
-from sparkrun_testbed.hfhub.fixtures import TOKEN, default_repos
+from sparkrun_testbed.hfhub.fixtures import TOKEN, bench_model, default_repos
 from sparkrun_testbed.hfhub.hub import Hub
 
 
@@ -20,6 +20,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--token", action="append", default=[], help=f"an accepted token (default {TOKEN})")
     parser.add_argument("--lfs-mib", type=float, default=4, help="size of the tiny model's LFS blob")
     parser.add_argument("--big", action="store_true", help="also serve sparkrun-test/big-model (36 MiB)")
+    parser.add_argument(
+        "--bench-shards", type=int, default=0, help="serve sparkrun-bench/model with N shards"
+    )
+    parser.add_argument("--bench-shard-mib", type=float, default=64, help="size of each bench shard")
     parser.add_argument("--lfs-redirect", action="store_true", help="302 LFS files to a CDN on 127.0.0.2")
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
     args = parser.parse_args(argv)
@@ -31,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
         lfs_redirect=args.lfs_redirect,
         verbose=args.verbose,
     )
+    if args.bench_shards:
+        hub.add_repo(bench_model(args.bench_shards, args.bench_shard_mib))
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

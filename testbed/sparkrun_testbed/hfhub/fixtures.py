@@ -18,6 +18,7 @@ GATED = "sparkrun-test/gated-model"
 PRIVATE = "sparkrun-test/private-model"
 DATASET = "sparkrun-test/tiny-dataset"
 TOKENIZER = "sparkrun-test/tiny-tokenizer"
+BENCH = "sparkrun-bench/model"
 TAG = "v1.0"
 BRANCH = "dev"
 
@@ -57,6 +58,14 @@ def big_model(shard_mib: tuple[float, ...] = (24, 12)) -> Repo:
     for i, mib in enumerate(shard_mib, 1):
         files[f"model-{i:05d}-of-{count:05d}.safetensors"] = generated(int(mib * MiB), f"big-{i}")
     return Repo(BIG, files)
+
+
+def bench_model(shards: int, shard_mib: float) -> Repo:
+    """``shards`` LFS shards of ``shard_mib`` MiB each plus a config (benchmarks)."""
+    files: dict[str, bytes] = {"config.json": _config(512)}
+    for i in range(1, shards + 1):
+        files[f"model-{i:05d}-of-{shards:05d}.safetensors"] = generated(int(shard_mib * MiB), f"bench-{i}")
+    return Repo(BENCH, files)
 
 
 def gated_model() -> Repo:
