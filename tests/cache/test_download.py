@@ -269,3 +269,4 @@ def test_progress_is_rate_bounded_and_always_reports_phases() -> None:
     assert middle.rate_bytes_per_s == pytest.approx(100.0)
     assert middle.eta_s is not None
     assert middle.eta_s > 0
+    assert seen[-1].status_patch() == {"phase": "Ready", "progress": {"bytesDone": 1000, "bytesTotal": 1000}}

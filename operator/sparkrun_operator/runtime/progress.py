@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from sparkrun_operator.api.modelcache import CacheProgress
 from sparkrun_operator.runtime.hfcache import write_atomic
 
 Phase = Literal["Resolving", "Downloading", "Verifying", "Ready", "Failed"]
@@ -41,6 +42,16 @@ class Progress:
 
     def to_json(self) -> dict[str, Any]:
         return {"event": "progress", **asdict(self)}
+
+    def status_patch(self) -> dict[str, Any]:
+        """The ``ModelCache.status`` fields this event sets (camelCase, as the controller patches)."""
+        patch: dict[str, Any] = {
+            "phase": self.phase,
+            "progress": CacheProgress(bytes_done=self.bytes_done, bytes_total=self.bytes_total).to_wire(),
+        }
+        if self.commit is not None:
+            patch["resolvedRevision"] = self.commit
+        return patch
 
 
 Sink = Callable[[Progress], None]
