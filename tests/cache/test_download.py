@@ -17,6 +17,7 @@ from sparkrun_operator.runtime.download import Downloader, Source
 from sparkrun_operator.runtime.hfcache import CacheLayout
 from sparkrun_operator.runtime.progress import Progress, Reporter
 from sparkrun_testbed.hfhub import BIG, BRANCH, GATED, PRIVATE, TAG, TINY, TOKEN, Hub
+from sparkrun_testbed.hfhub.fixtures import big_model
 
 MiB = 1024 * 1024
 SHARD1 = "model-00001-of-00002.safetensors"
@@ -270,3 +271,36 @@ def test_progress_is_rate_bounded_and_always_reports_phases() -> None:
     assert middle.eta_s is not None
     assert middle.eta_s > 0
     assert seen[-1].status_patch() == {"phase": "Ready", "progress": {"bytesDone": 1000, "bytesTotal": 1000}}
+
+
+def test_unreachable_hub_is_retryable(cache_root: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    downloader = Downloader(cache_root, Source(TINY, "main", f"http://127.0.0.1:{port}"), attempts=1)
+    with pytest.raises(hferrors.DownloadError) as down:
+        downloader.download()
+    assert down.value.code == hferrors.EXIT_UNAVAILABLE
+    assert down.value.retryable
+
+
+@pytest.mark.parametrize("cdn", [False, True])
+def test_orphaned_incomplete_is_continued_with_range(cache_root: Path, cdn: bool) -> None:
+    """A partial blob under the library's temp name is continued, also through a CDN redirect."""
+    with Hub([big_model((3,))], lfs_redirect=cdn) as hub:
+        repo = hub.repo(BIG)
+        name = "model-00001-of-00001.safetensors"
+        meta = repo.tree(repo.head)[name]
+        layout = CacheLayout(cache_root, BIG)
+        layout.blobs.mkdir(parents=True)
+        orphan = layout.blobs / f"{meta.sha256}.0a1b2c3d.incomplete"
+        orphan.write_bytes(meta.file.data[: 2 * MiB + 7])
+        (layout.blobs / f"{meta.sha256}.ffffffff.incomplete").write_bytes(meta.file.data[:100])
+        result = Downloader(cache_root, Source(BIG, "main", hub.url), verify="sha256").download()
+        assert result.how == {"resumed": 1, "fetched": 1}
+        assert hub.stats()[f"{BIG}/{name}"].bytes == MiB - 7
+        assert hub.stats()[f"{BIG}/{name}"].statuses[206] == 1
+        assert not layout.incomplete(meta.sha256)
+        assert layout.blob(meta.sha256).read_bytes() == meta.file.data

@@ -23,11 +23,11 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 os.environ["HF_HUB_DISABLE_XET"] = "1"
 
@@ -59,6 +59,7 @@ hf_constants.HF_HUB_DISABLE_XET = True  # also when huggingface_hub was imported
 hf_constants.DOWNLOAD_CHUNK_SIZE = 1024 * 1024
 DEFAULT_ENDPOINT = "https://huggingface.co"
 How = Literal["verified", "present", "resumed", "fetched"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,7 @@ class Downloader:
         verify: VerifyLevel = "size",
         workers: int = 8,
         reporter: Reporter | None = None,
+        attempts: int = 5,
     ) -> None:
         self.root = Path(root)
         self.source = source
@@ -149,6 +151,7 @@ class Downloader:
         self.reporter = reporter or Reporter([])
         self.layout = CacheLayout(self.root, source.repo, source.repo_type)
         self._token = token
+        self.attempts = attempts
         self._lock = threading.Lock()
         self._done_bytes = 0
         self._done_files = 0
@@ -173,6 +176,9 @@ class Downloader:
             has_token=bool(self._token),
         )
         return hferrors.DownloadError(err.code, self.scrub(err.message))
+
+    def _retry(self, fn: Callable[[], T]) -> T:
+        return hferrors.with_retries(fn, attempts=self.attempts)
 
     def scrub(self, text: str) -> str:
         return text.replace(self._token, "***") if self._token else text
@@ -221,7 +227,7 @@ class Downloader:
         self._report("Resolving", f"resolving {self.source.revision}", force=True)
         api = huggingface_hub.HfApi(endpoint=self.source.endpoint_url, token=self._token_arg)
         try:
-            info = hferrors.with_retries(
+            info = self._retry(
                 lambda: api.repo_info(
                     self.source.repo,
                     revision=self.source.revision,
@@ -345,12 +351,12 @@ class Downloader:
             with self._lock:
                 self._inflight[entry.etag] = 0
             try:
-                how, fetched = hferrors.with_retries(lambda: self._fetch(commit, entry))
+                how, fetched = self._retry(lambda: self._fetch(commit, entry))
                 with self._lock:
                     self._fetched += fetched
                 if not self._check(entry, blob):
                     blob.unlink(missing_ok=True)  # a bad copy: once more from the start
-                    hferrors.with_retries(lambda: self._fetch(commit, entry))
+                    self._retry(lambda: self._fetch(commit, entry))
                     with self._lock:
                         self._fetched += entry.size
                     if not self._check(entry, blob):
