@@ -16,7 +16,7 @@ from sparkrun_operator.runtime import hferrors
 from sparkrun_operator.runtime.download import Downloader, Source
 from sparkrun_operator.runtime.hfcache import CacheLayout
 from sparkrun_operator.runtime.progress import Progress, Reporter
-from sparkrun_testbed.hfhub import BIG, BRANCH, GATED, PRIVATE, TAG, TINY, TOKEN, Hub
+from sparkrun_testbed.hfhub import BIG, BRANCH, GATED, PRIVATE, TAG, TINY, TOKEN, Hub, Repo, generated
 from sparkrun_testbed.hfhub.fixtures import big_model
 
 MiB = 1024 * 1024
@@ -304,3 +304,21 @@ def test_orphaned_incomplete_is_continued_with_range(cache_root: Path, cdn: bool
         assert hub.stats()[f"{BIG}/{name}"].statuses[206] == 1
         assert not layout.incomplete(meta.sha256)
         assert layout.blob(meta.sha256).read_bytes() == meta.file.data
+
+
+def test_files_with_the_same_content_share_one_blob(cache_root: Path) -> None:
+    weights = generated(MiB, "same")
+    files = {
+        "a.txt": b"same\n",
+        "copy/a.txt": b"same\n",
+        "w1.safetensors": weights,
+        "w2.safetensors": weights,
+    }
+    with Hub([Repo("org/dupes", files)]) as hub:
+        result = Downloader(cache_root, Source("org/dupes", "main", hub.url), verify="sha256").download()
+        assert result.how == {"fetched": 4}
+        snapshot = Path(result.snapshot)
+        for path, data in files.items():
+            assert (snapshot / path).read_bytes() == data
+        assert len(list(CacheLayout(cache_root, "org/dupes").blobs.iterdir())) == 2
+        assert hub.bytes_served() == MiB + 5

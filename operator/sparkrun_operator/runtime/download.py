@@ -24,7 +24,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -339,7 +339,9 @@ class Downloader:
         )
         return "fetched", entry.size
 
-    def _ensure(self, commit: str, entry: FileEntry, verified: VerifiedBlobs) -> How:
+    def _ensure(self, commit: str, group: list[FileEntry], verified: VerifiedBlobs) -> How:
+        """Make one blob present and verified, and link every file of ``group`` (same etag) to it."""
+        entry = group[0]
         blob = self.layout.blob(entry.etag)
         how: How
         if blob.exists() and verified.is_verified(blob, self.verify):
@@ -351,30 +353,36 @@ class Downloader:
             with self._lock:
                 self._inflight[entry.etag] = 0
             try:
-                how, fetched = self._retry(lambda: self._fetch(commit, entry))
-                with self._lock:
-                    self._fetched += fetched
-                if not self._check(entry, blob):
-                    blob.unlink(missing_ok=True)  # a bad copy: once more from the start
-                    self._retry(lambda: self._fetch(commit, entry))
-                    with self._lock:
-                        self._fetched += entry.size
-                    if not self._check(entry, blob):
-                        blob.unlink(missing_ok=True)
-                        raise hferrors.DownloadError(
-                            hferrors.EXIT_INVALID,
-                            f"{entry.path} of {self.source.repo}@{commit} fails {self.verify} verification "
-                            "after a fresh download: the Hub serves bytes that do not match its metadata.",
-                        )
+                how = self._fetch_verified(commit, entry, blob)
             finally:
                 with self._lock:
                     self._inflight.pop(entry.etag, None)
         if self.verify != "none":
             verified.record(blob, self.verify)
-        self.layout.link(commit, entry)
+        for member in group:
+            self.layout.link(commit, member)
         with self._lock:
-            self._done_bytes += entry.size
-            self._done_files += 1
+            self._done_bytes += sum(m.size for m in group)
+            self._done_files += len(group)
+        return how
+
+    def _fetch_verified(self, commit: str, entry: FileEntry, blob: Path) -> How:
+        how, fetched = self._retry(lambda: self._fetch(commit, entry))
+        with self._lock:
+            self._fetched += fetched
+        if self._check(entry, blob):
+            return how
+        blob.unlink(missing_ok=True)  # a bad copy: once more from the start
+        self._retry(lambda: self._fetch(commit, entry))
+        with self._lock:
+            self._fetched += entry.size
+        if not self._check(entry, blob):
+            blob.unlink(missing_ok=True)
+            raise hferrors.DownloadError(
+                hferrors.EXIT_INVALID,
+                f"{entry.path} of {self.source.repo}@{commit} fails {self.verify} verification "
+                "after a fresh download: the Hub serves bytes that do not match its metadata.",
+            )
         return how
 
     # -- whole revision ---------------------------------------------------------------------------
@@ -387,7 +395,10 @@ class Downloader:
         watcher.start()
         pool = ThreadPoolExecutor(self.workers, thread_name_prefix="download")
         try:
-            futures: list[Future[How]] = [pool.submit(self._ensure, commit, e, verified) for e in files]
+            groups: dict[str, list[FileEntry]] = {}
+            for entry in files:
+                groups.setdefault(entry.etag, []).append(entry)
+            futures = [pool.submit(self._ensure, commit, g, verified) for g in groups.values()]
             wait(futures, return_when=FIRST_EXCEPTION)
             for future in futures:
                 if future.done() and future.exception() is not None:
@@ -395,9 +406,9 @@ class Downloader:
                     exc = future.exception()
                     assert exc is not None
                     raise self._fail(exc, commit) from None
-            for future in futures:
+            for group, future in zip(groups.values(), futures, strict=True):
                 how = future.result()
-                counts[how] = counts.get(how, 0) + 1
+                counts[how] = counts.get(how, 0) + len(group)
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
             stop.set()
