@@ -56,7 +56,9 @@ from sparkrun_operator.runtime.progress import Phase, Progress, Reporter
 hf_constants.HF_HUB_DISABLE_XET = True  # also when huggingface_hub was imported before us
 # http_get writes a chunk only once it has all of it: with the default 10 MiB chunks a killed pod
 # loses up to 10 MiB per file in flight; 1 MiB chunks keep the orphan close to what was received.
-hf_constants.DOWNLOAD_CHUNK_SIZE = 1024 * 1024
+# (It is also faster: joining 10 MiB chunks costs more than it saves; see docs/performance.md.)
+CHUNK_SIZE = 1024 * 1024
+hf_constants.DOWNLOAD_CHUNK_SIZE = CHUNK_SIZE
 DEFAULT_ENDPOINT = "https://huggingface.co"
 How = Literal["verified", "present", "resumed", "fetched"]
 T = TypeVar("T")
