@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -44,7 +44,9 @@ from sparkrun_operator.runtime.hfcache import (
     LEVELS,
     CacheLayout,
     FileEntry,
+    InspectReport,
     Manifest,
+    Result,
     VerifiedBlobs,
     VerifyLevel,
     check_file,
@@ -78,49 +80,6 @@ class Source:
     @property
     def endpoint_url(self) -> str:
         return (self.endpoint or hf_constants.ENDPOINT or DEFAULT_ENDPOINT).rstrip("/")
-
-
-@dataclass
-class Result:
-    """What a download or repair did."""
-
-    repo: str
-    revision: str
-    commit: str
-    files: int
-    total_bytes: int
-    fetched_bytes: int
-    verify: str
-    manifest: str
-    snapshot: str
-    seconds: float
-    how: dict[str, int] = field(default_factory=dict)
-    repaired: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"event": "result", **asdict(self)}
-
-
-@dataclass
-class InspectReport:
-    """``inspect``: the state of every file of a revision against its manifest."""
-
-    repo: str
-    commit: str
-    verify: str
-    files: int
-    total_bytes: int
-    missing: list[str]
-    invalid: list[str]
-    unreadable: list[str]
-    manifest: str
-
-    @property
-    def clean(self) -> bool:
-        return not (self.missing or self.invalid or self.unreadable)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"event": "inspect", "clean": self.clean, **asdict(self)}
 
 
 def _entries(manifest_files: Sequence[Any]) -> list[FileEntry]:

@@ -84,6 +84,49 @@ class Manifest:
         return cls(files=files, **known)
 
 
+@dataclass
+class Result:
+    """What a download or repair did."""
+
+    repo: str
+    revision: str
+    commit: str
+    files: int
+    total_bytes: int
+    fetched_bytes: int
+    verify: str
+    manifest: str
+    snapshot: str
+    seconds: float
+    how: dict[str, int] = field(default_factory=dict)
+    repaired: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": "result", **asdict(self)}
+
+
+@dataclass
+class InspectReport:
+    """``inspect``: the state of every file of a revision against its manifest."""
+
+    repo: str
+    commit: str
+    verify: str
+    files: int
+    total_bytes: int
+    missing: list[str]
+    invalid: list[str]
+    unreadable: list[str]
+    manifest: str
+
+    @property
+    def clean(self) -> bool:
+        return not (self.missing or self.invalid or self.unreadable)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": "inspect", "clean": self.clean, **asdict(self)}
+
+
 def now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
