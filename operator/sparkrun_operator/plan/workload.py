@@ -45,8 +45,9 @@ from sparkrun_operator.api.workload import (
     StartupEvent,
     WorkloadPhase,
 )
-from sparkrun_operator.render import names, recipe_identity
-from sparkrun_operator.render.recipe import EffectiveSpec, resolve
+from sparkrun_operator.recipe import identity as recipe_identity
+from sparkrun_operator.recipe.resolve import EffectiveSpec, resolve
+from sparkrun_operator.render import names
 from sparkrun_operator.render.workload import (
     CacheMount,
     Owner,

@@ -41,8 +41,9 @@ from sparkrun_operator.k8s.rest import ApiError
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import Conflict, DaemonError, Invalid, NotFound, OperationTimeout
-from sparkrun_operator.render import names, recipe_identity
-from sparkrun_operator.render.recipe import resolve
+from sparkrun_operator.recipe import identity as recipe_identity
+from sparkrun_operator.recipe.resolve import resolve
+from sparkrun_operator.render import names
 
 __all__ = ["EXECUTORS", "endpoint_entry", "recipe_specs", "served_names", "workload_row"]
 
