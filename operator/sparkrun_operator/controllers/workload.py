@@ -11,7 +11,7 @@ Handlers (all registered on an explicit kopf registry, with explicit ids):
 - ``daemon`` ``iw-reconcile``: the per-workload loop (:func:`common.run_loop`) running
   :func:`reconcile`.
 
-The planner (``plan/workload.py``) decides; this module only gathers what it looks at, carries
+The planner (``plan/workload/``) decides; this module only gathers what it looks at, carries
 out its actions (server-side apply, suspend patches, deletes with UID preconditions, engine
 sleep/wake calls) and writes the status it computed. Nothing is stored outside the status.
 """
