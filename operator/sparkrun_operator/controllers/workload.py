@@ -333,12 +333,12 @@ async def refresh_status(
     writes: Writes,
 ) -> bool:
     """A status-only pass: the status the planner derives from the cached observed state,
-    written if it changed; whether it wrote. It never acts: when the plan has a child action,
-    or the indexes do not show the last full pass's writes yet, or the spec (or a requested
-    reconcile) is newer than the last full pass, it leaves the workload to the full lane."""
+    written if it changed; whether it wrote. It never acts: when the plan has a child action
+    (so its status would depend on carrying it out), or the indexes do not show the last full
+    pass's writes yet, it leaves the workload to the full lane."""
     meta = body.get("metadata") or {}
     key = (str(meta.get("namespace")), str(meta.get("name")))
-    if meta.get("deletionTimestamp") or ctx.reconciled.get(key) != _requested(meta):
+    if meta.get("deletionTimestamp"):
         return False
     if catching_up(ctx, body=body, indices=indices, expectations=expectations) is not None:
         return False
