@@ -76,12 +76,18 @@ async def write_status(
 
 class StatusMemory:
     """The last status one object's loop wrote, so that a pass running before the watch has
-    delivered that write does not write the same status again."""
+    delivered that write does not write the same status again.
+
+    With ``version`` (the ``resourceVersion`` of the object the pass looked at), a repeat is
+    only skipped while the object is still the one the last write was planned from: once the
+    watch delivered anything newer (our write, or someone else's), ``current`` is compared.
+    """
 
     def __init__(self, *, patience: float = 10.0) -> None:
         self.patience = patience
         self.wire: dict[str, Any] | None = None
         self.at = 0.0
+        self.version: str | None = None
 
     async def write(
         self,
@@ -92,17 +98,18 @@ class StatusMemory:
         namespace: str | None,
         current: Mapping[str, Any] | None,
         desired: BaseModel,
+        version: str | None = None,
     ) -> bool:
         """Like :func:`write_status`, skipping a repeat of a write younger than ``patience``."""
         wire = desired.model_dump(by_alias=True, exclude_none=True, mode="json")
         now = asyncio.get_running_loop().time()
-        if wire == self.wire and now - self.at < self.patience:
+        if wire == self.wire and now - self.at < self.patience and version == self.version:
             return False
         wrote = await write_status(
             ctx, resource=resource, name=name, namespace=namespace, current=current, desired=desired
         )
         if wrote:
-            self.wire, self.at = wire, now
+            self.wire, self.at, self.version = wire, now, version
         return wrote
 
 

@@ -282,6 +282,7 @@ class Writes:
                 namespace=str(meta["namespace"]),
                 current=body.get("status"),
                 desired=status,
+                version=meta.get("resourceVersion"),
             )
             self.observed_at = max(self.observed_at, observed_at)
             self.ready = _ready_of(status)

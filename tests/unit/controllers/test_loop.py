@@ -291,3 +291,20 @@ async def test_the_status_lane_coalesces_and_survives_errors() -> None:
     ctx.triggers.poke("s")
     await asyncio.wait_for(lane, 1)
     await ctx.http.aclose()
+
+
+async def test_status_memory_with_versions_rewrites_after_someone_else_wrote() -> None:
+    ctx = _ctx()
+    memory = common.StatusMemory()
+    desired = InferenceWorkloadStatus(phase="Running", ready_replicas=1)
+    stale = InferenceWorkloadStatus(phase="Pending").model_dump(by_alias=True, exclude_none=True, mode="json")
+    kwargs: dict[str, Any] = {"resource": None, "name": "w", "namespace": "ns", "desired": desired}
+    assert await memory.write(ctx, current=stale, version="10", **kwargs)
+    # the object is still the one the write was planned from: no repeat
+    assert not await memory.write(ctx, current=stale, version="10", **kwargs)
+    # a newer object still shows a stale status (someone wrote it back): written again
+    assert await memory.write(ctx, current=stale, version="12", **kwargs)
+    kube = ctx.kube
+    assert isinstance(kube, FakeKube)
+    assert len(kube.patches) == 2
+    await ctx.http.aclose()
