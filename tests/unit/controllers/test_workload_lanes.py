@@ -60,7 +60,6 @@ def _body(status: dict[str, Any] | None = None, version: str = "1") -> dict[str,
 
 
 def _indices(*, ready: bool, service: bool = True) -> dict[str, Any]:
-
     spec = InferenceWorkloadSpec.model_validate({"model": {"name": "Qwen/Qwen3-0.6B"}})
     probe = Observation(
         name="qwen",
