@@ -41,8 +41,10 @@ class OperatorConfig:
     #: apiserver, time out, and retry in a storm.
     max_concurrent_passes: int = 16
     #: Status-only passes running at once (their own lane: readiness never waits behind full
-    #: passes; see :func:`~sparkrun_operator.controllers.common.run_status_lane`).
-    max_concurrent_status_passes: int = 4
+    #: passes; see :func:`~sparkrun_operator.controllers.common.run_status_lane`). Each is one
+    #: pure planning step and at most one write, so a burst of readiness changes (thousands of
+    #: pods turning Ready together) drains at this many writes in flight.
+    max_concurrent_status_passes: int = 16
     #: TLS connections of the operator's client to the apiserver.
     api_connections: int = 32
 
@@ -153,7 +155,7 @@ class Context:
     #: Bounds the passes running at once (``OperatorConfig.max_concurrent_passes``).
     gate: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
     #: Bounds the status-only passes running at once (``max_concurrent_status_passes``).
-    status_gate: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(4))
+    status_gate: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
     #: Workload key -> the generation and the ``reconcile-requested`` annotation its last pass
     #: planned for (own status writes skip a pass; a new generation or request does not).
     reconciled: dict[tuple[str, str], tuple[int, str | None]] = field(default_factory=dict)
