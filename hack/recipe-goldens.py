@@ -12,7 +12,7 @@ For every ``tests/unit/recipes/*.yaml`` it loads the recipe the way a launch doe
 ``sparkrun.api._resolve.resolve_recipe``) and records sparkrun's ``generate_intent_id`` and
 ``derive_recipe_fingerprint`` for no overrides and for each override set in ``OVERRIDES``
 below. ``tests/unit/test_recipe_identity.py`` asserts that
-``sparkrun_operator.render.recipe_identity`` reproduces every entry; it also reruns this script
+``sparkrun_operator.recipe.identity`` reproduces every entry; it also reruns this script
 when ``SPARKRUN_REFERENCE_PYTHON`` names such an interpreter and compares the output.
 """
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkrun_operator.render.recipe_identity import (
+from sparkrun_operator.recipe.identity import (
     intent_id,
     placement_token_for,
     recipe_revision,

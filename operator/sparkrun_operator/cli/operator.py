@@ -70,6 +70,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=OperatorConfig.max_concurrent_passes,
         help="reconcile passes running at once over all objects (%(default)s)",
     )
+    runner.add_argument(
+        "--max-concurrent-status-passes",
+        type=int,
+        default=OperatorConfig.max_concurrent_status_passes,
+        help="status-only passes (readiness) running at once, beside the others (%(default)s)",
+    )
     runner.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     runner.set_defaults(func=_run)
 
@@ -97,7 +103,8 @@ def _run(args: argparse.Namespace) -> int:
             drift_seconds=args.drift_seconds,
             render=RenderOptions(max_restarts=args.max_restarts),
             max_concurrent_passes=args.max_concurrent_passes,
-            api_connections=max(32, 2 * args.max_concurrent_passes),
+            max_concurrent_status_passes=args.max_concurrent_status_passes,
+            api_connections=max(32, 2 * args.max_concurrent_passes + args.max_concurrent_status_passes),
         ),
     )
     for line in describe(options):

@@ -6,6 +6,8 @@
   ``/wake_up``), with explicit timeouts.
 - :func:`run_loop`: the body of a per-object reconciling daemon: wait for a poke (or the drift
   interval, or a requested requeue), coalesce bursts, run one pass, repeat until stopped.
+- :func:`run_status_lane`: beside it, status-only passes in their own small lane, so that a
+  status change (readiness) is written without waiting behind full passes.
 """
 
 from __future__ import annotations
@@ -74,12 +76,18 @@ async def write_status(
 
 class StatusMemory:
     """The last status one object's loop wrote, so that a pass running before the watch has
-    delivered that write does not write the same status again."""
+    delivered that write does not write the same status again.
+
+    With ``version`` (the ``resourceVersion`` of the object the pass looked at), a repeat is
+    only skipped while the object is still the one the last write was planned from: once the
+    watch delivered anything newer (our write, or someone else's), ``current`` is compared.
+    """
 
     def __init__(self, *, patience: float = 10.0) -> None:
         self.patience = patience
         self.wire: dict[str, Any] | None = None
         self.at = 0.0
+        self.version: str | None = None
 
     async def write(
         self,
@@ -90,17 +98,18 @@ class StatusMemory:
         namespace: str | None,
         current: Mapping[str, Any] | None,
         desired: BaseModel,
+        version: str | None = None,
     ) -> bool:
         """Like :func:`write_status`, skipping a repeat of a write younger than ``patience``."""
         wire = desired.model_dump(by_alias=True, exclude_none=True, mode="json")
         now = asyncio.get_running_loop().time()
-        if wire == self.wire and now - self.at < self.patience:
+        if wire == self.wire and now - self.at < self.patience and version == self.version:
             return False
         wrote = await write_status(
             ctx, resource=resource, name=name, namespace=namespace, current=current, desired=desired
         )
         if wrote:
-            self.wire, self.at = wire, now
+            self.wire, self.at, self.version = wire, now, version
         return wrote
 
 
@@ -164,15 +173,7 @@ async def run_loop(
             timeout = ctx.jitter(config.drift_seconds)
             if requeue is not None:
                 timeout = min(timeout, requeue)
-            waiter = asyncio.ensure_future(trigger.wait())
-            stopper = asyncio.ensure_future(stopped.wait())
-            try:
-                await asyncio.wait({waiter, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for task in (waiter, stopper):
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+            await _poked(trigger, stopped, timeout)
             if stopped:
                 return
             # NB: the first event after a quiet spell is handled at once; passes that follow
@@ -204,5 +205,56 @@ async def run_loop(
                         requeue = 30.0
                     finally:
                         last_pass = loop.time()
+    finally:
+        ctx.triggers.unregister(key)
+
+
+async def _poked(trigger: asyncio.Event, stopped: kopf.DaemonStopped, patience: float | None) -> None:
+    """Until ``trigger`` is set, ``stopped``, or ``patience`` seconds (``None``: no limit) pass."""
+    waiter = asyncio.ensure_future(trigger.wait())
+    stopper = asyncio.ensure_future(stopped.wait())
+    try:
+        await asyncio.wait({waiter, stopper}, timeout=patience, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (waiter, stopper):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def run_status_lane(
+    ctx: Context,
+    *,
+    key: Hashable,
+    kind: str,
+    stopped: kopf.DaemonStopped,
+    logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
+    refresh: Callable[[], Awaitable[bool]],
+) -> None:
+    """Run ``refresh`` (a status-only pass; whether it wrote) whenever ``key`` is poked.
+
+    Bounded by ``ctx.status_gate``, not ``ctx.gate``: full passes queued or running for any
+    object never delay it. No debounce (a status pass is one pure planning step and at most one
+    write). Pokes while queued for a slot coalesce. Errors are logged, never raised: the full
+    lane, which is poked by the same events, repairs and retries.
+    """
+    trigger = ctx.triggers.register(key)
+    trigger.clear()  # the full lane's first pass writes the first status
+    try:
+        while not stopped:
+            await _poked(trigger, stopped, None)
+            if stopped:
+                return
+            async with ctx.status_gate:
+                trigger.clear()
+                try:
+                    wrote = await refresh()
+                except errors.KubeError as error:
+                    logger.debug("status pass failed: %s", error)
+                    continue
+                except Exception:  # a bug here must not stop the full lane
+                    logger.exception("status pass failed")
+                    continue
+                ctx.metrics.status_passes.labels(kind=kind, wrote=str(wrote).lower()).inc()
     finally:
         ctx.triggers.unregister(key)

@@ -40,6 +40,11 @@ class OperatorConfig:
     #: operator restart, a mass apply) would otherwise queue thousands of requests at the
     #: apiserver, time out, and retry in a storm.
     max_concurrent_passes: int = 16
+    #: Status-only passes running at once (their own lane: readiness never waits behind full
+    #: passes; see :func:`~sparkrun_operator.controllers.common.run_status_lane`). Each is one
+    #: pure planning step and at most one write, so a burst of readiness changes (thousands of
+    #: pods turning Ready together) drains at this many writes in flight.
+    max_concurrent_status_passes: int = 16
     #: TLS connections of the operator's client to the apiserver.
     api_connections: int = 32
 
@@ -100,6 +105,12 @@ class Metrics:
             ["kind", "error"],
             registry=self.registry,
         )
+        self.status_passes = Counter(
+            "sparkrun_operator_status_passes_total",
+            "Status-only passes (the readiness fast lane), by whether they wrote the status.",
+            ["kind", "wrote"],
+            registry=self.registry,
+        )
         self.api_writes = Counter(
             "sparkrun_operator_api_writes_total",
             "Write requests the operator's own client sent to the apiserver.",
@@ -143,9 +154,12 @@ class Context:
     triggers: Triggers = field(default_factory=Triggers)
     #: Bounds the passes running at once (``OperatorConfig.max_concurrent_passes``).
     gate: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
+    #: Bounds the status-only passes running at once (``max_concurrent_status_passes``).
+    status_gate: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
+    #: Workload key -> the generation and the ``reconcile-requested`` annotation its last pass
+    #: planned for (own status writes skip a pass; a new generation or request does not).
+    reconciled: dict[tuple[str, str], tuple[int, str | None]] = field(default_factory=dict)
     #: Workload key -> names it depends on (``recipe``, ``cache``, ``cluster``), for fan-out.
-    #: Workload key -> the generation its last pass planned for (own status writes skip a pass).
-    reconciled: dict[tuple[str, str], int] = field(default_factory=dict)
     dependencies: dict[tuple[str, str], tuple[str | None, str | None, str | None]] = field(
         default_factory=dict
     )

@@ -167,6 +167,7 @@ async def run(
         http=http,
         metrics=metrics,
         gate=asyncio.Semaphore(options.config.max_concurrent_passes),
+        status_gate=asyncio.Semaphore(options.config.max_concurrent_status_passes),
     )
     try:
         if options.metrics_port is not None:

@@ -2,7 +2,7 @@
 
 A Recipe's status depends on its spec alone, so kopf's change-detecting handlers fit: one
 handler (``rcp-status``) for create, update and resume computes the status with
-``plan/recipe.py`` and writes it when it changed. Workloads that serve the recipe are poked by
+``recipe/status.py`` and writes it when it changed. Workloads that serve the recipe are poked by
 the workload controller's own watch of Recipes.
 """
 
@@ -18,7 +18,7 @@ from sparkrun_operator.api.resources import RECIPE
 from sparkrun_operator.controllers import common
 from sparkrun_operator.controllers.context import Context
 from sparkrun_operator.k8s.client import resource_of
-from sparkrun_operator.plan.recipe import plan_status
+from sparkrun_operator.recipe.status import plan_status
 
 RECIPES = resource_of(RECIPE)
 RECIPE_ID = (RECIPE.group, RECIPE.version, RECIPE.plural)

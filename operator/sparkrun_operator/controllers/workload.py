@@ -5,20 +5,28 @@ Handlers (all registered on an explicit kopf registry, with explicit ids):
 - indexes (kopf's in-memory caches, updated from watches before any handler runs) of the
   workloads' JobSets, pods and Services, and of Recipes, ModelCaches, InferenceClusters, Nodes
   and GPU-requesting pods: a reconcile reads no object from the API;
-- ``on.event`` of the workload, its JobSets and pods, and of the Recipes / ModelCaches /
+- ``on.event`` of the workload (a new generation, or a ``reconcile-requested`` annotation that
+  ``workloads.reconcile`` set), its JobSets and pods, and of the Recipes / ModelCaches /
   InferenceClusters it uses: poke the workload's daemon;
 - ``timer`` ``iw-drift``: poke every workload periodically (drift repair even without events);
-- ``daemon`` ``iw-reconcile``: the per-workload loop (:func:`common.run_loop`) running
-  :func:`reconcile`.
+- ``daemon`` ``iw-reconcile``: the per-workload full lane (:func:`common.run_loop` running
+  :func:`reconcile`: observe, plan, act, write the status) and, beside it, the status lane
+  (:func:`common.run_status_lane` running :func:`refresh_status`): a JobSet or pod event is
+  written to the status (readiness, endpoints, readyReplicas) by a status-only pass with its own
+  small concurrency bound, not behind the full passes of other workloads. A status pass plans
+  with the same pure planner from the same cached state, acts on nothing, and leaves the
+  workload to the full lane whenever the plan has an action.
 
-The planner (``plan/workload.py``) decides; this module only gathers what it looks at, carries
-out its actions (server-side apply, suspend patches, deletes with UID preconditions, engine
+The planner (``plan/workload/``) decides and is the only author of the status (``finalize``
+folds in what the apiserver refused); this module only gathers what it looks at, carries out
+its actions (server-side apply, suspend patches, deletes with UID preconditions, engine
 sleep/wake calls) and writes the status it computed. Nothing is stored outside the status.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 import time
@@ -29,9 +37,8 @@ from typing import Any
 import kopf
 
 from sparkrun_operator.api import conditions as c
-from sparkrun_operator.api.cluster import InferenceClusterSpec
-from sparkrun_operator.api.meta import set_condition, utcnow
-from sparkrun_operator.api.recipe import RecipeSpec
+from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
+from sparkrun_operator.api.meta import utcnow
 from sparkrun_operator.api.resources import INFERENCE_WORKLOAD
 from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus
 from sparkrun_operator.controllers import common, indexes
@@ -39,17 +46,15 @@ from sparkrun_operator.controllers.context import Context
 from sparkrun_operator.controllers.indexes import CACHE_ID, CLUSTER_ID, JOBSET_ID, OURS, RECIPE_ID
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.client import JOBSETS, SERVICES, Resource, resource_of
-from sparkrun_operator.plan import cluster as cluster_plan
 from sparkrun_operator.plan import observe
 from sparkrun_operator.plan.workload import (
-    NodeCapacity,
     Observation,
-    ObservedCluster,
     ObservedJobSet,
     ObservedPod,
-    ObservedRecipe,
     Plan,
+    finalize,
     plan,
+    status_only,
 )
 from sparkrun_operator.render import keys
 
@@ -63,6 +68,10 @@ def _key(namespace: str, name: str) -> tuple[str, str, str]:
     return ("iw", namespace, name)
 
 
+def _status_key(namespace: str, name: str) -> tuple[str, str, str]:
+    return ("iw-status", namespace, name)
+
+
 # -- expectations: do not act again before the watch shows our last writes ----------------
 
 
@@ -74,7 +83,6 @@ class Expectations:
     deleted: set[str] = field(default_factory=set)
     service: bool = False
     since: float = 0.0
-    status: common.StatusMemory = field(default_factory=common.StatusMemory)
 
     def record(self, p: Plan) -> None:
         self.created = {d["metadata"]["name"] for d in p.apply if d.get("kind") == "JobSet"}
@@ -102,36 +110,6 @@ def _store(index: Mapping[Any, Any] | None, key: Any) -> list[Any]:
     return list(index[key])
 
 
-def _capacity(
-    *,
-    cluster: ObservedCluster | None,
-    cluster_raw: Mapping[str, Any] | None,
-    nodes: Iterable[Any],
-    gpu_pods: Mapping[Any, Any] | None,
-    gpu_resource: str,
-) -> tuple[NodeCapacity, ...]:
-    candidates = list(nodes)
-    if cluster is not None and cluster_raw is not None:
-        parsed = InferenceClusterSpec.model_validate(cluster_raw.get("spec") or {})
-        candidates = cluster_plan.members(parsed, candidates)
-    else:
-        candidates = [n for n in candidates if n.allocatable.get(gpu_resource, 0) > 0]
-    out: list[NodeCapacity] = []
-    for node in candidates:
-        pods = _store(gpu_pods, node.name)
-        status = cluster_plan.node_status(node, gpu_resource=gpu_resource, pods=pods)
-        out.append(
-            NodeCapacity(
-                name=node.name,
-                ready=status.ready,
-                schedulable=status.schedulable,
-                allocatable=status.gpus.allocatable,
-                free=status.gpus.free,
-            )
-        )
-    return tuple(out)
-
-
 def observation(
     *,
     ctx: Context,
@@ -149,67 +127,29 @@ def observation(
         status = InferenceWorkloadStatus.model_validate(body.get("status") or {})
     except ValueError:
         status = InferenceWorkloadStatus()  # a hand-edited status: start over
-
     recipe = None
     if spec.recipe is not None:
-        raw = _store(indices.get("iw_recipes"), (namespace, spec.recipe.name))
-        recipe_spec = None
-        if raw:
-            try:
-                recipe_spec = RecipeSpec.model_validate(raw[0])
-            except ValueError:
-                recipe_spec = None
-        recipe = ObservedRecipe(name=spec.recipe.name, exists=bool(raw), spec=recipe_spec)
-
+        raw_recipe = observe.first(indices.get("iw_recipes"), (namespace, spec.recipe.name))
+        recipe = observe.recipe_of(raw_recipe, name=spec.recipe.name)
     cache = None
     if spec.model is not None and spec.model.cache_ref is not None:
         cache_name = spec.model.cache_ref.name
-        raw = _store(indices.get("iw_caches"), (namespace, cache_name))
-        cache = observe.cache_from(raw[0] if raw else None, name=cache_name)
-
-    clusters = indices.get("iw_clusters")
-    cluster: ObservedCluster | None = None
-    cluster_raw: Mapping[str, Any] | None = None
-    if spec.cluster:
-        raw = _store(clusters, spec.cluster)
-        parsed = observe.cluster_from(raw[0]) if raw else None
-        cluster = parsed[0] if parsed else ObservedCluster(name=spec.cluster, exists=False)
-        cluster_raw = raw[0] if raw else None
-    elif clusters is not None:
-        refs = []
-        for cluster_name in list(clusters):
-            for raw_cluster in clusters[cluster_name]:
-                parsed = observe.cluster_from(raw_cluster)
-                if parsed is not None:
-                    refs.append(parsed[1])
-        default = cluster_plan.default_cluster(refs)
-        if default is not None:
-            raw = _store(clusters, default)
-            parsed = observe.cluster_from(raw[0]) if raw else None
-            if parsed is not None:
-                cluster, cluster_raw = parsed[0], raw[0]
-
+        raw_cache = observe.first(indices.get("iw_caches"), (namespace, cache_name))
+        cache = observe.cache_from(raw_cache, name=cache_name)
+    cluster, cluster_raw = observe.workload_cluster(spec.cluster, indices.get("iw_clusters"))
     key = (namespace, name)
     pods: list[ObservedPod] = _store(indices.get("iw_pods"), key)
     jobsets = [observe.with_readiness(js, pods) for js in _store(indices.get("iw_jobsets"), key)]
-    services = _store(indices.get("iw_services"), key)
-
     capacity = None
-    unscheduled = not pods or any(p.node is None and not p.deleting for p in pods)
-    if unscheduled and indices.get("iw_nodes") is not None:
-        nodes = [n for name_ in list(indices["iw_nodes"]) for n in indices["iw_nodes"][name_]]
-        capacity = _capacity(
-            cluster=cluster if cluster is not None and cluster.exists else None,
+    nodes = indices.get("iw_nodes")
+    if observe.needs_capacity(pods) and nodes is not None:
+        capacity = observe.capacity(
+            cluster=cluster,
             cluster_raw=cluster_raw,
-            nodes=nodes,
+            nodes=[n for node in list(nodes) for n in nodes[node]],
             gpu_pods=indices.get("iw_gpu_pods"),
-            gpu_resource=cluster.gpu_resource if cluster is not None else "nvidia.com/gpu",
+            gpu_resource=cluster.gpu_resource if cluster is not None else DEFAULT_GPU_RESOURCE,
         )
-    ctx.dependencies[key] = (
-        spec.recipe.name if spec.recipe else None,
-        cache.name if cache else None,
-        cluster.name if cluster else spec.cluster,
-    )
     return Observation(
         name=name,
         namespace=namespace,
@@ -225,10 +165,26 @@ def observation(
         capacity=capacity,
         jobsets=tuple(jobsets),
         pods=tuple(pods),
-        service=services[0] if services else None,
+        service=observe.first(indices.get("iw_services"), key),
         asleep=asleep,
         options=ctx.config.render,
     )
+
+
+def _record_dependencies(ctx: Context, obs: Observation) -> None:
+    """What ``obs`` depends on (Recipe, ModelCache, cluster), for the dependency pokes."""
+    spec = obs.spec
+    ctx.dependencies[(obs.namespace, obs.name)] = (
+        spec.recipe.name if spec.recipe else None,
+        obs.cache.name if obs.cache else None,
+        obs.cluster.name if obs.cluster else spec.cluster,
+    )
+
+
+def _requested(meta: Mapping[str, Any]) -> tuple[int, str | None]:
+    """The generation and the ``reconcile-requested`` annotation: a pass is due when either moved."""
+    annotations = meta.get("annotations") or {}
+    return int(meta.get("generation") or 0), annotations.get(keys.ANNOTATION_RECONCILE_REQUESTED)
 
 
 async def probe_sleep(ctx: Context, body: Mapping[str, Any], indices: Mapping[str, Any]) -> dict[str, bool]:
@@ -290,44 +246,75 @@ async def execute(ctx: Context, p: Plan, *, namespace: str) -> list[str]:
     return refused
 
 
+@dataclass
+class Writes:
+    """One workload's status writes, shared by its full and status-only lanes: the last status
+    written (no repeats before the watch shows it), and how recent the observation behind it
+    was, so that neither lane overwrites a status planned from newer observed state."""
+
+    memory: common.StatusMemory = field(default_factory=common.StatusMemory)
+    observed_at: float = -float("inf")
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: The engines' sleep state the last full pass probed (status passes make no engine calls).
+    asleep: dict[str, bool] = field(default_factory=dict)
+    #: The Ready status of the status last written (or found current), for the gauge.
+    ready: str = "Unknown"
+
+    async def write(
+        self,
+        ctx: Context,
+        *,
+        body: Mapping[str, Any],
+        status: InferenceWorkloadStatus,
+        observed_at: float,
+        force: bool = False,
+    ) -> bool:
+        """Write ``status`` unless a status from a newer observation was written (``force``:
+        regardless, for what only this pass knows: refused actions)."""
+        meta = body.get("metadata") or {}
+        async with self.lock:
+            if observed_at < self.observed_at and not force:
+                return False
+            wrote = await self.memory.write(
+                ctx,
+                resource=WORKLOADS,
+                name=str(meta["name"]),
+                namespace=str(meta["namespace"]),
+                current=body.get("status"),
+                desired=status,
+                version=meta.get("resourceVersion"),
+            )
+            self.observed_at = max(self.observed_at, observed_at)
+            self.ready = _ready_of(status)
+            return wrote
+
+
 async def reconcile(
     ctx: Context,
     *,
     body: kopf.Body,
     indices: Mapping[str, Any],
     expectations: Expectations,
+    writes: Writes,
     logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
 ) -> float | None:
-    """One pass for one workload; seconds until the next pass is needed regardless of events."""
+    """One full pass for one workload; seconds until the next pass is needed regardless of events."""
     meta = body.get("metadata") or {}
     if meta.get("deletionTimestamp"):
         return None  # ownerReferences delete the children
-    namespace = str(meta["namespace"])
-    name = str(meta["name"])
-    key = (namespace, name)
-    asleep = await probe_sleep(ctx, body, indices)
-    obs = observation(ctx=ctx, body=body, indices=indices, now=utcnow(), asleep=asleep)
+    key = (str(meta["namespace"]), str(meta["name"]))
+    requested = _requested(meta)
+    writes.asleep = await probe_sleep(ctx, body, indices)
+    observed_at = time.monotonic()
+    obs = observation(ctx=ctx, body=body, indices=indices, now=utcnow(), asleep=writes.asleep)
+    _record_dependencies(ctx, obs)
     p = plan(obs)
-    refused = await execute(ctx, p, namespace=namespace)
+    refused = await execute(ctx, p, namespace=obs.namespace)
     expectations.record(p)
-    status = p.status
-    if refused:
-        message = "; ".join(refused)
-        set_condition(
-            status.conditions,
-            type=c.READY,
-            status="False",
-            reason=c.REASON_INVALID_SPEC,
-            message=f"the apiserver refused a child object: {message}",
-            observed_generation=obs.generation,
-            now=obs.now,
-        )
-        status.phase = "Failed"
-    ctx.reconciled[key] = obs.generation
-    wrote = await expectations.status.write(
-        ctx, resource=WORKLOADS, name=name, namespace=namespace, current=body.get("status"), desired=status
-    )
-    ctx.metrics.observe_ready("InferenceWorkload", key, _ready_of(status))
+    status = finalize(p.status, refused=refused, generation=obs.generation, now=obs.now)
+    ctx.reconciled[key] = requested
+    wrote = await writes.write(ctx, body=body, status=status, observed_at=observed_at, force=bool(refused))
+    ctx.metrics.observe_ready("InferenceWorkload", key, writes.ready)
     # events only after the status write succeeded (or was not needed)
     for event in p.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
@@ -336,6 +323,34 @@ async def reconcile(
     if wrote:
         logger.debug("status written: phase %s", status.phase)
     return p.requeue_after
+
+
+async def refresh_status(
+    ctx: Context,
+    *,
+    body: kopf.Body,
+    indices: Mapping[str, Any],
+    expectations: Expectations,
+    writes: Writes,
+) -> bool:
+    """A status-only pass: the status the planner derives from the cached observed state,
+    written if it changed; whether it wrote. It never acts: when the plan has a child action
+    (so its status would depend on carrying it out), or the indexes do not show the last full
+    pass's writes yet, it leaves the workload to the full lane."""
+    meta = body.get("metadata") or {}
+    key = (str(meta.get("namespace")), str(meta.get("name")))
+    if meta.get("deletionTimestamp"):
+        return False
+    if catching_up(ctx, body=body, indices=indices, expectations=expectations) is not None:
+        return False
+    observed_at = time.monotonic()
+    obs = observation(ctx=ctx, body=body, indices=indices, now=utcnow(), asleep=writes.asleep)
+    status = status_only(obs)
+    if status is None:
+        return False
+    wrote = await writes.write(ctx, body=body, status=status, observed_at=observed_at)
+    ctx.metrics.observe_ready("InferenceWorkload", key, writes.ready)
+    return wrote
 
 
 def catching_up(
@@ -360,32 +375,49 @@ def _ready_of(status: InferenceWorkloadStatus) -> str:
 
 
 def register(registry: kopf.OperatorRegistry, *, drift_seconds: float) -> None:
-    """Register the workload controller's indexes and handlers on ``registry``."""
+    """Register the workload controller's handlers on ``registry`` (the indexes are elsewhere)."""
+    _register_own_pokes(registry, drift_seconds=drift_seconds)
+    _register_dependency_pokes(registry)
+    _register_daemon(registry)
 
-    # -- pokes ----------------------------------------------------------------------------
+
+def _register_own_pokes(registry: kopf.OperatorRegistry, *, drift_seconds: float) -> None:
+    """Pokes from the workload itself, its JobSets and pods, and the drift timer."""
 
     @kopf.on.event(*WORKLOAD_ID, id="iw-changed", registry=registry)
     async def iw_changed(*, namespace: str | None, name: str, body: kopf.Body, memo: Any, **_: Any) -> None:
         ctx: Context = memo.ctx
         meta = body.get("metadata") or {}
         # NB: the operator's own status writes come back as events too; a pass for those
-        # would find nothing to do. Only a new generation (a spec change) or a deletion counts.
-        if meta.get("deletionTimestamp") or ctx.reconciled.get((namespace or "", name)) != meta.get(
-            "generation"
-        ):
+        # would find nothing to do. Only a new generation (a spec change), a requested
+        # reconcile (``workloads.reconcile``'s annotation) or a deletion counts.
+        if meta.get("deletionTimestamp") or ctx.reconciled.get((namespace or "", name)) != _requested(meta):
             ctx.triggers.poke(_key(namespace or "", name))
+
+    def _child_changed(ctx: Context, body: kopf.Body) -> None:
+        key = observe.workload_key(body)
+        if key:
+            # the status lane writes readiness at once; the full lane acts if anything is to do
+            ctx.triggers.poke(_status_key(*key))
+            ctx.triggers.poke(_key(*key))
 
     @kopf.on.event(*JOBSET_ID, id="iw-jobset-changed", labels=OURS, registry=registry)
     async def iw_jobset_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
-        key = observe.workload_key(body)
-        if key:
-            memo.ctx.triggers.poke(_key(*key))
+        _child_changed(memo.ctx, body)
 
     @kopf.on.event("", "v1", "pods", id="iw-pod-changed", labels=OURS, registry=registry)
     async def iw_pod_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
-        key = observe.workload_key(body)
-        if key:
-            memo.ctx.triggers.poke(_key(*key))
+        _child_changed(memo.ctx, body)
+
+    @kopf.timer(
+        *WORKLOAD_ID, id="iw-drift", interval=drift_seconds, initial_delay=drift_seconds, registry=registry
+    )
+    async def iw_drift(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+        memo.ctx.triggers.poke(_key(namespace or "", name))
+
+
+def _register_dependency_pokes(registry: kopf.OperatorRegistry) -> None:
+    """Pokes of the workloads that use a changed Recipe, ModelCache or InferenceCluster."""
 
     def _poke_dependents(ctx: Context, *, namespace: str | None, slot: int, name: str) -> None:
         for (ns, wl), deps in list(ctx.dependencies.items()):
@@ -408,11 +440,9 @@ def register(registry: kopf.OperatorRegistry, *, drift_seconds: float) -> None:
             if deps[2] in (name, None):
                 ctx.triggers.poke(_key(ns, wl))
 
-    @kopf.timer(
-        *WORKLOAD_ID, id="iw-drift", interval=drift_seconds, initial_delay=drift_seconds, registry=registry
-    )
-    async def iw_drift(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
-        memo.ctx.triggers.poke(_key(namespace or "", name))
+
+def _register_daemon(registry: kopf.OperatorRegistry) -> None:
+    """The per-workload daemon: the full lane (:func:`reconcile`) and the status lane beside it."""
 
     @kopf.daemon(*WORKLOAD_ID, id="iw-reconcile", cancellation_timeout=10.0, registry=registry)
     async def iw_reconcile(
@@ -427,12 +457,30 @@ def register(registry: kopf.OperatorRegistry, *, drift_seconds: float) -> None:
     ) -> None:
         ctx: Context = memo.ctx
         expectations = Expectations()
+        writes = Writes()
         indices = indexes.pick(kwargs)
         assert namespace is not None  # a namespaced kind
 
         async def one_pass() -> float | None:
-            return await reconcile(ctx, body=body, indices=indices, expectations=expectations, logger=logger)
+            return await reconcile(
+                ctx, body=body, indices=indices, expectations=expectations, writes=writes, logger=logger
+            )
 
+        async def status_pass() -> bool:
+            return await refresh_status(
+                ctx, body=body, indices=indices, expectations=expectations, writes=writes
+            )
+
+        lane = asyncio.create_task(
+            common.run_status_lane(
+                ctx,
+                key=_status_key(namespace, name),
+                kind="InferenceWorkload",
+                stopped=stopped,
+                logger=logger,
+                refresh=status_pass,
+            )
+        )
         try:
             await common.run_loop(
                 ctx,
@@ -444,6 +492,9 @@ def register(registry: kopf.OperatorRegistry, *, drift_seconds: float) -> None:
                 precheck=lambda: catching_up(ctx, body=body, indices=indices, expectations=expectations),
             )
         finally:
+            lane.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await lane
             ctx.dependencies.pop((namespace, name), None)
             ctx.reconciled.pop((namespace, name), None)
             ctx.metrics.observe_ready("InferenceWorkload", (namespace, name), None)

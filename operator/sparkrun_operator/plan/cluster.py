@@ -135,16 +135,7 @@ def plan_status(
     """The complete status of cluster ``name``."""
     member_nodes = members(spec, nodes)
     statuses = [node_status(n, gpu_resource=spec.gpu_resource, pods=pods) for n in member_nodes]
-    totals = ClusterTotals(
-        nodes=len(statuses),
-        ready_nodes=sum(1 for s in statuses if s.ready),
-        gpus=GPUCounts(
-            capacity=sum(s.gpus.capacity for s in statuses),
-            allocatable=sum(s.gpus.allocatable for s in statuses),
-            allocated=sum(s.gpus.allocated for s in statuses),
-            free=sum(s.gpus.free for s in statuses),
-        ),
-    )
+    totals = _totals(statuses)
     products = {s.gpu_product for s in statuses if s.gpu_product}
     product = None if not products else (products.pop() if len(products) == 1 else "mixed")
 
@@ -171,6 +162,45 @@ def plan_status(
         f"{totals.gpus.free} of {totals.gpus.allocatable} {spec.gpu_resource} free",
     )
 
+    problems = _problems(
+        name=name, spec=spec, member_nodes=member_nodes, statuses=statuses, clusters=clusters
+    )
+    if problems:
+        put(c.DEGRADED, True, problems[0][0], "; ".join(message for _, message in problems))
+    else:
+        put(c.DEGRADED, False, c.REASON_AS_EXPECTED, "all member nodes ready")
+
+    return InferenceClusterStatus(
+        observed_generation=generation,
+        conditions=[cond for cond in conditions if cond.type in (c.READY, c.DEGRADED)],
+        nodes=statuses,
+        totals=totals,
+        gpu_product=product,
+    )
+
+
+def _totals(statuses: Sequence[NodeStatus]) -> ClusterTotals:
+    return ClusterTotals(
+        nodes=len(statuses),
+        ready_nodes=sum(1 for s in statuses if s.ready),
+        gpus=GPUCounts(
+            capacity=sum(s.gpus.capacity for s in statuses),
+            allocatable=sum(s.gpus.allocatable for s in statuses),
+            allocated=sum(s.gpus.allocated for s in statuses),
+            free=sum(s.gpus.free for s in statuses),
+        ),
+    )
+
+
+def _problems(
+    *,
+    name: str,
+    spec: InferenceClusterSpec,
+    member_nodes: Sequence[ObservedNode],
+    statuses: Sequence[NodeStatus],
+    clusters: Sequence[ClusterRef],
+) -> list[tuple[str, str]]:
+    """(Degraded reason, message) of each problem found, most important first."""
     problems: list[tuple[str, str]] = []
     if spec.default:
         chosen = default_cluster([*clusters, ClusterRef(name=name, default=True)])
@@ -190,15 +220,4 @@ def plan_status(
     if not_ready:
         shown = ", ".join(not_ready[:10]) + (" ..." if len(not_ready) > 10 else "")
         problems.append((c.REASON_NODES_NOT_READY, f"{len(not_ready)} member nodes not ready: {shown}"))
-    if problems:
-        put(c.DEGRADED, True, problems[0][0], "; ".join(message for _, message in problems))
-    else:
-        put(c.DEGRADED, False, c.REASON_AS_EXPECTED, "all member nodes ready")
-
-    return InferenceClusterStatus(
-        observed_generation=generation,
-        conditions=[cond for cond in conditions if cond.type in (c.READY, c.DEGRADED)],
-        nodes=statuses,
-        totals=totals,
-        gpu_product=product,
-    )
+    return problems

@@ -2,6 +2,10 @@
 
 Pure and total: a malformed or foreign object gives ``None`` (it is not ours) rather than an
 exception, because these run on every watch event of pods and nodes in the cluster.
+
+The last part (:func:`recipe_of`, :func:`workload_cluster`, :func:`capacity`) turns the
+operator's in-memory indexes (mappings of a key to the records stored under it) into what one
+workload's planner looks at.
 """
 
 from __future__ import annotations
@@ -13,9 +17,18 @@ from typing import Any
 
 from sparkrun_operator.api.cluster import InferenceClusterSpec
 from sparkrun_operator.api.meta import LabelSelector
+from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.api.workload import FailureRecord
+from sparkrun_operator.plan import cluster as cluster_plan
 from sparkrun_operator.plan.cluster import ClusterRef, ObservedGpuPod, ObservedNode
-from sparkrun_operator.plan.workload import ObservedCache, ObservedCluster, ObservedJobSet, ObservedPod
+from sparkrun_operator.plan.workload import (
+    NodeCapacity,
+    ObservedCache,
+    ObservedCluster,
+    ObservedJobSet,
+    ObservedPod,
+    ObservedRecipe,
+)
 from sparkrun_operator.render import keys
 
 Obj = Mapping[str, Any]
@@ -327,3 +340,88 @@ def cluster_from(obj: Obj) -> tuple[ObservedCluster, ClusterRef] | None:
     )
     ref = ClusterRef(name=str(name), default=spec.default, created=parse_time(meta.get("creationTimestamp")))
     return observed, ref
+
+
+# -- one workload's view of the indexes -----------------------------------------------------
+
+#: An index: key -> the records stored under it (kopf's ``Index`` / ``Store``, or plain lists).
+Index = Mapping[Any, Iterable[Any]]
+
+
+def first(index: Index | None, key: Any) -> Any:
+    """The first record under ``key``, else ``None``."""
+    if index is None or key not in index:
+        return None
+    return next(iter(index[key]), None)
+
+
+def recipe_of(raw: Obj | None, *, name: str) -> ObservedRecipe:
+    """The Recipe ``name`` from its stored spec (``spec=None`` when it does not parse)."""
+    if raw is None:
+        return ObservedRecipe(name=name, exists=False)
+    try:
+        spec: RecipeSpec | None = RecipeSpec.model_validate(raw)
+    except ValueError:
+        spec = None
+    return ObservedRecipe(name=name, spec=spec)
+
+
+def workload_cluster(named: str | None, clusters: Index | None) -> tuple[ObservedCluster | None, Obj | None]:
+    """The cluster a workload runs on, and its stored object: the one it names (``exists=False``
+    when absent), else the default cluster (:func:`~.cluster.default_cluster`), else none."""
+    if named:
+        raw = first(clusters, named)
+        parsed = cluster_from(raw) if raw is not None else None
+        return (parsed[0] if parsed else ObservedCluster(name=named, exists=False)), raw
+    if clusters is None:
+        return None, None
+    refs = []
+    for name in list(clusters):
+        for candidate in clusters[name]:
+            found = cluster_from(candidate)
+            if found is not None:
+                refs.append(found[1])
+    default = cluster_plan.default_cluster(refs)
+    raw = first(clusters, default) if default is not None else None
+    parsed = cluster_from(raw) if raw is not None else None
+    if parsed is None:
+        return None, None
+    return parsed[0], raw
+
+
+def needs_capacity(pods: Iterable[ObservedPod]) -> bool:
+    """Whether the Scheduled condition may need node capacity: no pods yet, or some unplaced."""
+    pods = list(pods)
+    return not pods or any(p.node is None and not p.deleting for p in pods)
+
+
+def capacity(
+    *,
+    cluster: ObservedCluster | None,
+    cluster_raw: Obj | None,
+    nodes: Iterable[ObservedNode],
+    gpu_pods: Index | None,
+    gpu_resource: str,
+) -> tuple[NodeCapacity, ...]:
+    """GPU accounting of the candidate nodes: the cluster's members (an existing ``cluster``),
+    else every node with ``gpu_resource``."""
+    candidates = list(nodes)
+    if cluster is not None and cluster.exists and cluster_raw is not None:
+        parsed = InferenceClusterSpec.model_validate(cluster_raw.get("spec") or {})
+        candidates = cluster_plan.members(parsed, candidates)
+    else:
+        candidates = [n for n in candidates if n.allocatable.get(gpu_resource, 0) > 0]
+    out: list[NodeCapacity] = []
+    for node in candidates:
+        pods = list(gpu_pods[node.name]) if gpu_pods is not None and node.name in gpu_pods else []
+        status = cluster_plan.node_status(node, gpu_resource=gpu_resource, pods=pods)
+        out.append(
+            NodeCapacity(
+                name=node.name,
+                ready=status.ready,
+                schedulable=status.schedulable,
+                allocatable=status.gpus.allocatable,
+                free=status.gpus.free,
+            )
+        )
+    return tuple(out)

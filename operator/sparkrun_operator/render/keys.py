@@ -36,6 +36,10 @@ FIELD_MANAGER: Final = "sparkrun-operator"
 # -- kopf bookkeeping (our own prefix rather than kopf.zalando.org) -----------------------
 KOPF_PREFIX: Final = f"operator.{PREFIX}"
 
+# -- annotations ------------------------------------------------------------------------
+#: Set by ``workloads.reconcile`` (to the time asked): the operator runs a pass at once.
+ANNOTATION_RECONCILE_REQUESTED: Final = f"{PREFIX}/reconcile-requested"
+
 # -- JobSet (jobset.x-k8s.io/v1alpha2, v0.12) ---------------------------------------------
 JOBSET_GROUP: Final = "jobset.x-k8s.io"
 JOBSET_VERSION: Final = "v1alpha2"

@@ -32,8 +32,8 @@ from typing import Any, Final
 from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
 from sparkrun_operator.api.meta import API_VERSION, LabelSelector, Toleration
 from sparkrun_operator.api.workload import ENGINE_PORT, MASTER_PORT, SchedulingSpec
+from sparkrun_operator.recipe.resolve import EffectiveSpec
 from sparkrun_operator.render import keys, names
-from sparkrun_operator.render.recipe import EffectiveSpec
 
 #: Bump only when a rendering change must roll every workload (it is part of every revision).
 RENDER_EPOCH: Final = 1

@@ -1,8 +1,8 @@
 """The reconcile loop's mechanics (``controllers/common.py``, ``controllers/context.py``), with
 real asyncio timing and no apiserver: pokes coalesce, requeues come back, a precheck that says
 "wait" costs no pass, the gate bounds passes over all objects, API errors become kopf's
-TemporaryError, and a status write is neither sent when equal nor repeated before the watch
-shows it."""
+TemporaryError, a status write is neither sent when equal nor repeated before the watch
+shows it, and the status lane serves pokes while full passes hold every slot of the gate."""
 
 from __future__ import annotations
 
@@ -203,3 +203,108 @@ def test_triggers_and_ready_gauge() -> None:
     assert (
         metrics.registry.get_sample_value("sparkrun_operator_objects", {"kind": "K", "ready": "False"}) == 1
     )
+
+
+def _lane(ctx: Context, key: str, stopped: Stopped, refresh: Any) -> asyncio.Task[None]:
+    return asyncio.create_task(
+        common.run_status_lane(
+            ctx,
+            key=key,
+            kind="Test",
+            stopped=stopped,  # type: ignore[arg-type]
+            logger=logging.getLogger("test"),
+            refresh=refresh,
+        )
+    )
+
+
+async def test_the_status_lane_does_not_wait_behind_full_passes() -> None:
+    ctx = _ctx(gate=1)
+    stopped = Stopped()
+    full_passes = 0
+    status_passes = 0
+    blocked = asyncio.Event()
+
+    async def slow_full_pass() -> float | None:
+        nonlocal full_passes
+        full_passes += 1
+        await blocked.wait()  # holds the only full-pass slot
+        return None
+
+    async def status_pass() -> bool:
+        nonlocal status_passes
+        status_passes += 1
+        return True
+
+    full = [await _run(ctx, f"full{i}", stopped, slow_full_pass) for i in range(3)]
+    lane = _lane(ctx, "status", stopped, status_pass)
+    await asyncio.sleep(0.05)
+    assert full_passes == 1  # one holds the gate, two queue behind it
+    assert status_passes == 0  # the lane starts idle: the first full pass writes the first status
+    for _ in range(3):
+        ctx.triggers.poke("status")
+        await asyncio.sleep(0.02)
+    assert status_passes == 3  # each poke is served while every full pass waits
+    assert full_passes == 1
+    sample = ctx.metrics.status_passes.labels(kind="Test", wrote="true")._value.get()
+    assert sample == 3
+    blocked.set()
+    stopped.event.set()
+    ctx.triggers.poke_where(lambda key: True)
+    await asyncio.wait_for(asyncio.gather(*full, lane), 2)
+    assert "status" not in list(ctx.triggers.keys())
+    await ctx.http.aclose()
+
+
+async def test_the_status_lane_coalesces_and_survives_errors() -> None:
+    ctx = _ctx()
+    ctx.status_gate = asyncio.Semaphore(1)
+    stopped = Stopped()
+    calls = 0
+    release = asyncio.Event()
+
+    async def status_pass() -> bool:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await release.wait()
+            raise errors.Unavailable("apiserver down", status=503)
+        if calls == 2:
+            raise RuntimeError("a bug")
+        return False
+
+    lane = _lane(ctx, "s", stopped, status_pass)
+    await asyncio.sleep(0.01)
+    ctx.triggers.poke("s")
+    await asyncio.sleep(0.02)
+    for _ in range(5):  # while the first pass runs: one more pass, not five
+        ctx.triggers.poke("s")
+    release.set()
+    await asyncio.sleep(0.05)
+    assert calls == 2
+    assert not lane.done()  # neither the API error nor the bug stopped the lane
+    ctx.triggers.poke("s")
+    await asyncio.sleep(0.02)
+    assert calls == 3
+    assert ctx.metrics.status_passes.labels(kind="Test", wrote="false")._value.get() == 1
+    stopped.event.set()
+    ctx.triggers.poke("s")
+    await asyncio.wait_for(lane, 1)
+    await ctx.http.aclose()
+
+
+async def test_status_memory_with_versions_rewrites_after_someone_else_wrote() -> None:
+    ctx = _ctx()
+    memory = common.StatusMemory()
+    desired = InferenceWorkloadStatus(phase="Running", ready_replicas=1)
+    stale = InferenceWorkloadStatus(phase="Pending").model_dump(by_alias=True, exclude_none=True, mode="json")
+    kwargs: dict[str, Any] = {"resource": None, "name": "w", "namespace": "ns", "desired": desired}
+    assert await memory.write(ctx, current=stale, version="10", **kwargs)
+    # the object is still the one the write was planned from: no repeat
+    assert not await memory.write(ctx, current=stale, version="10", **kwargs)
+    # a newer object still shows a stale status (someone wrote it back): written again
+    assert await memory.write(ctx, current=stale, version="12", **kwargs)
+    kube = ctx.kube
+    assert isinstance(kube, FakeKube)
+    assert len(kube.patches) == 2
+    await ctx.http.aclose()

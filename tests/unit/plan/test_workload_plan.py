@@ -1,4 +1,4 @@
-"""The workload planner (``plan/workload.py``): table-driven cases plus a rollout simulation.
+"""The workload planner (``plan/workload/``): table-driven cases plus a rollout simulation.
 
 Tested: create/scale/rollout (maxSurge > 0 and 0) and their invariants (never more JobSets
 than replicas + maxSurge, old replicas removed only behind a Ready new one or first with

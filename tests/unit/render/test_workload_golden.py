@@ -18,7 +18,7 @@ import yaml
 from sparkrun_operator.api.meta import LabelSelector, LabelSelectorRequirement, Toleration
 from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.api.workload import InferenceWorkloadSpec
-from sparkrun_operator.render.recipe import resolve
+from sparkrun_operator.recipe.resolve import resolve
 from sparkrun_operator.render.workload import (
     CacheMount,
     Owner,

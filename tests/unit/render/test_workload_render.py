@@ -15,8 +15,8 @@ import pytest
 from sparkrun_operator.api.crdgen import WORKLOAD_NAME_MAX, crd
 from sparkrun_operator.api.resources import INFERENCE_WORKLOAD
 from sparkrun_operator.api.workload import InferenceWorkloadSpec
+from sparkrun_operator.recipe.resolve import resolve
 from sparkrun_operator.render import keys, names
-from sparkrun_operator.render.recipe import resolve
 from sparkrun_operator.render.workload import (
     CacheMount,
     Placement,

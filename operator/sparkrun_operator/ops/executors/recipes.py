@@ -26,8 +26,8 @@ from sparkrun_operator.k8s.rest import ApiError
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import Conflict, Invalid, NotFound
-from sparkrun_operator.render import recipe_identity
-from sparkrun_operator.render.recipe import validate_recipe
+from sparkrun_operator.recipe import identity as recipe_identity
+from sparkrun_operator.recipe.resolve import validate_recipe
 
 __all__ = ["EXECUTORS"]
 

@@ -41,8 +41,9 @@ from sparkrun_operator.k8s.rest import ApiError
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import Conflict, DaemonError, Invalid, NotFound, OperationTimeout
-from sparkrun_operator.render import names, recipe_identity
-from sparkrun_operator.render.recipe import resolve
+from sparkrun_operator.recipe import identity as recipe_identity
+from sparkrun_operator.recipe.resolve import resolve
+from sparkrun_operator.render import keys, names
 
 __all__ = ["EXECUTORS", "endpoint_entry", "recipe_specs", "served_names", "workload_row"]
 
@@ -714,7 +715,6 @@ async def run(ctx: OperationContext, args: dict[str, Any]) -> Any:
 async def _placed_hosts(ctx: OperationContext, name: str) -> list[str]:
     """Nodes the workload's pods are bound to (leader first)."""
     from sparkrun_operator.k8s.rest import PODS
-    from sparkrun_operator.render import keys
 
     pods = await ctx.rest.items(PODS, ctx.namespace, label_selector=f"{keys.LABEL_WORKLOAD}={name}")
     pods.sort(
@@ -859,7 +859,7 @@ async def reconcile(ctx: OperationContext, args: dict[str, Any]) -> Any:
     patched = await ctx.rest.merge_patch(
         kube.WORKLOADS,
         name,
-        {"metadata": {"annotations": {"sparkrun.dev/reconcile-requested": str(time.time())}}},
+        {"metadata": {"annotations": {keys.ANNOTATION_RECONCILE_REQUESTED: str(time.time())}}},
         ctx.namespace,
     )
     return {"workload_id": args["workload_id"], "state": _state(patched), "receipts": 0}

@@ -12,8 +12,8 @@ import datetime as dt
 from sparkrun_operator.api import conditions as c
 from sparkrun_operator.api.meta import Condition, set_condition
 from sparkrun_operator.api.recipe import RecipeIssue, RecipeSpec, RecipeStatus
-from sparkrun_operator.render import recipe_identity
-from sparkrun_operator.render.recipe import validate_recipe
+from sparkrun_operator.recipe import identity
+from sparkrun_operator.recipe.resolve import validate_recipe
 
 
 def plan_status(
@@ -24,8 +24,8 @@ def plan_status(
     revision: str | None = None
     intent: str | None = None
     try:
-        revision = recipe_identity.recipe_revision(spec.to_v2())
-        intent = recipe_identity.intent_id(spec.to_v2())
+        revision = identity.recipe_revision(spec.to_v2())
+        intent = identity.intent_id(spec.to_v2())
     except ValueError as error:
         if not any(i.message == str(error) for i in issues):
             issues.append(RecipeIssue(severity="error", message=str(error)))

@@ -1,4 +1,4 @@
-"""The Recipe planner (``plan/recipe.py``): revision, intent id, issues and the Valid condition."""
+"""The Recipe planner (``recipe/status.py``): revision, intent id, issues and the Valid condition."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import datetime as dt
 
 from sparkrun_operator.api import conditions as c
 from sparkrun_operator.api.recipe import RecipeSpec, RecipeStatus
-from sparkrun_operator.plan.recipe import plan_status
-from sparkrun_operator.render import recipe_identity
+from sparkrun_operator.recipe import identity as recipe_identity
+from sparkrun_operator.recipe.status import plan_status
 
 NOW = dt.datetime(2026, 9, 1, tzinfo=dt.UTC)
 

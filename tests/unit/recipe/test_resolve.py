@@ -1,4 +1,4 @@
-"""Effective spec of a workload on top of a Recipe (``render/recipe.py``), and recipe issues.
+"""Effective spec of a workload on top of a Recipe (``recipe/resolve.py``, ``recipe/flags.py``).
 
 Tested: RECIPES.md precedence field by field, topology from the recipe vs the workload's own,
 min/max nodes, the command template (filling, owned flags removed, errors), defaults that become
@@ -14,13 +14,9 @@ import pytest
 
 from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.api.workload import InferenceWorkloadSpec
-from sparkrun_operator.render import recipe_identity
-from sparkrun_operator.render.recipe import (
-    fill_template,
-    resolve,
-    strip_owned,
-    validate_recipe,
-)
+from sparkrun_operator.recipe import identity as recipe_identity
+from sparkrun_operator.recipe.flags import fill_template, strip_owned
+from sparkrun_operator.recipe.resolve import resolve, validate_recipe
 
 
 def _recipe(**extra: Any) -> RecipeSpec:

@@ -28,11 +28,9 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-import re
-import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from sparkrun_operator.api.meta import EnvVar
 from sparkrun_operator.api.recipe import RecipeIssue, RecipeSpec
@@ -43,89 +41,11 @@ from sparkrun_operator.api.workload import (
     InferenceWorkloadSpec,
     TopologySpec,
 )
-from sparkrun_operator.render import recipe_identity
-
-Severity = Literal["error", "warning"]
+from sparkrun_operator.recipe import identity
+from sparkrun_operator.recipe.flags import Issues, check_user_args, default_flags, template_args
 
 #: Runtimes this operator serves (``vllm`` resolves to ``vllm-distributed`` in sparkrun).
 SUPPORTED_RUNTIMES: Final = frozenset({"vllm", "vllm-distributed"})
-
-#: ``vllm serve`` flags the operator renders itself; users and templates may not set them.
-#: Value: whether the flag takes a value (``--served-model-name`` takes one or more).
-OWNED_FLAGS: Final[Mapping[str, bool]] = {
-    "--model": True,
-    "--host": True,
-    "--port": True,
-    "--served-model-name": True,
-    "--tensor-parallel-size": True,
-    "-tp": True,
-    "--pipeline-parallel-size": True,
-    "-pp": True,
-    "--distributed-executor-backend": True,
-    "--nnodes": True,
-    "--node-rank": True,
-    "--master-addr": True,
-    "--master-port": True,
-    "--headless": False,
-    "--enable-sleep-mode": False,
-    "--revision": True,
-    "--max-model-len": True,
-    "--gpu-memory-utilization": True,
-}
-
-_WHERE_OWNED: Final[Mapping[str, str]] = {
-    "--model": "spec.model.name",
-    "--revision": "spec.model.revision",
-    "--served-model-name": "spec.model.servedName",
-    "--tensor-parallel-size": "spec.topology.tensorParallel",
-    "-tp": "spec.topology.tensorParallel",
-    "--pipeline-parallel-size": "spec.topology.pipelineParallel",
-    "-pp": "spec.topology.pipelineParallel",
-    "--enable-sleep-mode": "spec.engine.enableSleepMode",
-    "--max-model-len": "spec.engine.maxModelLen",
-    "--gpu-memory-utilization": "spec.engine.gpuMemoryUtilization",
-}
-
-#: Recipe ``defaults`` keys the operator consumes itself (not turned into extra flags).
-_CONSUMED_DEFAULTS: Final = frozenset(
-    {
-        "port",
-        "host",
-        "tensor_parallel",
-        "pipeline_parallel",
-        "served_model_name",
-        "max_model_len",
-        "gpu_memory_utilization",
-        "model",
-        "model_revision",
-        "distributed_executor_backend",
-    }
-)
-
-#: Recipe ``defaults`` keys rendered as ``vllm serve`` flags when the recipe has no command
-#: template. ``None``: a value flag; ``"bool"``: a switch (``True`` sets it);
-#: ``"optional-bool"``: vLLM's ``--x`` / ``--no-x`` pair.
-_DEFAULT_FLAGS: Final[Mapping[str, str | None]] = {
-    "max_num_batched_tokens": None,
-    "max_num_seqs": None,
-    "dtype": None,
-    "quantization": None,
-    "kv_cache_dtype": None,
-    "load_format": None,
-    "tool_call_parser": None,
-    "reasoning_parser": None,
-    "chat_template": None,
-    "swap_space": None,
-    "block_size": None,
-    "seed": None,
-    "trust_remote_code": "bool",
-    "enforce_eager": "bool",
-    "enable_auto_tool_choice": "bool",
-    "enable_prefix_caching": "optional-bool",
-    "enable_chunked_prefill": "optional-bool",
-}
-
-_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,7 +63,7 @@ class EffectiveSpec:
     """What a workload's pods are rendered from, after the recipe (if any) is resolved.
 
     ``engine_args`` are the ``vllm serve`` arguments after the model, excluding the flags the
-    operator owns (see :data:`OWNED_FLAGS`), which the renderer adds.
+    operator owns (see :data:`~sparkrun_operator.recipe.flags.OWNED_FLAGS`), which the renderer adds.
     """
 
     model: str
@@ -201,144 +121,7 @@ class Resolution:
         return tuple(i for i in self.issues if i.severity == "error")
 
 
-class _Issues:
-    def __init__(self) -> None:
-        self.items: list[RecipeIssue] = []
-
-    def add(self, severity: Severity, message: str, field: str | None = None) -> None:
-        self.items.append(RecipeIssue(severity=severity, message=message, field=field))
-
-    @property
-    def failed(self) -> bool:
-        return any(i.severity == "error" for i in self.items)
-
-
-def flag_name(token: str) -> str | None:
-    """The normalised flag of an argument (``--max_model_len=8`` -> ``--max-model-len``), else None."""
-    if not token.startswith("-") or token == "-" or token == "--":
-        return None
-    name = token.split("=", 1)[0]
-    if name.startswith("--"):
-        return "--" + name[2:].replace("_", "-")
-    return name
-
-
-def check_user_args(args: Iterable[str], *, path: str = "spec.engine.args") -> list[RecipeIssue]:
-    """Errors for user arguments that set a flag the operator owns."""
-    issues: list[RecipeIssue] = []
-    for i, arg in enumerate(args):
-        name = flag_name(arg)
-        if name is not None and name in OWNED_FLAGS:
-            where = _WHERE_OWNED.get(name)
-            hint = f"set {where} instead" if where else "the operator sets it"
-            issues.append(
-                RecipeIssue(
-                    severity="error", message=f"{path} may not set {name}: {hint}", field=f"{path}[{i}]"
-                )
-            )
-    return issues
-
-
-def strip_owned(tokens: Iterable[str]) -> list[str]:
-    """``tokens`` without any flag in :data:`OWNED_FLAGS` (and the values those flags take)."""
-    out: list[str] = []
-    skipping_values = False
-    multi = False
-    for token in tokens:
-        name = flag_name(token)
-        if skipping_values:
-            if name is None:
-                if multi:
-                    continue
-                skipping_values = False
-                continue
-            skipping_values = False
-        if name is not None and name in OWNED_FLAGS:
-            takes_value = OWNED_FLAGS[name]
-            if takes_value and "=" not in token:
-                skipping_values = True
-                multi = name == "--served-model-name"
-            continue
-        out.append(token)
-    return out
-
-
-def fill_template(template: str, *, settings: Mapping[str, Any]) -> tuple[str, list[str]]:
-    """Fill ``{key}`` placeholders (``{{``/``}}`` are literal braces); returns text and missing keys."""
-    missing: list[str] = []
-
-    def sub(match: re.Match[str]) -> str:
-        whole = match.group(0)
-        if whole == "{{":
-            return "{"
-        if whole == "}}":
-            return "}"
-        key = match.group(1)
-        if key not in settings or settings[key] is None:
-            missing.append(key)
-            return whole
-        return _format_value(settings[key])
-
-    return _PLACEHOLDER.sub(sub, template), missing
-
-
-def _format_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def template_args(command: str, *, settings: Mapping[str, Any], issues: _Issues) -> list[str] | None:
-    """Arguments after the model from a ``vllm serve`` command template, owned flags removed."""
-    text, missing = fill_template(command, settings=settings)
-    for key in dict.fromkeys(missing):
-        issues.add("error", f"command template uses {{{key}}}, which no default or field provides", "command")
-    try:
-        tokens = shlex.split(text.replace("\\\n", " "))
-    except ValueError as error:
-        issues.add("error", f"command template is not valid shell syntax: {error}", "command")
-        return None
-    if tokens[:2] != ["vllm", "serve"]:
-        shown = " ".join(tokens[:2]) or "(empty)"
-        issues.add(
-            "error",
-            f"command must start with 'vllm serve' (this operator runs vLLM), not {shown!r}",
-            "command",
-        )
-        return None
-    rest = tokens[2:]
-    if rest and flag_name(rest[0]) is None:
-        rest = rest[1:]  # the positional model: the operator renders it
-    return strip_owned(rest)
-
-
-def default_flags(defaults: Mapping[str, Any], *, issues: _Issues) -> list[str]:
-    """``vllm serve`` flags for recipe defaults the operator knows (no command template)."""
-    out: list[str] = []
-    for key in sorted(defaults):
-        value = defaults[key]
-        if key in _CONSUMED_DEFAULTS or value is None:
-            continue
-        if key not in _DEFAULT_FLAGS:
-            issues.add(
-                "warning",
-                f"default {key!r} maps to no vllm serve flag the operator knows; without a command "
-                "template it is not passed to the engine",
-                f"defaults.{key}",
-            )
-            continue
-        flag = "--" + key.replace("_", "-")
-        kind = _DEFAULT_FLAGS[key]
-        if kind is None:
-            out += [flag, _format_value(value)]
-        elif bool(value):
-            out.append(flag)
-        elif kind == "optional-bool":
-            out.append("--no-" + flag[2:])
-    return out
-
-
-def _int_setting(settings: Mapping[str, Any], key: str, issues: _Issues) -> int | None:
+def _int_setting(settings: Mapping[str, Any], key: str, issues: Issues) -> int | None:
     raw = settings.get(key)
     if raw is None:
         return None
@@ -353,7 +136,7 @@ def _int_setting(settings: Mapping[str, Any], key: str, issues: _Issues) -> int 
     return value
 
 
-def _recipe_topology(recipe: RecipeSpec, issues: _Issues) -> Topology | None:
+def _recipe_topology(recipe: RecipeSpec, issues: Issues) -> Topology | None:
     defaults = recipe.defaults or {}
     tp = _int_setting(defaults, "tensor_parallel", issues) or 1
     pp = _int_setting(defaults, "pipeline_parallel", issues) or 1
@@ -380,17 +163,17 @@ def _recipe_topology(recipe: RecipeSpec, issues: _Issues) -> Topology | None:
 
 def validate_recipe(recipe: RecipeSpec) -> list[RecipeIssue]:
     """A Recipe's own issues: what would stop (error) or change (warning) serving it here."""
-    issues = _Issues()
+    issues = Issues()
     _check_recipe(recipe, issues, check_args=True)
     if not issues.failed:
         try:
-            recipe_identity.recipe_revision(recipe.to_v2())
+            identity.recipe_revision(recipe.to_v2())
         except ValueError as error:
             issues.add("error", str(error))
     return issues.items
 
 
-def _check_recipe(recipe: RecipeSpec, issues: _Issues, *, check_args: bool) -> Topology | None:
+def _check_recipe(recipe: RecipeSpec, issues: Issues, *, check_args: bool) -> Topology | None:
     if recipe.runtime not in SUPPORTED_RUNTIMES:
         issues.add(
             "error",
@@ -449,14 +232,14 @@ def resolve(*, workload: InferenceWorkloadSpec, recipe: RecipeSpec | None) -> Re
     Errors (unsupported runtime, a broken template, a topology the recipe does not allow, user
     arguments that set operator-owned flags) give ``Resolution.spec = None``.
     """
-    issues = _Issues()
+    issues = Issues()
     issues.items.extend(check_user_args(workload.engine.args))
     if recipe is None:
         return _resolve_plain(workload, issues)
     return _resolve_recipe(workload, recipe, issues)
 
 
-def _resolve_plain(workload: InferenceWorkloadSpec, issues: _Issues) -> Resolution:
+def _resolve_plain(workload: InferenceWorkloadSpec, issues: Issues) -> Resolution:
     if workload.model is None:
         issues.add("error", "spec.model is required when no recipe is named", "spec.model")
         return Resolution(None, tuple(issues.items))
@@ -495,16 +278,81 @@ def _resolve_plain(workload: InferenceWorkloadSpec, issues: _Issues) -> Resoluti
         enable_sleep_mode=workload.engine.enable_sleep_mode,
         topology=topology,
         cache_ref=workload.model.cache_ref.name if workload.model.cache_ref else None,
-        intent_id=recipe_identity.intent_id(synthetic),
+        intent_id=identity.intent_id(synthetic),
     )
     return Resolution(spec, tuple(issues.items))
 
 
-def _resolve_recipe(workload: InferenceWorkloadSpec, recipe: RecipeSpec, issues: _Issues) -> Resolution:
+@dataclass(frozen=True, kw_only=True)
+class _Choices:
+    """The recipe's values with the workload's own choices on top (before the arguments)."""
+
+    model: str
+    model_revision: str | None
+    #: As the recipe gives it (a template fills it in as is).
+    served: Any
+    image: str
+    topology: Topology | None
+    max_model_len: int | None
+    gpu_util: float | None
+
+
+def _resolve_recipe(workload: InferenceWorkloadSpec, recipe: RecipeSpec, issues: Issues) -> Resolution:
     recipe_topology = _check_recipe(recipe, issues, check_args=False)
+    chosen = _choices(workload, recipe, recipe_topology, issues)
+    topology = chosen.topology
+    if topology is None or issues.failed:
+        return Resolution(None, tuple(issues.items))
+    overrides = _identity_overrides(
+        workload=workload,
+        recipe=recipe,
+        topology=topology,
+        max_model_len=chosen.max_model_len,
+        gpu_util=chosen.gpu_util,
+    )
+    base = _base_args(recipe, chosen, overrides, issues)
+    if base is None or issues.failed:
+        return Resolution(None, tuple(issues.items))
+    identity_recipe = recipe.to_v2()
+    identity_recipe["model"] = chosen.model
+    if chosen.model_revision:
+        identity_recipe["model_revision"] = chosen.model_revision
+    else:
+        identity_recipe.pop("model_revision", None)
+    identity_recipe["container"] = chosen.image
+    try:
+        intent = identity.intent_id(identity_recipe, overrides)
+        revision = identity.recipe_revision(recipe.to_v2())
+    except ValueError as error:
+        issues.add("error", str(error))
+        return Resolution(None, tuple(issues.items))
+    ref = workload.model
+    spec = EffectiveSpec(
+        model=chosen.model,
+        model_revision=chosen.model_revision,
+        served_name=str(chosen.served),
+        aliases=tuple(ref.aliases) if ref else (),
+        image=chosen.image,
+        engine_args=(*base, *workload.engine.args),
+        max_model_len=chosen.max_model_len,
+        gpu_memory_utilization=chosen.gpu_util,
+        env=_merge_env(recipe.env, workload.engine.env),
+        enable_sleep_mode=workload.engine.enable_sleep_mode,
+        topology=topology,
+        cache_ref=ref.cache_ref.name if ref is not None and ref.cache_ref else None,
+        recipe_name=workload.recipe.name if workload.recipe else None,
+        recipe_revision=revision,
+        intent_id=intent,
+    )
+    return Resolution(spec, tuple(issues.items))
+
+
+def _choices(
+    workload: InferenceWorkloadSpec, recipe: RecipeSpec, recipe_topology: Topology | None, issues: Issues
+) -> _Choices:
+    """Model, served name, image, topology and engine settings: the workload's over the recipe's."""
     defaults = recipe.defaults or {}
     ref = workload.model
-
     model = ref.name if ref is not None else recipe.model
     if ref is not None and ref.revision:
         model_revision: str | None = ref.revision
@@ -516,32 +364,9 @@ def _resolve_recipe(workload: InferenceWorkloadSpec, recipe: RecipeSpec, issues:
     image = workload.engine.image
     if image == DEFAULT_ENGINE_IMAGE and recipe.container:
         image = recipe.container
-
-    if workload.topology == TopologySpec():
-        topology = recipe_topology
-    else:
-        topo = workload.topology
-        topology = Topology(
-            nodes=topo.nodes,
-            gpus_per_node=topo.gpus_per_node,
-            tensor_parallel=topo.tensor_parallel,
-            pipeline_parallel=topo.pipeline_parallel,
-        )
-        if topo.nodes < recipe.min_nodes:
-            issues.add(
-                "error",
-                f"spec.topology.nodes = {topo.nodes}, but the recipe needs at least "
-                f"min_nodes = {recipe.min_nodes}",
-                "spec.topology.nodes",
-            )
-        if recipe.max_nodes is not None and topo.nodes > recipe.max_nodes:
-            issues.add(
-                "error",
-                f"spec.topology.nodes = {topo.nodes}, but the recipe runs on at most "
-                f"max_nodes = {recipe.max_nodes}",
-                "spec.topology.nodes",
-            )
-
+    topology = (
+        recipe_topology if workload.topology == TopologySpec() else _own_topology(workload, recipe, issues)
+    )
     max_model_len = workload.engine.max_model_len or _int_setting(defaults, "max_model_len", issues)
     gpu_util = workload.engine.gpu_memory_utilization
     if gpu_util is None and defaults.get("gpu_memory_utilization") is not None:
@@ -553,57 +378,54 @@ def _resolve_recipe(workload: InferenceWorkloadSpec, recipe: RecipeSpec, issues:
                 "default 'gpu_memory_utilization' must be a number",
                 "defaults.gpu_memory_utilization",
             )
-
-    if topology is None or issues.failed:
-        return Resolution(None, tuple(issues.items))
-
-    overrides = _identity_overrides(
-        workload=workload, recipe=recipe, topology=topology, max_model_len=max_model_len, gpu_util=gpu_util
-    )
-    if recipe.command is not None:
-        settings = _template_settings(
-            recipe=recipe, overrides={**overrides, "model": model, "served_model_name": served}
-        )
-        if model_revision:
-            settings["model_revision"] = model_revision
-        base = template_args(recipe.command, settings=settings, issues=issues)
-    else:
-        base = default_flags(defaults, issues=issues)
-    if base is None or issues.failed:
-        return Resolution(None, tuple(issues.items))
-
-    identity_recipe = recipe.to_v2()
-    identity_recipe["model"] = model
-    if model_revision:
-        identity_recipe["model_revision"] = model_revision
-    else:
-        identity_recipe.pop("model_revision", None)
-    identity_recipe["container"] = image
-    try:
-        intent = recipe_identity.intent_id(identity_recipe, overrides)
-        revision = recipe_identity.recipe_revision(recipe.to_v2())
-    except ValueError as error:
-        issues.add("error", str(error))
-        return Resolution(None, tuple(issues.items))
-
-    spec = EffectiveSpec(
+    return _Choices(
         model=model,
         model_revision=model_revision,
-        served_name=str(served),
-        aliases=tuple(ref.aliases) if ref else (),
+        served=served,
         image=image,
-        engine_args=(*base, *workload.engine.args),
-        max_model_len=max_model_len,
-        gpu_memory_utilization=gpu_util,
-        env=_merge_env(recipe.env, workload.engine.env),
-        enable_sleep_mode=workload.engine.enable_sleep_mode,
         topology=topology,
-        cache_ref=ref.cache_ref.name if ref is not None and ref.cache_ref else None,
-        recipe_name=workload.recipe.name if workload.recipe else None,
-        recipe_revision=revision,
-        intent_id=intent,
+        max_model_len=max_model_len,
+        gpu_util=gpu_util,
     )
-    return Resolution(spec, tuple(issues.items))
+
+
+def _own_topology(workload: InferenceWorkloadSpec, recipe: RecipeSpec, issues: Issues) -> Topology:
+    """The workload's own topology, checked against the recipe's ``min_nodes``/``max_nodes``."""
+    topo = workload.topology
+    if topo.nodes < recipe.min_nodes:
+        issues.add(
+            "error",
+            f"spec.topology.nodes = {topo.nodes}, but the recipe needs at least "
+            f"min_nodes = {recipe.min_nodes}",
+            "spec.topology.nodes",
+        )
+    if recipe.max_nodes is not None and topo.nodes > recipe.max_nodes:
+        issues.add(
+            "error",
+            f"spec.topology.nodes = {topo.nodes}, but the recipe runs on at most "
+            f"max_nodes = {recipe.max_nodes}",
+            "spec.topology.nodes",
+        )
+    return Topology(
+        nodes=topo.nodes,
+        gpus_per_node=topo.gpus_per_node,
+        tensor_parallel=topo.tensor_parallel,
+        pipeline_parallel=topo.pipeline_parallel,
+    )
+
+
+def _base_args(
+    recipe: RecipeSpec, chosen: _Choices, overrides: Mapping[str, Any], issues: Issues
+) -> list[str] | None:
+    """The recipe's ``vllm serve`` arguments: its filled command template, else its default flags."""
+    if recipe.command is None:
+        return default_flags(recipe.defaults or {}, issues=issues)
+    settings = _template_settings(
+        recipe=recipe, overrides={**overrides, "model": chosen.model, "served_model_name": chosen.served}
+    )
+    if chosen.model_revision:
+        settings["model_revision"] = chosen.model_revision
+    return template_args(recipe.command, settings=settings, issues=issues)
 
 
 def _identity_overrides(

@@ -1,0 +1,120 @@
+"""The InferenceWorkload planner: observed state -> next actions and the status to write.
+
+``plan(obs)`` is pure (no I/O, no clock: ``obs.now`` is the time). It stores no progress
+anywhere: every decision is derived again from what is observed (the JobSets with their
+revision/replica labels, their pods, the ModelCache, the InferenceCluster and the engines'
+sleep state), so a restarted operator continues any rollout exactly where it stopped.
+
+Rules (ARCHITECTURE section 5):
+
+- one JobSet per replica slot ``0..replicas-1`` at the desired serving revision; JobSets at
+  other revisions are replaced: with ``maxSurge > 0`` the new one is created first and the old
+  one deleted once the new leader is Ready; with ``maxSurge == 0`` the old one is deleted first
+  (at most ``max(1, maxUnavailable)`` slots down at a time) and the new one created once the old
+  one is gone. Never more than ``replicas + maxSurge`` JobSets exist, counting ones still being
+  deleted (their pods may hold GPUs);
+- scale down deletes the highest replica indices first;
+- ``state: Stopped`` suspends every JobSet (with a Kueue queue, where Kueue owns ``suspend``,
+  it deletes them instead); ``state: Sleeping`` keeps the pods and asks each Ready leader to
+  sleep (an action the executor performs through the engine's ``/sleep``); ``Running`` wakes any
+  leader found asleep;
+- with ``cacheRef`` no JobSet is created until the ModelCache is Ready;
+- a Failed JobSet (``maxRestarts`` exhausted) is deleted after :data:`FAILED_BACKOFF` and
+  recreated; a Completed one (the server exited 0) at once;
+- children are deleted with UID preconditions (a new object may reuse the name).
+
+:func:`plan` is a pipeline of stages, one module each: ``gates`` (recipe, spec, cache,
+cluster: may block) -> ``identity`` (ids, the serving revision) -> ``children`` (Service,
+JobSets) -> ``sleep`` (engine sleep/wake calls) -> ``counts``, ``scheduled`` and ``conditions``
+(the status). :func:`status_only` runs the same stages for the status alone;
+:func:`finalize` folds what the apiserver refused into the status to write.
+"""
+
+from __future__ import annotations
+
+from sparkrun_operator.api.workload import InferenceWorkloadStatus
+from sparkrun_operator.plan.workload import children, conditions, counts, gates, identity, scheduled, sleep
+from sparkrun_operator.plan.workload.conditions import finalize
+from sparkrun_operator.plan.workload.model import (
+    FAILED_BACKOFF,
+    PODLESS_AFTER,
+    SLEEP_RECHECK_SECONDS,
+    STARTUP_MAX,
+    Conditions,
+    Delete,
+    EngineCall,
+    Event,
+    NodeCapacity,
+    Observation,
+    ObservedCache,
+    ObservedCluster,
+    ObservedJobSet,
+    ObservedPod,
+    ObservedRecipe,
+    Plan,
+    SetSuspend,
+)
+from sparkrun_operator.render.workload import selector_string
+
+__all__ = [
+    "FAILED_BACKOFF",
+    "PODLESS_AFTER",
+    "SLEEP_RECHECK_SECONDS",
+    "STARTUP_MAX",
+    "Delete",
+    "EngineCall",
+    "Event",
+    "NodeCapacity",
+    "Observation",
+    "ObservedCache",
+    "ObservedCluster",
+    "ObservedJobSet",
+    "ObservedPod",
+    "ObservedRecipe",
+    "Plan",
+    "SetSuspend",
+    "finalize",
+    "plan",
+    "status_only",
+]
+
+
+def plan(obs: Observation) -> Plan:
+    """Derive the next actions and the complete new status from ``obs``."""
+    out = Plan()
+    cond = Conditions(obs.status.conditions, obs.generation, obs.now)
+    status = _carried(obs)
+    found = gates.check(obs, cond, status)
+    inputs = identity.settle(obs, found, status, out)
+    children.plan_children(obs, out, inputs)
+    engines = sleep.plan_engines(obs, out, found.effective)
+    counted = counts.count(obs, status, revision=out.revision)
+    scheduled.scheduled(
+        cond=cond, obs=obs, counted=counted, inputs=inputs, cluster_problem=found.cluster_problem
+    )
+    conditions.report(
+        obs=obs, out=out, cond=cond, status=status, counted=counted, blocked=found.blocked, sleep=engines
+    )
+    return out
+
+
+def status_only(obs: Observation) -> InferenceWorkloadStatus | None:
+    """The status a full pass would write for ``obs`` when it has no child action to take;
+    ``None`` when it has one (only a full pass, which acts, may then write the status)."""
+    p = plan(obs)
+    return p.status if p.idle else None
+
+
+def _carried(obs: Observation) -> InferenceWorkloadStatus:
+    """The fields carried over from the previous status (each stage may update them)."""
+    prev = obs.status
+    return InferenceWorkloadStatus(
+        observed_generation=obs.generation,
+        selector=selector_string(obs.name),
+        revision=prev.revision,
+        workload_id=prev.workload_id,
+        intent_id=prev.intent_id,
+        recipe_revision=prev.recipe_revision,
+        startup=list(prev.startup),
+        last_failure=prev.last_failure,
+    )

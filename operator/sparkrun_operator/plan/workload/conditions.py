@@ -1,0 +1,223 @@
+"""Stage 5c, conditions: Degraded, Sleeping, Progressing, Ready and the phase; then finalize.
+
+:func:`report` completes the plan's status from what the earlier stages found;
+:func:`finalize` folds in what the apiserver refused when the plan was carried out, so that the
+planner stays the only author of the status.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sparkrun_operator.api import conditions as c
+from sparkrun_operator.api.meta import set_condition
+from sparkrun_operator.api.workload import InferenceWorkloadStatus, WorkloadPhase
+from sparkrun_operator.plan.workload.gates import Block
+from sparkrun_operator.plan.workload.model import (
+    FAILED_BACKOFF,
+    Conditions,
+    Observation,
+    ObservedJobSet,
+    Plan,
+    plural,
+)
+from sparkrun_operator.plan.workload.sleep import Sleep
+
+_FATAL = frozenset({c.REASON_INVALID_SPEC, c.REASON_RECIPE_INVALID})
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Counts:
+    """The JobSets by what the conditions ask of them."""
+
+    counted: Sequence[ObservedJobSet]
+    ready: Sequence[ObservedJobSet]
+    current: Sequence[ObservedJobSet]
+    old: Sequence[ObservedJobSet]
+    failed: Sequence[ObservedJobSet]
+    completed: Sequence[ObservedJobSet]
+    restarting: Sequence[ObservedJobSet]
+
+
+def report(
+    *,
+    obs: Observation,
+    out: Plan,
+    cond: Conditions,
+    status: InferenceWorkloadStatus,
+    counted: Sequence[ObservedJobSet],
+    blocked: Block | None,
+    sleep: Sleep,
+) -> None:
+    """Degraded, Sleeping, Progressing, Ready and the phase into ``status``; ``out.status`` set."""
+    revision = out.revision
+    counts = _Counts(
+        counted=counted,
+        ready=[js for js in counted if js.leader_ready and not js.suspended],
+        current=[js for js in counted if js.revision == revision] if revision else counted,
+        old=[js for js in counted if revision is not None and js.revision != revision],
+        failed=[js for js in obs.jobsets if js.terminal == "Failed"],
+        completed=[js for js in obs.jobsets if js.terminal == "Completed"],
+        restarting=[js for js in counted if js.restarts > 0 and not js.leader_ready and not js.suspended],
+    )
+    _degraded(cond, counts, status)
+    _sleeping(cond, sleep)
+    rolling = bool(counts.old) or any(js.deleting for js in obs.jobsets)
+    _progressing(obs, out, cond, counts, blocked=blocked, rolling=rolling, status=status)
+    status.phase = _ready(obs, cond, counts, blocked=blocked, rolling=rolling, sleep=sleep)
+    status.conditions = cond.finish()
+    out.status = status
+    if out.requeue_after is None and (counts.failed or counts.completed):
+        out.later(FAILED_BACKOFF.total_seconds())
+
+
+def _degraded(cond: Conditions, counts: _Counts, status: InferenceWorkloadStatus) -> None:
+    if counts.failed:
+        js = counts.failed[0]
+        cond.set(
+            c.DEGRADED,
+            True,
+            c.REASON_GROUP_FAILED,
+            f"JobSet {js.name} failed after {js.restarts} group restarts"
+            + (f": {js.terminal_message}" if js.terminal_message else "")
+            + "; it is recreated",
+        )
+    elif counts.completed:
+        cond.set(
+            c.DEGRADED,
+            True,
+            c.REASON_GROUP_COMPLETED,
+            f"the engine of JobSet {counts.completed[0].name} exited successfully, which a server should "
+            "not; recreating",
+        )
+    elif counts.restarting:
+        js = counts.restarting[0]
+        cond.set(
+            c.DEGRADED,
+            True,
+            c.REASON_GROUP_RESTARTING,
+            f"replica {js.replica} restarted its group {plural(js.restarts, 'time')} and is not Ready yet"
+            + (f"; last failure: {status.last_failure.reason}" if status.last_failure else ""),
+        )
+    else:
+        cond.set(c.DEGRADED, False, c.REASON_AS_EXPECTED, "no group restarts pending")
+
+
+def _sleeping(cond: Conditions, sleep: Sleep) -> None:
+    leaders = len(sleep.ready_leaders)
+    if sleep.expected:
+        if leaders and sleep.asleep == leaders:
+            cond.set(c.SLEEPING, True, c.REASON_ASLEEP, f"{plural(sleep.asleep, 'replica')} asleep")
+        else:
+            message = f"{sleep.asleep} of {leaders} ready replicas asleep"
+            cond.set(c.SLEEPING, False, c.REASON_FALLING_ASLEEP, message)
+    elif sleep.asleep:
+        cond.set(c.SLEEPING, False, c.REASON_WAKING_UP, f"waking {plural(sleep.asleep, 'replica')}")
+    else:
+        cond.set(c.SLEEPING, False, c.REASON_AWAKE, "engines awake")
+
+
+def _progressing(
+    obs: Observation,
+    out: Plan,
+    cond: Conditions,
+    counts: _Counts,
+    *,
+    blocked: Block | None,
+    rolling: bool,
+    status: InferenceWorkloadStatus,
+) -> None:
+    spec = obs.spec
+    desired = spec.replicas
+    current = len(counts.current)
+    if blocked is not None and not counts.counted:
+        cond.set(c.PROGRESSING, False, blocked[0], blocked[1])
+    elif rolling and out.revision is not None:
+        cond.set(
+            c.PROGRESSING,
+            True,
+            c.REASON_ROLLING_OUT,
+            f"rolling out revision {out.revision}: {current} of {desired} replicas updated, "
+            f"{plural(len(counts.old), 'old replica')} left (maxSurge {spec.rollout.max_surge})",
+        )
+    elif current != desired or not out.idle:
+        reason = c.REASON_CREATING if not counts.counted else c.REASON_SCALING
+        cond.set(c.PROGRESSING, True, reason, f"{current} of {desired} replicas exist")
+    elif spec.state == "Running" and len(counts.ready) < desired:
+        cond.set(c.PROGRESSING, True, c.REASON_CREATING, f"{len(counts.ready)} of {desired} replicas Ready")
+    else:
+        cond.set(
+            c.PROGRESSING,
+            False,
+            c.REASON_STABLE,
+            f"{current} of {desired} replicas at revision {out.revision or status.revision}",
+        )
+
+
+def _ready(
+    obs: Observation, cond: Conditions, counts: _Counts, *, blocked: Block | None, rolling: bool, sleep: Sleep
+) -> WorkloadPhase:
+    """Set ``Ready``; the phase."""
+    spec = obs.spec
+    desired = spec.replicas
+    ready = len(counts.ready)
+    if spec.state == "Stopped":
+        cond.set(c.READY, False, c.REASON_STOPPED, "state is Stopped: JobSets suspended, no pods")
+        return "Stopped"
+    if blocked is not None and not ready:
+        cond.set(c.READY, False, blocked[0], blocked[1])
+        return "Failed" if blocked[0] in _FATAL else "Pending"
+    if sleep.expected and sleep.ready_leaders:
+        cond.set(
+            c.READY,
+            False,
+            c.REASON_ASLEEP,
+            f"state is Sleeping: {sleep.asleep} of {len(sleep.ready_leaders)} engines asleep; "
+            "the gateway does not route",
+        )
+        return "Sleeping"
+    if desired == 0:
+        cond.set(c.READY, False, c.REASON_NO_REPLICAS, "spec.replicas is 0")
+        return "Stopped"
+    if ready >= desired and not sleep.expected:
+        cond.set(c.READY, True, c.REASON_ALL_REPLICAS_READY, f"{ready} of {desired} replicas Ready")
+        return "Updating" if rolling else "Running"
+    message = f"{ready} of {desired} replicas Ready" + _not_ready_hint(cond)
+    cond.set(c.READY, False, c.REASON_REPLICAS_NOT_READY, message)
+    if counts.failed or counts.restarting:
+        return "Degraded"
+    if rolling:
+        return "Updating"
+    if ready:
+        return "Degraded"
+    return "Starting" if counts.counted else "Pending"
+
+
+def _not_ready_hint(cond: Conditions) -> str:
+    for item in cond.items:
+        if item.type == c.SCHEDULED and item.status == "False" and item.reason != c.REASON_STOPPED:
+            return f"; {item.message}"
+    return ""
+
+
+def finalize(
+    status: InferenceWorkloadStatus, *, refused: Sequence[str], generation: int, now: dt.datetime
+) -> InferenceWorkloadStatus:
+    """The status to write once the plan was carried out: ``refused`` (the messages of actions the
+    apiserver rejected, 422/403) make the workload Failed with the reason on ``Ready``."""
+    if not refused:
+        return status
+    final = status.model_copy(deep=True)
+    set_condition(
+        final.conditions,
+        type=c.READY,
+        status="False",
+        reason=c.REASON_INVALID_SPEC,
+        message=f"the apiserver refused a child object: {'; '.join(refused)}",
+        observed_generation=generation,
+        now=now,
+    )
+    final.phase = "Failed"
+    return final

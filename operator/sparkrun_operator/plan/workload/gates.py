@@ -1,0 +1,169 @@
+"""Stage 1, gates: what may serve. The recipe, the spec, the ModelCache and the cluster.
+
+Each gate sets its own condition (``RecipeResolved``, ``CacheReady``) and may block: while
+blocked, nothing new is created (running JobSets are kept). The first block found is the one
+reported as the Ready/Progressing reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sparkrun_operator.api import conditions as c
+from sparkrun_operator.api.recipe import RecipeSpec
+from sparkrun_operator.api.workload import InferenceWorkloadStatus, StartupEvent
+from sparkrun_operator.plan.workload.model import Conditions, Observation
+from sparkrun_operator.recipe.resolve import EffectiveSpec, Resolution, resolve
+from sparkrun_operator.render import names
+from sparkrun_operator.render.workload import CacheMount, Placement
+
+#: (Ready reason, message) when nothing new may be created.
+Block = tuple[str, str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gates:
+    """What the gates found: the effective spec, the cache and placement, and any block."""
+
+    blocked: Block | None = None
+    effective: EffectiveSpec | None = None
+    cache: CacheMount | None = None
+    placement: Placement | None = None
+    #: Why the named (or default) cluster cannot be used (the Scheduled condition says it).
+    cluster_problem: str | None = None
+
+
+def check(obs: Observation, cond: Conditions, status: InferenceWorkloadStatus) -> Gates:
+    """Run every gate in order (recipe, spec, cache, cluster); ``status.startup`` may grow."""
+    blocked, recipe_spec = _recipe_exists(obs, cond)
+    effective: EffectiveSpec | None = None
+    if blocked is None:
+        resolution = resolve(workload=obs.spec, recipe=recipe_spec)
+        blocked = _resolved(obs, cond, resolution)
+        effective = resolution.spec
+    if blocked is None and effective is not None:
+        blocked = _spec_allowed(obs, effective)
+    cache, cache_block = _cache(obs, cond, status, effective)
+    placement, cluster_problem = _cluster(obs)
+    blocked = blocked or cache_block
+    if cluster_problem is not None:
+        blocked = blocked or (c.REASON_CLUSTER_NOT_FOUND, cluster_problem)
+    return Gates(
+        blocked=blocked,
+        effective=effective,
+        cache=cache,
+        placement=placement,
+        cluster_problem=cluster_problem,
+    )
+
+
+def _recipe_exists(obs: Observation, cond: Conditions) -> tuple[Block | None, RecipeSpec | None]:
+    ref = obs.spec.recipe
+    if ref is None:
+        return None, None
+    observed = obs.recipe
+    if observed is None or not observed.exists or observed.spec is None:
+        msg = f"Recipe {ref.name!r} not found in namespace {obs.namespace!r}"
+        cond.set(c.RECIPE_RESOLVED, False, c.REASON_RECIPE_NOT_FOUND, msg)
+        return (c.REASON_RECIPE_NOT_FOUND, msg), None
+    return None, observed.spec
+
+
+def _resolved(obs: Observation, cond: Conditions, resolution: Resolution) -> Block | None:
+    """``RecipeResolved`` from the resolution; a block when it has errors or misses the pin."""
+    ref = obs.spec.recipe
+    if resolution.spec is None:
+        detail = "; ".join(f"{i.field}: {i.message}" if i.field else i.message for i in resolution.errors)
+        if ref is not None and any(not (i.field or "").startswith("spec.") for i in resolution.errors):
+            cond.set(c.RECIPE_RESOLVED, False, c.REASON_RECIPE_INVALID, detail)
+            return (c.REASON_RECIPE_INVALID, detail)
+        if ref is not None:
+            cond.set(c.RECIPE_RESOLVED, True, c.REASON_RECIPE_RESOLVED, f"Recipe {ref.name!r}")
+        return (c.REASON_INVALID_SPEC, detail)
+    if ref is None:
+        return None
+    got = resolution.spec.recipe_revision
+    pinned = ref.revision
+    if pinned and got != pinned:
+        msg = (
+            f"spec.recipe.revision pins {pinned}, but Recipe {ref.name!r} is now at {got}; "
+            "nothing is rolled out until the pin is updated or removed"
+        )
+        cond.set(c.RECIPE_RESOLVED, False, c.REASON_RECIPE_REVISION_MISMATCH, msg)
+        return (c.REASON_RECIPE_REVISION_MISMATCH, msg)
+    warnings = [i.message for i in resolution.issues if i.severity == "warning"]
+    msg = f"Recipe {ref.name!r} at revision {got}"
+    if warnings:
+        msg += "; warnings: " + "; ".join(warnings)
+    cond.set(c.RECIPE_RESOLVED, True, c.REASON_RECIPE_RESOLVED, msg)
+    return None
+
+
+def _spec_allowed(obs: Observation, effective: EffectiveSpec) -> Block | None:
+    problem = names.check_workload_name(workload=obs.name, nodes=effective.topology.nodes)
+    if problem is not None:
+        return (c.REASON_INVALID_SPEC, problem)
+    if obs.spec.state == "Sleeping" and not effective.enable_sleep_mode:
+        return (c.REASON_INVALID_SPEC, "state Sleeping needs engine.enableSleepMode: true")
+    return None
+
+
+def _cache(
+    obs: Observation, cond: Conditions, status: InferenceWorkloadStatus, effective: EffectiveSpec | None
+) -> tuple[CacheMount | None, Block | None]:
+    """``CacheReady``; the mount once the ModelCache is Ready, else a block."""
+    spec = obs.spec
+    cache_ref = (
+        effective.cache_ref
+        if effective is not None
+        else (spec.model.cache_ref.name if spec.model is not None and spec.model.cache_ref else None)
+    )
+    if cache_ref is None:
+        cond.set(
+            c.CACHE_READY, True, c.REASON_NO_CACHE, "no cacheRef: the engine downloads the weights itself"
+        )
+        return None, None
+    cache = obs.cache
+    if cache is None or not cache.exists:
+        msg = f"ModelCache {cache_ref!r} not found in namespace {obs.namespace!r}; create it or fix cacheRef"
+        cond.set(c.CACHE_READY, False, c.REASON_CACHE_NOT_FOUND, msg)
+        return None, (c.REASON_WAITING_FOR_CACHE, msg)
+    if not cache.ready or cache.claim_name is None:
+        msg = f"ModelCache {cache_ref!r} is {cache.phase or 'not Ready'}"
+        if cache.message:
+            msg += f": {cache.message}"
+        msg += "; no pod starts until it is Ready"
+        cond.set(c.CACHE_READY, False, c.REASON_CACHE_NOT_READY, msg)
+        return None, (c.REASON_WAITING_FOR_CACHE, msg)
+    mount = CacheMount(
+        cache=cache.name, claim_name=cache.claim_name, path=cache.path, revision=cache.resolved_revision
+    )
+    msg = f"ModelCache {cache_ref!r} is Ready"
+    if cache.resolved_revision:
+        msg += f" at {cache.resolved_revision}"
+    cond.set(c.CACHE_READY, True, c.REASON_CACHE_READY, msg)
+    if status.startup is not None and not any(e.stage == "cacheReady" for e in status.startup):
+        status.startup.append(StartupEvent(stage="cacheReady", time=obs.now))
+    return mount, None
+
+
+def _cluster(obs: Observation) -> tuple[Placement | None, str | None]:
+    """Where the pods go (the named or default cluster), or why that cluster cannot be used."""
+    cluster = obs.cluster
+    if cluster is not None:
+        if not cluster.exists:
+            return None, f"InferenceCluster {cluster.name!r} not found; create it or fix spec.cluster"
+        return (
+            Placement(
+                cluster=cluster.name,
+                gpu_resource=cluster.gpu_resource,
+                node_names=cluster.node_names,
+                node_selector=cluster.node_selector,
+                tolerations=cluster.tolerations,
+                queue_name=cluster.queue_name,
+            ),
+            None,
+        )
+    if obs.spec.cluster:
+        return None, f"InferenceCluster {obs.spec.cluster!r} not found; create it or fix spec.cluster"
+    return None, None

@@ -1,0 +1,260 @@
+"""The workload planner's types: observed state, actions, the plan, and small shared helpers.
+
+Pure data (frozen dataclasses) plus :class:`Conditions`, which accumulates the conditions one
+pass sets. No I/O.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
+from sparkrun_operator.api.meta import Condition, LabelSelector, Toleration, set_condition
+from sparkrun_operator.api.recipe import RecipeSpec
+from sparkrun_operator.api.workload import FailureRecord, InferenceWorkloadSpec, InferenceWorkloadStatus
+from sparkrun_operator.recipe.resolve import EffectiveSpec
+from sparkrun_operator.render.workload import RenderOptions
+
+#: How long a Failed JobSet stays (for inspection) before it is deleted and recreated.
+FAILED_BACKOFF: Final = dt.timedelta(seconds=10)
+#: How soon to look again after asking engines to sleep or wake.
+SLEEP_RECHECK_SECONDS: Final = 5.0
+#: A running JobSet without any pod this long after its creation is reported as stuck.
+PODLESS_AFTER: Final = dt.timedelta(seconds=60)
+#: Cap on ``status.startup`` entries.
+STARTUP_MAX: Final = 256
+
+
+# -- observed state -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObservedJobSet:
+    """A JobSet labelled as belonging to the workload."""
+
+    name: str
+    uid: str
+    replica: int | None
+    revision: str | None
+    suspended: bool = False
+    deleting: bool = False
+    #: ``Completed`` / ``Failed`` once the JobSet is terminal.
+    terminal: Literal["Completed", "Failed"] | None = None
+    terminal_time: dt.datetime | None = None
+    terminal_message: str = ""
+    restarts: int = 0
+    #: The leader pod is Ready (vLLM's /health is 200 only once every rank joined).
+    leader_ready: bool = False
+    created: dt.datetime | None = None
+    #: Jobs the JobSet reports in any state (``status.replicatedJobsStatus``); 0: none exist.
+    jobs: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObservedPod:
+    """A pod of one of the workload's JobSets."""
+
+    name: str
+    jobset: str
+    role: str
+    replica: int | None = None
+    revision: str | None = None
+    phase: str = "Pending"
+    ready: bool = False
+    ip: str | None = None
+    node: str | None = None
+    #: PodScheduled=False reason Unschedulable: the scheduler's message.
+    unschedulable: str | None = None
+    scheduled_time: dt.datetime | None = None
+    running_time: dt.datetime | None = None
+    ready_time: dt.datetime | None = None
+    #: The most recent container failure (reason, message, exit code, time).
+    failure: FailureRecord | None = None
+    #: The pod has a deletionTimestamp (a group restart or a deletion is removing it).
+    deleting: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObservedCache:
+    """The ModelCache named by ``spec.model.cacheRef``."""
+
+    name: str
+    exists: bool = True
+    ready: bool = False
+    phase: str | None = None
+    message: str = ""
+    claim_name: str | None = None
+    path: str = "/"
+    resolved_revision: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeCapacity:
+    """GPU accounting of one candidate node."""
+
+    name: str
+    ready: bool = True
+    schedulable: bool = True
+    allocatable: int = 0
+    free: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObservedCluster:
+    """The InferenceCluster the workload runs on (named, or the default one)."""
+
+    name: str
+    exists: bool = True
+    gpu_resource: str = DEFAULT_GPU_RESOURCE
+    node_names: tuple[str, ...] = ()
+    node_selector: LabelSelector | None = None
+    tolerations: tuple[Toleration, ...] = ()
+    queue_name: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObservedRecipe:
+    """The Recipe named by ``spec.recipe``."""
+
+    name: str
+    exists: bool = True
+    spec: RecipeSpec | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Observation:
+    """Everything the planner looks at for one workload."""
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    spec: InferenceWorkloadSpec
+    status: InferenceWorkloadStatus
+    now: dt.datetime
+    created: dt.datetime | None = None
+    recipe: ObservedRecipe | None = None
+    cache: ObservedCache | None = None
+    cluster: ObservedCluster | None = None
+    #: Candidate nodes (the cluster's members, else every node with the GPU resource);
+    #: ``None`` when unknown (no capacity check).
+    capacity: tuple[NodeCapacity, ...] | None = None
+    jobsets: tuple[ObservedJobSet, ...] = ()
+    pods: tuple[ObservedPod, ...] = ()
+    #: The Service ``<workload>`` as it exists (``None``: absent).
+    service: Mapping[str, Any] | None = None
+    #: Replica-slot leader -> engine asleep (True/False), from ``/is_sleeping``; absent: unknown.
+    asleep: Mapping[str, bool] = field(default_factory=dict)
+    options: RenderOptions = field(default_factory=RenderOptions)
+
+
+# -- actions ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Delete:
+    """Delete a child with a UID precondition (and foreground propagation)."""
+
+    kind: str
+    name: str
+    uid: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SetSuspend:
+    """Patch ``spec.suspend`` of an existing JobSet."""
+
+    name: str
+    uid: str
+    suspend: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineCall:
+    """Ask a leader's engine to sleep (``POST /sleep?level=1``) or wake (``POST /wake_up``)."""
+
+    jobset: str
+    url: str
+    action: Literal["sleep", "wake_up"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """A Kubernetes Event to emit on the workload after the status write."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(kw_only=True)
+class Plan:
+    """What to do now; ``requeue_after`` (seconds) when something must be looked at again by time."""
+
+    apply: list[dict[str, Any]] = field(default_factory=list)
+    suspend: list[SetSuspend] = field(default_factory=list)
+    delete: list[Delete] = field(default_factory=list)
+    engine: list[EngineCall] = field(default_factory=list)
+    status: InferenceWorkloadStatus = field(default_factory=InferenceWorkloadStatus)
+    events: list[Event] = field(default_factory=list)
+    requeue_after: float | None = None
+    effective: EffectiveSpec | None = None
+    revision: str | None = None
+
+    @property
+    def idle(self) -> bool:
+        """No child action (the status may still change)."""
+        return not (self.apply or self.suspend or self.delete or self.engine)
+
+    def later(self, seconds: float) -> None:
+        self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+class Conditions:
+    """The conditions one pass sets, on top of the previous ones; :meth:`finish` keeps only those."""
+
+    def __init__(self, previous: Sequence[Condition], generation: int, now: dt.datetime) -> None:
+        self.items = [cond.model_copy() for cond in previous]
+        self.generation = generation
+        self.now = now
+        self.seen: set[str] = set()
+
+    def set(self, type_: str, status: bool | None, reason: str, message: str) -> None:
+        value: Literal["True", "False", "Unknown"] = (
+            "Unknown" if status is None else ("True" if status else "False")
+        )
+        set_condition(
+            self.items,
+            type=type_,
+            status=value,
+            reason=reason,
+            message=message,
+            observed_generation=self.generation,
+            now=self.now,
+        )
+        self.seen.add(type_)
+
+    def finish(self) -> list[Condition]:
+        return [cond for cond in self.items if cond.type in self.seen]
+
+
+def leader_pod(pods: Iterable[ObservedPod], jobset: str) -> ObservedPod | None:
+    """The leader pod of ``jobset``: one not being deleted first (a group restart overlaps two)."""
+    leaders = [p for p in pods if p.jobset == jobset and p.role == "leader"]
+    leaders.sort(key=lambda p: (p.deleting, not p.ready, p.name))
+    return leaders[0] if leaders else None
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def slot_of(js: ObservedJobSet) -> int:
+    return js.replica if js.replica is not None else -1

@@ -1,0 +1,237 @@
+"""``vllm serve`` arguments of a recipe: operator-owned flags, command templates, default flags.
+
+The operator renders some flags itself (port, parallelism, multi-node rendezvous, served name,
+sleep mode; :data:`OWNED_FLAGS`): they are taken out of a recipe's ``command`` template and may
+not appear in ``spec.engine.args``. A recipe without a template gets the flags of the
+``defaults`` it knows (:func:`default_flags`).
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, Literal
+
+from sparkrun_operator.api.recipe import RecipeIssue
+
+Severity = Literal["error", "warning"]
+
+
+#: ``vllm serve`` flags the operator renders itself; users and templates may not set them.
+#: Value: whether the flag takes a value (``--served-model-name`` takes one or more).
+OWNED_FLAGS: Final[Mapping[str, bool]] = {
+    "--model": True,
+    "--host": True,
+    "--port": True,
+    "--served-model-name": True,
+    "--tensor-parallel-size": True,
+    "-tp": True,
+    "--pipeline-parallel-size": True,
+    "-pp": True,
+    "--distributed-executor-backend": True,
+    "--nnodes": True,
+    "--node-rank": True,
+    "--master-addr": True,
+    "--master-port": True,
+    "--headless": False,
+    "--enable-sleep-mode": False,
+    "--revision": True,
+    "--max-model-len": True,
+    "--gpu-memory-utilization": True,
+}
+
+_WHERE_OWNED: Final[Mapping[str, str]] = {
+    "--model": "spec.model.name",
+    "--revision": "spec.model.revision",
+    "--served-model-name": "spec.model.servedName",
+    "--tensor-parallel-size": "spec.topology.tensorParallel",
+    "-tp": "spec.topology.tensorParallel",
+    "--pipeline-parallel-size": "spec.topology.pipelineParallel",
+    "-pp": "spec.topology.pipelineParallel",
+    "--enable-sleep-mode": "spec.engine.enableSleepMode",
+    "--max-model-len": "spec.engine.maxModelLen",
+    "--gpu-memory-utilization": "spec.engine.gpuMemoryUtilization",
+}
+
+#: Recipe ``defaults`` keys the operator consumes itself (not turned into extra flags).
+_CONSUMED_DEFAULTS: Final = frozenset(
+    {
+        "port",
+        "host",
+        "tensor_parallel",
+        "pipeline_parallel",
+        "served_model_name",
+        "max_model_len",
+        "gpu_memory_utilization",
+        "model",
+        "model_revision",
+        "distributed_executor_backend",
+    }
+)
+
+#: Recipe ``defaults`` keys rendered as ``vllm serve`` flags when the recipe has no command
+#: template. ``None``: a value flag; ``"bool"``: a switch (``True`` sets it);
+#: ``"optional-bool"``: vLLM's ``--x`` / ``--no-x`` pair.
+_DEFAULT_FLAGS: Final[Mapping[str, str | None]] = {
+    "max_num_batched_tokens": None,
+    "max_num_seqs": None,
+    "dtype": None,
+    "quantization": None,
+    "kv_cache_dtype": None,
+    "load_format": None,
+    "tool_call_parser": None,
+    "reasoning_parser": None,
+    "chat_template": None,
+    "swap_space": None,
+    "block_size": None,
+    "seed": None,
+    "trust_remote_code": "bool",
+    "enforce_eager": "bool",
+    "enable_auto_tool_choice": "bool",
+    "enable_prefix_caching": "optional-bool",
+    "enable_chunked_prefill": "optional-bool",
+}
+
+_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class Issues:
+    """Issues found while resolving, in order."""
+
+    def __init__(self) -> None:
+        self.items: list[RecipeIssue] = []
+
+    def add(self, severity: Severity, message: str, field: str | None = None) -> None:
+        self.items.append(RecipeIssue(severity=severity, message=message, field=field))
+
+    @property
+    def failed(self) -> bool:
+        return any(i.severity == "error" for i in self.items)
+
+
+def flag_name(token: str) -> str | None:
+    """The normalised flag of an argument (``--max_model_len=8`` -> ``--max-model-len``), else None."""
+    if not token.startswith("-") or token == "-" or token == "--":
+        return None
+    name = token.split("=", 1)[0]
+    if name.startswith("--"):
+        return "--" + name[2:].replace("_", "-")
+    return name
+
+
+def check_user_args(args: Iterable[str], *, path: str = "spec.engine.args") -> list[RecipeIssue]:
+    """Errors for user arguments that set a flag the operator owns."""
+    issues: list[RecipeIssue] = []
+    for i, arg in enumerate(args):
+        name = flag_name(arg)
+        if name is not None and name in OWNED_FLAGS:
+            where = _WHERE_OWNED.get(name)
+            hint = f"set {where} instead" if where else "the operator sets it"
+            issues.append(
+                RecipeIssue(
+                    severity="error", message=f"{path} may not set {name}: {hint}", field=f"{path}[{i}]"
+                )
+            )
+    return issues
+
+
+def strip_owned(tokens: Iterable[str]) -> list[str]:
+    """``tokens`` without any flag in :data:`OWNED_FLAGS` (and the values those flags take)."""
+    out: list[str] = []
+    skipping_values = False
+    multi = False
+    for token in tokens:
+        name = flag_name(token)
+        if skipping_values:
+            if name is None:
+                if multi:
+                    continue
+                skipping_values = False
+                continue
+            skipping_values = False
+        if name is not None and name in OWNED_FLAGS:
+            takes_value = OWNED_FLAGS[name]
+            if takes_value and "=" not in token:
+                skipping_values = True
+                multi = name == "--served-model-name"
+            continue
+        out.append(token)
+    return out
+
+
+def fill_template(template: str, *, settings: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """Fill ``{key}`` placeholders (``{{``/``}}`` are literal braces); returns text and missing keys."""
+    missing: list[str] = []
+
+    def sub(match: re.Match[str]) -> str:
+        whole = match.group(0)
+        if whole == "{{":
+            return "{"
+        if whole == "}}":
+            return "}"
+        key = match.group(1)
+        if key not in settings or settings[key] is None:
+            missing.append(key)
+            return whole
+        return _format_value(settings[key])
+
+    return _PLACEHOLDER.sub(sub, template), missing
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def template_args(command: str, *, settings: Mapping[str, Any], issues: Issues) -> list[str] | None:
+    """Arguments after the model from a ``vllm serve`` command template, owned flags removed."""
+    text, missing = fill_template(command, settings=settings)
+    for key in dict.fromkeys(missing):
+        issues.add("error", f"command template uses {{{key}}}, which no default or field provides", "command")
+    try:
+        tokens = shlex.split(text.replace("\\\n", " "))
+    except ValueError as error:
+        issues.add("error", f"command template is not valid shell syntax: {error}", "command")
+        return None
+    if tokens[:2] != ["vllm", "serve"]:
+        shown = " ".join(tokens[:2]) or "(empty)"
+        issues.add(
+            "error",
+            f"command must start with 'vllm serve' (this operator runs vLLM), not {shown!r}",
+            "command",
+        )
+        return None
+    rest = tokens[2:]
+    if rest and flag_name(rest[0]) is None:
+        rest = rest[1:]  # the positional model: the operator renders it
+    return strip_owned(rest)
+
+
+def default_flags(defaults: Mapping[str, Any], *, issues: Issues) -> list[str]:
+    """``vllm serve`` flags for recipe defaults the operator knows (no command template)."""
+    out: list[str] = []
+    for key in sorted(defaults):
+        value = defaults[key]
+        if key in _CONSUMED_DEFAULTS or value is None:
+            continue
+        if key not in _DEFAULT_FLAGS:
+            issues.add(
+                "warning",
+                f"default {key!r} maps to no vllm serve flag the operator knows; without a command "
+                "template it is not passed to the engine",
+                f"defaults.{key}",
+            )
+            continue
+        flag = "--" + key.replace("_", "-")
+        kind = _DEFAULT_FLAGS[key]
+        if kind is None:
+            out += [flag, _format_value(value)]
+        elif bool(value):
+            out.append(flag)
+        elif kind == "optional-bool":
+            out.append("--no-" + flag[2:])
+    return out

@@ -1,0 +1,146 @@
+"""The workload controller's status lane (``controllers/workload.py`` ``refresh_status``) and the
+writes both lanes share, on in-memory indexes and a recording client: a readiness change is
+written by a status-only pass, a plan with actions is left to the full lane, and a status
+planned from older observed state never overwrites a newer one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from sparkrun_operator.api.meta import utcnow
+from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus
+from sparkrun_operator.controllers import workload as controller
+from sparkrun_operator.controllers.context import Context, Metrics, OperatorConfig
+from sparkrun_operator.plan.workload import Observation, ObservedJobSet, ObservedPod, plan
+from sparkrun_operator.render import keys
+
+KEY = ("ns", "qwen")
+SERVICE = {
+    "spec": {
+        "selector": {keys.LABEL_WORKLOAD: "qwen", keys.LABEL_ROLE: "leader"},
+        "ports": [{"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"}],
+        "publishNotReadyAddresses": False,
+    }
+}
+
+
+class RecordingKube:
+    def __init__(self) -> None:
+        self.patches: list[dict[str, Any]] = []
+
+    async def merge_patch(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self.patches.append(args[2])
+        return {}
+
+
+def _ctx() -> Context:
+    return Context(
+        config=OperatorConfig(),
+        kube=RecordingKube(),  # type: ignore[arg-type]
+        http=httpx.AsyncClient(),
+        metrics=Metrics(),
+    )
+
+
+def _body(status: dict[str, Any] | None = None, version: str = "1") -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "qwen",
+            "namespace": "ns",
+            "uid": "uid-w",
+            "generation": 1,
+            "resourceVersion": version,
+            "creationTimestamp": "2026-09-01T12:00:00Z",
+        },
+        "spec": {"model": {"name": "Qwen/Qwen3-0.6B"}},
+        "status": status or {},
+    }
+
+
+def _indices(*, ready: bool, service: bool = True) -> dict[str, Any]:
+    spec = InferenceWorkloadSpec.model_validate({"model": {"name": "Qwen/Qwen3-0.6B"}})
+    probe = Observation(
+        name="qwen",
+        namespace="ns",
+        uid="uid-w",
+        generation=1,
+        spec=spec,
+        status=InferenceWorkloadStatus(),
+        now=utcnow(),
+    )
+    revision = plan(probe).revision
+    assert revision is not None
+    js = ObservedJobSet(name=f"qwen-0-{revision[:5]}", uid="u", replica=0, revision=revision)
+    pod = ObservedPod(
+        name=f"{js.name}-leader-0-0-x",
+        jobset=js.name,
+        role="leader",
+        replica=0,
+        revision=revision,
+        phase="Running",
+        ready=ready,
+        ip="10.0.0.7",
+        node="gpu-0",
+    )
+    return {
+        "iw_jobsets": {KEY: [js]},
+        "iw_pods": {KEY: [pod]},
+        "iw_services": {KEY: [SERVICE]} if service else {},
+    }
+
+
+async def _refresh(ctx: Context, body: dict[str, Any], indices: dict[str, Any], writes: Any) -> bool:
+    return await controller.refresh_status(
+        ctx,
+        body=body,
+        indices=indices,
+        expectations=controller.Expectations(),
+        writes=writes,  # type: ignore[arg-type]
+    )
+
+
+def _sent(ctx: Context) -> list[dict[str, Any]]:
+    kube = ctx.kube
+    assert isinstance(kube, RecordingKube)
+    return [patch["status"] for patch in kube.patches]
+
+
+async def test_a_readiness_change_is_written_by_the_status_lane() -> None:
+    ctx = _ctx()
+    writes = controller.Writes()
+    assert await _refresh(ctx, _body(), _indices(ready=False), writes)
+    assert _sent(ctx)[-1]["readyReplicas"] == 0
+    assert await _refresh(ctx, _body(version="2"), _indices(ready=True), writes)
+    status = _sent(ctx)[-1]
+    assert (status["readyReplicas"], status["phase"]) == (1, "Running")
+    assert status["endpoints"] == [{"replica": 0, "url": "http://10.0.0.7:8000", "ready": True}]
+    # the watch shows the write: nothing differs, nothing is sent
+    assert not await _refresh(ctx, _body(status, version="3"), _indices(ready=True), writes)
+    assert len(_sent(ctx)) == 2
+    assert writes.ready == "True"
+    await ctx.http.aclose()
+
+
+async def test_a_plan_with_actions_is_left_to_the_full_lane() -> None:
+    ctx = _ctx()
+    assert not await _refresh(ctx, _body(), _indices(ready=True, service=False), controller.Writes())
+    body = _body()
+    body["metadata"]["deletionTimestamp"] = "2026-09-01T12:01:00Z"
+    assert not await _refresh(ctx, body, _indices(ready=True), controller.Writes())
+    assert _sent(ctx) == []
+    await ctx.http.aclose()
+
+
+async def test_an_older_observation_does_not_overwrite_a_newer_status() -> None:
+    ctx = _ctx()
+    writes = controller.Writes()
+    old = InferenceWorkloadStatus(phase="Pending")
+    new = InferenceWorkloadStatus(phase="Running", ready_replicas=1)
+    assert await writes.write(ctx, body=_body(), status=new, observed_at=2.0)
+    assert not await writes.write(ctx, body=_body(version="2"), status=old, observed_at=1.0)
+    # what only the older pass knows (refused actions) is written all the same
+    assert await writes.write(ctx, body=_body(version="2"), status=old, observed_at=1.0, force=True)
+    assert [s["phase"] for s in _sent(ctx)] == ["Running", "Pending"]
+    await ctx.http.aclose()
