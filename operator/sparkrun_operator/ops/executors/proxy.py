@@ -17,7 +17,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from sparkrun_operator.k8s.rest import CONFIG_MAPS, ApiError, Resource
+from sparkrun_operator.k8s import errors as k8s_errors
+from sparkrun_operator.k8s.client import CONFIG_MAPS, ENDPOINT_SLICES
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import NotFound
@@ -26,7 +27,6 @@ from sparkrun_operator.ops.executors.workloads import endpoint_entry, recipe_spe
 __all__ = ["EXECUTORS", "GATEWAY"]
 
 GATEWAY = "sparkrun-gateway"
-ENDPOINT_SLICES = Resource("discovery.k8s.io", "v1", "endpointslices", namespaced=True)
 ALIASES_KEY = "aliases.json"
 LOADED_KEY = "loaded-models.json"
 
@@ -68,22 +68,20 @@ async def _update(
             else:
                 body["metadata"]["resourceVersion"] = found["metadata"]["resourceVersion"]
                 await ctx.rest.replace(CONFIG_MAPS, body["metadata"]["name"], body, ctx.namespace)
-        except ApiError as error:
-            if error.conflict:
-                continue
-            raise
+        except k8s_errors.Conflict:
+            continue
         return aliases, loaded
-    raise ApiError(409, {"message": "gateway state kept changing"})
+    raise k8s_errors.Conflict("gateway state kept changing", status=409)
 
 
 async def _running(ctx: OperationContext) -> bool:
     try:
-        slices = await ctx.rest.items(
+        slices = await ctx.rest.list(
             ENDPOINT_SLICES,
             ctx.settings.gateway_ns,
             label_selector=f"kubernetes.io/service-name={ctx.settings.gateway_service}",
         )
-    except ApiError:
+    except k8s_errors.KubeError:
         return False
     return any(
         (endpoint.get("conditions") or {}).get("ready", True)
@@ -103,7 +101,7 @@ async def _models(ctx: OperationContext) -> list[dict[str, Any]]:
     rows = []
     served: dict[str, dict[str, Any]] = {}
     recipes = await recipe_specs(ctx)
-    for workload in await ctx.rest.items(kube.WORKLOADS, ctx.namespace):
+    for workload in await ctx.rest.list(kube.WORKLOADS, ctx.namespace):
         if not kube.is_ready(workload):
             continue
         entry = endpoint_entry(workload, recipes)
@@ -127,7 +125,7 @@ async def _models(ctx: OperationContext) -> list[dict[str, Any]]:
 async def _applied(ctx: OperationContext, target: str) -> int:
     count = 0
     recipes = await recipe_specs(ctx)
-    for workload in await ctx.rest.items(kube.WORKLOADS, ctx.namespace):
+    for workload in await ctx.rest.list(kube.WORKLOADS, ctx.namespace):
         if kube.is_ready(workload) and target in endpoint_entry(workload, recipes)["actual_models"]:
             count += 1
     return count
@@ -198,7 +196,7 @@ async def status(ctx: OperationContext, args: dict[str, Any]) -> Any:
     error = ""
     try:
         rows = await _models(ctx)
-    except ApiError as failure:
+    except k8s_errors.KubeError as failure:
         rows, error = [], f"Kubernetes API: {failure.message or failure.status}"
     return {
         "running": running,
