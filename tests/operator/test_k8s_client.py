@@ -11,6 +11,7 @@ that disappeared.
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 import aiohttp
 import pytest
@@ -174,6 +175,10 @@ async def test_lists_are_paginated(testbed: plane.Testbed, namespace: str) -> No
         await kube.close()
 
 
+def _without_managed(obj: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in obj["metadata"].items() if k != "managedFields"}
+
+
 async def test_every_write_names_the_field_manager(testbed: plane.Testbed, namespace: str) -> None:
     raw = await connect(kubeconfig=str(testbed.kubeconfig))
     kube = Kube(raw, field_manager="sparkrun-daemon-api")
@@ -183,7 +188,10 @@ async def test_every_write_names_the_field_manager(testbed: plane.Testbed, names
         )
         patched = await kube.merge_patch(CONFIG_MAPS, "fm", {"data": {"a": "1"}}, namespace)
         replaced = await kube.as_manager("sparkrun-gateway").replace(
-            CONFIG_MAPS, "fm", {**patched, "data": {"a": "1", "b": "2"}}, namespace
+            CONFIG_MAPS,
+            "fm",
+            {**patched, "metadata": _without_managed(patched), "data": {"b": "2"}},
+            namespace,
         )
         applied = await kube.as_manager("sparkrun-operator").apply(
             CONFIG_MAPS, {"metadata": {"name": "fm", "namespace": namespace}, "data": {"c": "3"}}
