@@ -152,7 +152,7 @@ class JobCache:
 
     async def start(self) -> None:
         """Start mirroring; returns after the first list (or raises why it could not)."""
-        await self.informer.start(wait=True, sync_timeout=float("inf"))
+        await self.informer.start(wait=True, sync_timeout=None)
 
     async def stop(self) -> None:
         await self.informer.close()

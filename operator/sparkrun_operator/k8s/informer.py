@@ -112,8 +112,9 @@ class Informer:
         """Whether the first list has completed."""
         return self._synced.is_set()
 
-    async def start(self, *, wait: bool = True, sync_timeout: float = 30.0) -> None:
-        """Begin listing and watching; with ``wait``, return after the first list (or raise)."""
+    async def start(self, *, wait: bool = True, sync_timeout: float | None = 30.0) -> None:
+        """Begin listing and watching; with ``wait``, return after the first list (or raise
+        ``TimeoutError`` after ``sync_timeout`` seconds; ``None`` waits as long as it takes)."""
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"informer:{self._name}")
         if wait:
