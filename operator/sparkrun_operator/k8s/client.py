@@ -17,6 +17,7 @@ Contract:
   the advised ``Retry-After`` (jittered, capped), then raised as ``TooManyRequests``;
 - lists are paginated (``limit``/``continue``); an expired continue token (410) relists;
 - deletes carry a UID precondition when given, and an explicit propagation policy;
+- :func:`retry_conflicts` re-runs a read-modify-write that met a 409, with jitter;
 - :meth:`Kube.watch` yields ``(type, object)`` until the server ends the watch; an expired
   resourceVersion (410, or an ``ERROR`` event) raises ``Gone``; :meth:`Kube.stream_lines` streams
   a body line by line (pod logs). The list-watch-relist loop is :mod:`.informer`'s.
@@ -29,10 +30,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import quote
 
 import aiohttp
@@ -122,6 +123,27 @@ LOCAL_QUEUES: Final = Resource(KUEUE_GROUP, "v1beta1", "localqueues", True, "Loc
 
 WriteHook = Callable[[str, str], None]
 Event = tuple[str, dict[str, Any]]
+T = TypeVar("T")
+#: Attempts of a read-modify-write that keeps meeting 409 (a resourceVersion race).
+MAX_CONFLICTS: Final = 8
+#: Between those attempts.
+CONFLICT_BACKOFF: Final = Backoff(initial=0.01, maximum=0.25)
+
+
+async def retry_conflicts(attempt: Callable[[], Awaitable[T]], *, attempts: int = MAX_CONFLICTS) -> T:
+    """Run ``attempt`` (a read-modify-write) until it does not fail with 409, with jitter.
+
+    ``AlreadyExists`` is not a race and is raised at once; after ``attempts`` conflicts the
+    last ``errors.Conflict`` is raised.
+    """
+    return await retry(
+        attempt,
+        attempts=attempts,
+        retryable=lambda error: (
+            isinstance(error, errors.Conflict) and not isinstance(error, errors.AlreadyExists)
+        ),
+        backoff=CONFLICT_BACKOFF,
+    )
 
 
 @dataclass(frozen=True)

@@ -23,31 +23,27 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 from sparkrun_operator.api.daemonjob import DaemonJobStatus
 from sparkrun_operator.api.resources import DAEMON_JOB
 from sparkrun_operator.k8s import errors
-from sparkrun_operator.k8s.client import Kube, resource_of
+from sparkrun_operator.k8s.client import MAX_CONFLICTS, Kube, resource_of, retry_conflicts
 from sparkrun_operator.k8s.informer import Informer
-from sparkrun_operator.retry import Backoff, retry
 
-__all__ = ["DAEMON_JOBS", "MAX_ATTEMPTS", "DaemonJobs", "JobCache", "retry_conflicts"]
+__all__ = ["DAEMON_JOBS", "MAX_ATTEMPTS", "DaemonJobs", "JobCache"]
 
 log = logging.getLogger(__name__)
 
 DAEMON_JOBS = resource_of(DAEMON_JOB)
-MAX_ATTEMPTS = 8
-#: Between attempts of a write that met a 409 (a resourceVersion race).
-CONFLICT_BACKOFF = Backoff(initial=0.01, maximum=0.25)
+MAX_ATTEMPTS = MAX_CONFLICTS
 #: The longest an observed write overlays the watch's copy.
 OVERLAY_SECONDS = 5.0
 #: ``(name, resourceVersion)`` pairs the watch delivered, remembered to recognise stale writes.
 SEEN_VERSIONS = 4096
 
 Mutation = Callable[[DaemonJobStatus, dict[str, Any]], None]
-T = TypeVar("T")
 
 
 def _version(obj: dict[str, Any]) -> str:
@@ -125,7 +121,7 @@ class DaemonJobs:
                 raise LookupError(f"DaemonJob {name} no longer exists") from error
 
         try:
-            return await retry_conflicts(attempt)
+            return await retry_conflicts(attempt, attempts=MAX_ATTEMPTS)
         except errors.Conflict as error:
             raise RuntimeError(f"status of DaemonJob {name} kept changing; gave up") from error
 
@@ -247,19 +243,3 @@ class JobCache:
         except TimeoutError:
             return False
         return True
-
-
-async def retry_conflicts(attempt: Callable[[], Awaitable[T]], *, attempts: int = MAX_ATTEMPTS) -> T:
-    """Run ``attempt`` until it does not fail with 409 (a resourceVersion race), with jitter.
-
-    ``AlreadyExists`` is not a race and is raised at once; after ``attempts`` conflicts the
-    last ``errors.Conflict`` is raised.
-    """
-    return await retry(
-        attempt,
-        attempts=attempts,
-        retryable=lambda error: (
-            isinstance(error, errors.Conflict) and not isinstance(error, errors.AlreadyExists)
-        ),
-        backoff=CONFLICT_BACKOFF,
-    )

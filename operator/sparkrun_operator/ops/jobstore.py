@@ -26,8 +26,8 @@ from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.api.resources import DAEMON_JOB
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.k8s.auth import UserInfo
-from sparkrun_operator.k8s.client import SECRETS
-from sparkrun_operator.k8s.daemonjobs import DaemonJobs, JobCache, retry_conflicts
+from sparkrun_operator.k8s.client import SECRETS, retry_conflicts
+from sparkrun_operator.k8s.daemonjobs import DaemonJobs, JobCache
 from sparkrun_operator.ops import jobs
 from sparkrun_operator.ops.catalog import Operation
 from sparkrun_operator.ops.errors import Conflict, Invalid

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sparkrun_operator.k8s import errors as k8s_errors
-from sparkrun_operator.k8s.client import CONFIG_MAPS, ENDPOINT_SLICES
+from sparkrun_operator.k8s.client import CONFIG_MAPS, ENDPOINT_SLICES, retry_conflicts
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import NotFound
@@ -42,8 +42,10 @@ async def _state(ctx: OperationContext) -> tuple[dict[str, Any] | None, dict[str
 async def _update(
     ctx: OperationContext, change: Callable[[dict[str, str], dict[str, Any]], None]
 ) -> tuple[dict[str, str], dict[str, Any]]:
-    """Read-modify-write of the gateway state ConfigMap (guarded by resourceVersion)."""
-    for _ in range(8):
+    """Read-modify-write of the gateway state ConfigMap (guarded by resourceVersion; a 409
+    re-reads and retries with jitter)."""
+
+    async def attempt() -> tuple[dict[str, str], dict[str, Any]]:
         found, aliases, loaded = await _state(ctx)
         change(aliases, loaded)
         body: dict[str, Any] = {
@@ -62,16 +64,20 @@ async def _update(
                 LOADED_KEY: json.dumps(loaded, sort_keys=True),
             },
         }
-        try:
-            if found is None:
+        if found is None:
+            try:
                 await ctx.rest.create(CONFIG_MAPS, body, ctx.namespace)
-            else:
-                body["metadata"]["resourceVersion"] = found["metadata"]["resourceVersion"]
-                await ctx.rest.replace(CONFIG_MAPS, body["metadata"]["name"], body, ctx.namespace)
-        except k8s_errors.Conflict:
-            continue
+            except k8s_errors.AlreadyExists as error:  # NB: created concurrently: a race too
+                raise k8s_errors.Conflict(error.message, status=409) from error
+        else:
+            body["metadata"]["resourceVersion"] = found["metadata"]["resourceVersion"]
+            await ctx.rest.replace(CONFIG_MAPS, body["metadata"]["name"], body, ctx.namespace)
         return aliases, loaded
-    raise k8s_errors.Conflict("gateway state kept changing", status=409)
+
+    try:
+        return await retry_conflicts(attempt)
+    except k8s_errors.Conflict as error:
+        raise k8s_errors.Conflict("gateway state kept changing", status=409) from error
 
 
 async def _running(ctx: OperationContext) -> bool:
