@@ -1,6 +1,7 @@
 """The watch primitive (``k8s/informer.py``) against the testbed's apiserver.
 
-Tested: a watch resumed from an expired resourceVersion relists (410); a restart of
+Tested: a watch resumed from an expired resourceVersion (etcd compacted, apiserver restarted)
+relists (410); a restart of
 kube-apiserver mid-watch; the apiserver unreachable for a while (a loopback relay that resets
 every connection and refuses new ones) while objects are created, changed and deleted: the
 cache is exact afterwards; watchers failing at the same moment spread their retries.
@@ -15,14 +16,26 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
+from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.client import CONFIG_MAPS, Kube, connect
 from sparkrun_operator.k8s.informer import Informer
 from sparkrun_operator.retry import Backoff
 from sparkrun_operator.testbed import plane
 
 FAST = Backoff(initial=0.05, maximum=0.5)
+
+
+def compact_etcd(testbed: plane.Testbed) -> None:
+    """Compact the testbed's etcd up to its current revision (old resourceVersions expire)."""
+    base = f"http://127.0.0.1:{testbed.state.ports['etcd']}"
+    with httpx.Client(base_url=base, timeout=10.0) as etcd:
+        found = etcd.post("/v3/kv/range", json={"key": "Lw=="})  # "/"
+        found.raise_for_status()
+        revision = found.json()["header"]["revision"]
+        etcd.post("/v3/kv/compaction", json={"revision": revision, "physical": True}).raise_for_status()
 
 
 class Relay:
@@ -116,14 +129,18 @@ async def test_an_expired_resource_version_relists(
         await informer.start()
         await _until(lambda: "a" in _names(informer))
         assert informer.relists == 1
-        # NB: the next watch resumes from a resourceVersion the apiserver no longer has.
-        informer.resource_version = "1"
+        seen = informer.resource_version
         await relay.cut()
         await admin.create(CONFIG_MAPS, _config_map("b"), namespace)
+        await admin.delete(CONFIG_MAPS, "a", namespace, propagation="Background")
+        # NB: a restarted apiserver (etcd compacted meanwhile) no longer has the informer's
+        # resourceVersion: the resumed watch gets 410 and the informer lists again.
+        await asyncio.to_thread(compact_etcd, testbed)
+        await asyncio.to_thread(testbed.restart_apiserver)
         await relay.restore()
-        await _until(lambda: informer.relists >= 2 and _names(informer) >= {"a", "b"})
-        assert {"a", "b"} <= _names(informer)
-        assert informer.resource_version not in (None, "1")
+        await _until(lambda: informer.relists >= 2 and _names(informer) == {"b", "kube-root-ca.crt"})
+        assert informer.relists == 2
+        assert informer.resource_version not in (None, seen)
     finally:
         await informer.close()
         await admin.close()
@@ -187,9 +204,16 @@ async def test_the_watch_survives_an_apiserver_restart(testbed: plane.Testbed, n
             await admin.close()
         await informer.start()
         await _until(lambda: "before" in _names(informer))
+        seen = informer.resource_version
+        await asyncio.to_thread(compact_etcd, testbed)
         await asyncio.to_thread(testbed.restart_apiserver, down=1.0)
         admin = await _client(testbed)
         try:
+            # The client's view of the same expiry: a typed Gone from the ERROR event.
+            with pytest.raises(errors.Gone) as expired:
+                async for _ in admin.watch(CONFIG_MAPS, namespace, resource_version=seen, timeout_seconds=5):
+                    pass
+            assert expired.value.status == 410
             await admin.create(CONFIG_MAPS, _config_map("after"), namespace)
             await admin.delete(CONFIG_MAPS, "before", namespace, propagation="Background")
             truth = {o["metadata"]["name"] for o in await admin.list(CONFIG_MAPS, namespace)}
@@ -198,6 +222,7 @@ async def test_the_watch_survives_an_apiserver_restart(testbed: plane.Testbed, n
         await _until(lambda: _names(informer) == truth, within=90.0)
         assert "before" not in _names(informer)
         assert retries, "the restart was not noticed"
+        assert informer.relists >= 2  # the restarted apiserver's watch cache starts afresh (410)
     finally:
         await informer.close()
         await watching.close()
