@@ -3,9 +3,9 @@
 Tested: server-side apply as ``sparkrun-operator`` with an owner reference (and idempotence),
 typed errors with the cause chained (NotFound, AlreadyExists, Invalid, Unavailable for a closed
 port, on calls, watches and streams; Gone is in ``test_informer.py``), deletes with a UID
-precondition refusing a recreated object, merge patches of the status subresource, listing with a label selector and
-across pages, the field manager on every kind of write, and ``status_patch`` nulling fields
-that disappeared.
+precondition refusing a recreated object, merge patches of the status subresource, listing
+with a label selector and across pages, the field manager on every kind of write, and
+``status_patch`` nulling fields that disappeared.
 """
 
 from __future__ import annotations
