@@ -22,7 +22,8 @@ Contract:
   resourceVersion (410, or an ``ERROR`` event) raises ``Gone``; :meth:`Kube.stream_lines` streams
   a body line by line (pod logs). The list-watch-relist loop is :mod:`.informer`'s.
 
-An optional ``on_write(verb, path)`` hook counts writes (metrics).
+An optional ``on_write(verb, path)`` hook counts writes (metrics). The one ``Resource`` table
+lives in :mod:`.resources` and is re-exported here.
 """
 
 from __future__ import annotations
@@ -34,14 +35,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
-from urllib.parse import quote
 
 import aiohttp
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
-from sparkrun_operator.api.resources import Kind
 from sparkrun_operator.k8s import errors
+from sparkrun_operator.k8s.resources import *  # noqa: F403  (the Resource table, re-exported)
+from sparkrun_operator.k8s.resources import Resource
 from sparkrun_operator.render import keys
 from sparkrun_operator.retry import Backoff, retry
 
@@ -61,65 +62,6 @@ OPERATOR_MANAGER: Final = keys.FIELD_MANAGER
 GATEWAY_MANAGER: Final = "sparkrun-gateway"
 DAEMON_API_MANAGER: Final = "sparkrun-daemon-api"
 
-
-@dataclass(frozen=True)
-class Resource:
-    """A REST resource: ``group`` (``""`` for core), ``version``, ``plural``, scope and kind."""
-
-    group: str
-    version: str
-    plural: str
-    namespaced: bool
-    kind: str = ""
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def path(
-        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
-    ) -> str:
-        """The collection (across namespaces when ``namespace`` is None) or one object's path."""
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{quote(namespace, safe='')}"
-        base += f"/{self.plural}"
-        if name is not None:
-            base += f"/{quote(name, safe='')}"
-            if subresource:
-                base += f"/{subresource}"
-        return base
-
-
-def resource_of(kind: Kind) -> Resource:
-    """The REST resource of one of our kinds."""
-    return Resource(kind.group, kind.version, kind.plural, kind.namespaced, kind.kind)
-
-
-NODES: Final = Resource("", "v1", "nodes", False, "Node")
-NAMESPACES: Final = Resource("", "v1", "namespaces", False, "Namespace")
-PODS: Final = Resource("", "v1", "pods", True, "Pod")
-SERVICES: Final = Resource("", "v1", "services", True, "Service")
-SECRETS: Final = Resource("", "v1", "secrets", True, "Secret")
-CONFIG_MAPS: Final = Resource("", "v1", "configmaps", True, "ConfigMap")
-SERVICE_ACCOUNTS: Final = Resource("", "v1", "serviceaccounts", True, "ServiceAccount")
-EVENTS: Final = Resource("", "v1", "events", True, "Event")
-ENDPOINT_SLICES: Final = Resource("discovery.k8s.io", "v1", "endpointslices", True, "EndpointSlice")
-LEASES: Final = Resource("coordination.k8s.io", "v1", "leases", True, "Lease")
-JOBSETS: Final = Resource(keys.JOBSET_GROUP, keys.JOBSET_VERSION, keys.JOBSET_PLURAL, True, "JobSet")
-CRDS: Final = Resource(
-    "apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition"
-)
-CLUSTER_ROLES: Final = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", False, "ClusterRole")
-CLUSTER_ROLE_BINDINGS: Final = Resource(
-    "rbac.authorization.k8s.io", "v1", "clusterrolebindings", False, "ClusterRoleBinding"
-)
-CLUSTER_PEERINGS: Final = Resource("kopf.dev", "v1", "clusterkopfpeerings", False, "ClusterKopfPeering")
-PEERINGS: Final = Resource("kopf.dev", "v1", "kopfpeerings", True, "KopfPeering")
-KUEUE_GROUP: Final = "kueue.x-k8s.io"
-RESOURCE_FLAVORS: Final = Resource(KUEUE_GROUP, "v1beta1", "resourceflavors", False, "ResourceFlavor")
-CLUSTER_QUEUES: Final = Resource(KUEUE_GROUP, "v1beta1", "clusterqueues", False, "ClusterQueue")
-LOCAL_QUEUES: Final = Resource(KUEUE_GROUP, "v1beta1", "localqueues", True, "LocalQueue")
 
 WriteHook = Callable[[str, str], None]
 Event = tuple[str, dict[str, Any]]
