@@ -32,9 +32,13 @@ from urllib.parse import quote
 
 import httpx
 
+from sparkrun_operator.retry import Backoff
+
 __all__ = ["TERMINAL", "Client", "DaemonError", "JobFailed"]
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled", "lost"})
+#: Between reconnects of an event stream that dropped.
+RECONNECT_BACKOFF = Backoff(initial=0.5, maximum=5.0)
 PROTOCOL = 1
 
 
@@ -208,7 +212,7 @@ class Client:
                 attempts += 1
                 if attempts > reconnects:
                     raise
-                time.sleep(min(0.5 * attempts, 5.0))
+                time.sleep(RECONNECT_BACKOFF.delay(attempts - 1))
                 continue
             if ended:
                 return

@@ -249,6 +249,40 @@ class Testbed:
         self.state.phase = "stopped"
         self.state.save()
 
+    def restart_apiserver(self, *, down: float = 0.0, timeout: float = 180.0) -> None:
+        """Stop kube-apiserver, wait ``down`` seconds, start it again with the same command line
+        and return once it is ready and the controllers work again (the controller-manager
+        gives a new namespace its ``default`` ServiceAccount), so later tests find a working
+        cluster. For tests of clients that must survive an apiserver restart.
+
+        Raises :class:`StartError` when it is not back within ``timeout`` seconds.
+        """
+        old = self.state.daemon(APISERVER)
+        if old is None:
+            raise TestbedError(f"testbed {self.name} has no kube-apiserver")
+        daemons.stop_all([old], grace=10.0)
+        time.sleep(down)
+        new = daemons.start(
+            APISERVER, old.argv, log=old.log, env={**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        )
+        self.state.daemons[self.state.daemons.index(old)] = new
+        self.state.save()
+        deadline = time.monotonic() + timeout
+        with self._probe_client() as probe:
+            while not _probe(probe, self._health_url(APISERVER)):
+                if not new.running() or time.monotonic() > deadline:
+                    raise StartError(f"testbed {self.name}: kube-apiserver did not come back after a restart")
+                time.sleep(0.1)
+        probe_ns = f"restart-probe-{int(time.time() * 1000)}"
+        with self.api() as api:
+            api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": probe_ns}})
+            api.wait(
+                lambda: api.get("v1", "ServiceAccount", "default", namespace=probe_ns),
+                timeout=max(1.0, deadline - time.monotonic()),
+                what="the controller-manager after an apiserver restart",
+            )
+            api.delete("v1", "Namespace", probe_ns)
+
     def _stop_daemons(self, *, grace: float) -> None:
         by_name = {d.name: d for d in self.state.daemons}
         controllers = [d for d in self.state.daemons if d.name not in (APISERVER, ETCD)]

@@ -22,7 +22,7 @@ from sparkrun_operator.gateway.kube import (
     SecretKeySource,
 )
 from sparkrun_operator.gateway.routing import RoutingTable
-from sparkrun_operator.k8s.rest import CONFIG_MAPS, SECRETS, SERVICES, Rest
+from sparkrun_operator.k8s.client import CONFIG_MAPS, SECRETS, SERVICES, Kube
 
 T = TypeVar("T")
 
@@ -66,7 +66,7 @@ async def _until(source: KubeRoutingSource, check: Any, within: float = 20.0) ->
 
 
 async def test_routes_follow_workloads_and_endpoint_slices(k8s_api: Any, namespace: str) -> None:
-    rest = Rest(k8s_api)
+    rest = Kube(k8s_api, field_manager="tests", owns_api=False)
     await rest.create(WORKLOADS, _workload(namespace), namespace)
     service = {
         "apiVersion": "v1",
@@ -100,9 +100,7 @@ async def test_routes_follow_workloads_and_endpoint_slices(k8s_api: Any, namespa
         assert speedy.key == f"{namespace}/qwen"
 
         # Readiness flips are seen through the watch.
-        await rest.apply(
-            ENDPOINT_SLICES, _slice(namespace, ready=False), field_manager="tests", namespace=namespace
-        )
+        await rest.apply(ENDPOINT_SLICES, _slice(namespace, ready=False), namespace=namespace)
         await _until(source, lambda t: (w := t.lookup("qwen-test")) is not None and not w.endpoints)
 
         # Stopped workloads are known but not routable; the waker asks for Running.
@@ -116,10 +114,18 @@ async def test_routes_follow_workloads_and_endpoint_slices(k8s_api: Any, namespa
         stored = await rest.get(WORKLOADS, "qwen", namespace)
         assert stored is not None
         assert stored["spec"]["state"] == "Running"
+        # ADR 0011: the wake is written as the gateway, and it owns spec.state.
+        wakes = [
+            m
+            for m in stored["metadata"]["managedFields"]
+            if m["manager"] == "sparkrun-gateway" and m["operation"] == "Update"
+        ]
+        assert len(wakes) == 1
+        assert "f:state" in wakes[0]["fieldsV1"]["f:spec"]
         await _until(source, lambda t: (w := t.lookup("qwen-test")) is not None and w.state == "Running")
 
         # Deleting the workload removes its names.
-        await rest.delete(WORKLOADS, "qwen", namespace)
+        await rest.delete(WORKLOADS, "qwen", namespace, propagation="Background")
         await _until(source, lambda t: t.lookup("qwen-test") is None and t.lookup("small") is None)
     finally:
         await source.close()
@@ -136,7 +142,7 @@ async def _eventually(probe: Callable[[], T | None], *, attempts: int = 200) -> 
 
 
 async def test_api_keys_come_from_labelled_secrets(k8s_api: Any, namespace: str) -> None:
-    rest = Rest(k8s_api)
+    rest = Kube(k8s_api, field_manager="tests", owns_api=False)
     keys = SecretKeySource(rest, namespace=namespace)
     await keys.start()
     try:
@@ -158,7 +164,7 @@ async def test_api_keys_come_from_labelled_secrets(k8s_api: Any, namespace: str)
         grant = await _eventually(lambda: keys.lookup("sk-team-a"))
         assert grant.allows("qwen-test")
         assert not grant.allows("other")
-        await rest.delete(SECRETS, "team-a", namespace)
+        await rest.delete(SECRETS, "team-a", namespace, propagation="Background")
         await _eventually(lambda: keys.lookup("sk-team-a") is None or None)
     finally:
         await keys.close()

@@ -1,14 +1,17 @@
-"""The operator's Kubernetes client (``k8s/client.py``) against the testbed's apiserver.
+"""The project's Kubernetes client (``k8s/client.py``) against the testbed's apiserver.
 
 Tested: server-side apply as ``sparkrun-operator`` with an owner reference (and idempotence),
-typed errors with the cause chained (NotFound, AlreadyExists, Invalid), deletes with a UID
+typed errors with the cause chained (NotFound, AlreadyExists, Invalid, Unavailable for a closed
+port, on calls, watches and streams; Gone is in ``test_informer.py``), deletes with a UID
 precondition refusing a recreated object, merge patches of the status subresource, listing
-with a label selector, and ``status_patch`` nulling fields that disappeared.
+with a label selector and across pages, the field manager on every kind of write, and
+``status_patch`` nulling fields that disappeared.
 """
 
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 import aiohttp
 import pytest
@@ -17,7 +20,7 @@ from sparkrun_operator.api.resources import INFERENCE_WORKLOAD
 from sparkrun_operator.api.workload import InferenceWorkloadStatus
 from sparkrun_operator.controllers.common import status_patch
 from sparkrun_operator.k8s import errors
-from sparkrun_operator.k8s.client import SERVICES, Kube, connect, resource_of
+from sparkrun_operator.k8s.client import CONFIG_MAPS, SERVICES, Kube, connect, resource_of
 from sparkrun_testbed import plane
 
 WORKLOADS = resource_of(INFERENCE_WORKLOAD)
@@ -33,7 +36,7 @@ def _service(namespace: str, name: str = "svc") -> dict[str, object]:
 
 
 async def _kube(testbed: plane.Testbed) -> Kube:
-    return Kube(await connect(kubeconfig=str(testbed.kubeconfig)))
+    return Kube(await connect(kubeconfig=str(testbed.kubeconfig)), field_manager="sparkrun-operator")
 
 
 async def test_apply_owner_and_typed_errors(testbed: plane.Testbed, crds: list[str], namespace: str) -> None:
@@ -103,9 +106,9 @@ async def test_delete_with_uid_precondition(testbed: plane.Testbed, namespace: s
         assert await kube.delete(SERVICES, "svc", namespace, uid=old_uid, propagation="Background")
         await kube.create(SERVICES, _service(namespace))  # a new object reuses the name
         with pytest.raises(errors.Conflict):
-            await kube.delete(SERVICES, "svc", namespace, uid=old_uid)
+            await kube.delete(SERVICES, "svc", namespace, uid=old_uid, propagation="Foreground")
         assert await kube.get(SERVICES, "svc", namespace) is not None
-        assert not await kube.delete(SERVICES, "never-was", namespace)
+        assert not await kube.delete(SERVICES, "never-was", namespace, propagation="Background")
     finally:
         await kube.close()
 
@@ -121,6 +124,89 @@ async def test_unreachable_apiserver_chains_the_cause(testbed: plane.Testbed) ->
             await kube.get(SERVICES, "svc", "default")
         assert isinstance(down.value.__cause__, aiohttp.ClientError)
         assert down.value.method == "GET"
+        assert down.value.status == 0
+        with pytest.raises(errors.Unavailable) as listing:
+            await kube.list(SERVICES, "default")
+        assert isinstance(listing.value.__cause__, aiohttp.ClientError)
+        with pytest.raises(errors.Unavailable) as watching:
+            async for _ in kube.watch(SERVICES, "default"):
+                pass
+        assert isinstance(watching.value.__cause__, aiohttp.ClientError)
+        with pytest.raises(errors.Unavailable) as streaming:
+            async for _ in kube.stream_lines("/api/v1/namespaces/default/pods/p/log"):
+                pass
+        assert isinstance(streaming.value.__cause__, aiohttp.ClientError)
+    finally:
+        await kube.close()
+
+
+async def test_lists_are_paginated(testbed: plane.Testbed, namespace: str) -> None:
+    kube = await _kube(testbed)
+    try:
+        names = [f"cm-{i:03d}" for i in range(120)]
+        for name in names:
+            await kube.create(
+                CONFIG_MAPS,
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": name, "labels": {"page": "test"}},
+                    "data": {"i": name},
+                },
+                namespace,
+            )
+        pages: list[str | None] = []
+        original = kube.request
+
+        async def counting(method: str, path: str, **kwargs: object) -> object:
+            query = kwargs.get("query") or {}
+            assert isinstance(query, dict)
+            pages.append(query.get("continue"))
+            return await original(method, path, **kwargs)  # type: ignore[arg-type]
+
+        kube.request = counting  # type: ignore[method-assign]
+        listing = await kube.list_versioned(CONFIG_MAPS, namespace, label_selector="page=test", limit=50)
+        assert sorted(o["metadata"]["name"] for o in listing.items) == names
+        assert len(pages) == 3  # 50 + 50 + 20
+        assert pages[0] is None
+        assert all(pages[1:])
+        assert listing.resource_version
+    finally:
+        await kube.close()
+
+
+def _without_managed(obj: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in obj["metadata"].items() if k != "managedFields"}
+
+
+async def test_every_write_names_the_field_manager(testbed: plane.Testbed, namespace: str) -> None:
+    raw = await connect(kubeconfig=str(testbed.kubeconfig))
+    kube = Kube(raw, field_manager="sparkrun-daemon-api")
+    try:
+        created = await kube.create(
+            CONFIG_MAPS,
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fm"}, "data": {"x": "0"}},
+            namespace,
+        )
+        patched = await kube.merge_patch(CONFIG_MAPS, "fm", {"data": {"a": "1"}}, namespace)
+        replaced = await kube.as_manager("sparkrun-gateway").replace(
+            CONFIG_MAPS,
+            "fm",
+            {**patched, "metadata": _without_managed(patched), "data": {**patched["data"], "b": "2"}},
+            namespace,
+        )
+        applied = await kube.as_manager("sparkrun-operator").apply(
+            CONFIG_MAPS, {"metadata": {"name": "fm", "namespace": namespace}, "data": {"c": "3"}}
+        )
+        for obj in (created, patched, replaced, applied):
+            managers = {m["manager"] for m in obj["metadata"]["managedFields"]}
+            assert managers <= {"sparkrun-daemon-api", "sparkrun-gateway", "sparkrun-operator"}, managers
+        final = {m["manager"]: m["operation"] for m in applied["metadata"]["managedFields"]}
+        assert final["sparkrun-operator"] == "Apply"
+        assert final["sparkrun-gateway"] == "Update"
+        assert final["sparkrun-daemon-api"] == "Update"
+        with pytest.raises(ValueError, match="field manager"):
+            Kube(raw, field_manager="")
     finally:
         await kube.close()
 
@@ -136,9 +222,11 @@ def test_errors_from_responses() -> None:
     assert isinstance(
         errors.from_response(status=503, body=b"busy", method="GET", path="/x"), errors.Unavailable
     )
-    assert isinstance(
-        errors.from_response(status=429, body=None, method="GET", path="/x"), errors.Unavailable
-    )
+    busy = errors.from_response(status=429, body=None, method="GET", path="/x", retry_after="3")
+    assert isinstance(busy, errors.TooManyRequests)
+    assert isinstance(busy, errors.Unavailable)
+    assert busy.retry_after == 3.0
+    assert isinstance(errors.from_response(status=410, body=b"{}", method="GET", path="/x"), errors.Gone)
     assert isinstance(errors.from_response(status=403, body=b"{}", method="GET", path="/x"), errors.Forbidden)
     plain = errors.from_response(status=400, body=b"not json", method="GET", path="/x")
     assert type(plain) is errors.KubeError

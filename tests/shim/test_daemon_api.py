@@ -634,7 +634,7 @@ def test_retention_tombstones_keyed_jobs_and_deletes_the_others(daemon: Daemon) 
     import datetime as dt
 
     from sparkrun_operator.controllers.daemonjob import JobExecutor
-    from sparkrun_operator.k8s.rest import Rest, connect
+    from sparkrun_operator.k8s.client import DAEMON_API_MANAGER, Kube
 
     body = {"recipe": "qwen3-8b-vllm", "dry_run": True}
     key = "retained-" + secrets.token_hex(3)
@@ -644,13 +644,15 @@ def test_retention_tombstones_keyed_jobs_and_deletes_the_others(daemon: Daemon) 
     daemon.wait_job(plain, "operator")
 
     async def expire() -> list[tuple[str, str]]:
-        rest = Rest(await connect(str(daemon.runner.testbed.kubeconfig)))
+        rest = await Kube.connect(
+            field_manager=DAEMON_API_MANAGER, kubeconfig=str(daemon.runner.testbed.kubeconfig)
+        )
         try:
             later = dt.datetime.now(dt.UTC) + dt.timedelta(days=8)
             executor = JobExecutor(rest, clock=lambda: later)
             return await executor.apply_retention(daemon.namespace)
         finally:
-            await rest.api.close()
+            await rest.close()
 
     actions = dict(asyncio.run(expire()))
     assert actions[keyed] == "tombstone"

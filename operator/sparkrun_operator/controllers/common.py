@@ -25,6 +25,12 @@ from pydantic import BaseModel
 from sparkrun_operator.controllers.context import Context
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.client import Resource
+from sparkrun_operator.retry import Backoff
+
+#: When kopf restarts a loop whose pass met an unavailable apiserver or a conflict: jittered,
+#: so that every object's loop does not come back at the same instant after an outage.
+RETRY_UNAVAILABLE = Backoff(initial=15.0, maximum=15.0, jitter=0.3)
+RETRY_CONFLICT = Backoff(initial=5.0, maximum=5.0, jitter=0.3)
 
 
 def status_patch(current: Mapping[str, Any] | None, desired: BaseModel) -> dict[str, Any] | None:
@@ -196,9 +202,8 @@ async def run_loop(
                         requeue = await reconcile()
                     except (errors.Unavailable, errors.Conflict) as error:
                         ctx.metrics.reconcile_errors.labels(kind=kind, error=type(error).__name__).inc()
-                        raise kopf.TemporaryError(
-                            str(error), delay=5 if isinstance(error, errors.Conflict) else 15
-                        ) from error
+                        policy = RETRY_CONFLICT if isinstance(error, errors.Conflict) else RETRY_UNAVAILABLE
+                        raise kopf.TemporaryError(str(error), delay=policy.delay(0)) from error
                     except errors.KubeError as error:
                         ctx.metrics.reconcile_errors.labels(kind=kind, error=type(error).__name__).inc()
                         logger.error("reconcile failed: %s", error)

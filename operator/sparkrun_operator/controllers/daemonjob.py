@@ -35,13 +35,15 @@ import kopf
 from sparkrun_operator.api.daemonjob import DaemonJobStatus
 from sparkrun_operator.api.meta import GROUP, VERSION
 from sparkrun_operator.api.resources import DAEMON_JOB
+from sparkrun_operator.k8s import errors as k8s_errors
+from sparkrun_operator.k8s.client import DAEMON_API_MANAGER, SECRETS, Kube
 from sparkrun_operator.k8s.daemonjobs import DaemonJobs
-from sparkrun_operator.k8s.rest import SECRETS, ApiError, Rest
 from sparkrun_operator.ops import catalog as catalog_mod
 from sparkrun_operator.ops import jobs, leases
 from sparkrun_operator.ops.context import Executor, OperationContext, Settings
 from sparkrun_operator.ops.executors import EXECUTORS
 from sparkrun_operator.ops.runner import run_job
+from sparkrun_operator.retry import Attempts, Backoff
 
 __all__ = ["JobExecutor", "register"]
 
@@ -98,7 +100,9 @@ class _Control:
         return base64.b64decode(raw).decode() if raw else ""
 
     async def delete_secret(self, name: str) -> None:
-        await self.executor.rest.delete(SECRETS, name, self._obj["metadata"]["namespace"])
+        await self.executor.rest.delete(
+            SECRETS, name, self._obj["metadata"]["namespace"], propagation="Background"
+        )
 
 
 def _rv(obj: dict[str, Any]) -> int:
@@ -113,7 +117,7 @@ class JobExecutor:
 
     def __init__(
         self,
-        rest: Rest,
+        rest: Kube,
         *,
         settings: Settings | None = None,
         executors: dict[str, Executor] | None = None,
@@ -228,14 +232,23 @@ class JobExecutor:
             self.controls.pop(key, None)
 
     async def _renew_leases(self) -> None:
+        period = self.lease_seconds / 3
+        # NB: a failed renewal is retried sooner (jittered back-off up to the period).
+        failures = Attempts(Backoff(initial=min(0.5, period), maximum=period))
         while True:
+            failed = False
             for namespace in sorted(self.namespaces):
                 try:
                     await leases.renew(self.rest, namespace, self.executor_id, duration=self.lease_seconds)
                     await self._recheck_foreign(namespace)
                 except Exception:
+                    failed = True
                     log.warning("renewing the executor lease in %s failed", namespace, exc_info=True)
-            await asyncio.sleep(self.lease_seconds / 3)
+            if failed:
+                await failures.wait()
+            else:
+                failures.reset()
+                await asyncio.sleep(period)
 
     async def _recheck_foreign(self, namespace: str) -> None:
         """Take over (as lost) the active jobs of executors that died since we last looked."""
@@ -272,7 +285,7 @@ class JobExecutor:
                     await client.delete(name, uid=obj["metadata"].get("uid"))
                 else:
                     await _tombstone(client, obj)
-            except (ApiError, LookupError) as error:
+            except (k8s_errors.KubeError, LookupError) as error:
                 log.info("retention of DaemonJob %s/%s: %s", namespace, name, error)
         return list(actions)
 
@@ -292,17 +305,20 @@ def register(
     registry: kopf.OperatorRegistry,
     *,
     settings: Settings | None = None,
-    rest_factory: Callable[[Any], Rest] | None = None,
+    rest_factory: Callable[[Any], Kube] | None = None,
 ) -> None:
     """Add the DaemonJob handlers to ``registry``.
 
-    The executor is created at startup from ``memo.ctx.kube.api`` (the operator's client) unless
+    The executor is created at startup on the operator's connection pool (``memo.ctx.kube``),
+    writing as field manager ``sparkrun-daemon-api`` (it runs daemon operations), unless
     ``rest_factory(memo)`` is given, and kept as ``memo.daemonjobs``.
     """
 
     @kopf.on.startup(id="daemonjob-executor-start", registry=registry)
     async def start(*, memo: Any, **_: Any) -> None:
-        rest = rest_factory(memo) if rest_factory is not None else Rest(memo.ctx.kube.api)
+        rest = (
+            rest_factory(memo) if rest_factory is not None else memo.ctx.kube.as_manager(DAEMON_API_MANAGER)
+        )
         executor = JobExecutor(rest, settings=settings)
         executor.start()
         memo.daemonjobs = executor

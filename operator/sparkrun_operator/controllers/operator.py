@@ -30,7 +30,7 @@ from prometheus_client import start_http_server
 from sparkrun_operator.controllers import cluster, daemonjob, indexes, recipe, workload
 from sparkrun_operator.controllers.context import Context, Metrics, OperatorConfig
 from sparkrun_operator.k8s import errors
-from sparkrun_operator.k8s.client import CLUSTER_PEERINGS, PEERINGS, Kube, Resource, connect
+from sparkrun_operator.k8s.client import CLUSTER_PEERINGS, OPERATOR_MANAGER, PEERINGS, Kube, Resource, connect
 from sparkrun_operator.render import keys
 
 PEERING_NAME: Final = "sparkrun-operator"
@@ -158,7 +158,7 @@ async def run(
         kubeconfig=options.kubeconfig, context=options.context, connections=options.config.api_connections
     )
     metrics = Metrics()
-    kube = Kube(api, on_write=metrics.count_write)
+    kube = Kube(api, field_manager=OPERATOR_MANAGER, on_write=metrics.count_write)
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
     http = httpx.AsyncClient(limits=limits, timeout=options.config.engine_timeout)
     ctx = Context(

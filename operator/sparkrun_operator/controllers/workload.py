@@ -237,7 +237,10 @@ async def execute(ctx: Context, p: Plan, *, namespace: str) -> list[str]:
     # NB: highest replica first (the planner's order), one after the other: a scale-down that
     # is interrupted leaves the lowest indices serving.
     for d in p.delete:
-        await guarded(ctx.kube.delete(JOBSETS, d.name, namespace, uid=d.uid), f"JobSet {d.name}")
+        await guarded(
+            ctx.kube.delete(JOBSETS, d.name, namespace, uid=d.uid, propagation="Foreground"),
+            f"JobSet {d.name}",
+        )
     engine = common.Engine(ctx.http, timeout=ctx.config.engine_timeout)
     engine_errors = await asyncio.gather(*(engine.call(call.url, call.action) for call in p.engine))
     for message in engine_errors:

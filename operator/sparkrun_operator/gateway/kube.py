@@ -5,7 +5,7 @@
   EndpointSlices of their Services (ready leader addresses). Endpoints are addresses of pods,
   not ClusterIPs, so the gateway balances across replicas itself.
 - :class:`KubeWaker` wakes a Sleeping or Stopped workload by setting ``spec.state: Running``
-  (a merge patch with the gateway's identity; the operator does the rest).
+  (a merge patch as field manager ``sparkrun-gateway``, ADR 0011; the operator does the rest).
 - :class:`SecretKeySource` serves API keys from Secrets labelled ``sparkrun.dev/gateway-key``:
   ``data.key`` is the key; ``data.models`` (optional) a comma- or newline-separated allowlist,
   ``*`` or absent for every model.
@@ -38,18 +38,24 @@ from sparkrun_operator.gateway.routing import (
     TablePublisher,
     Workload,
 )
-from sparkrun_operator.k8s.informer import Informer
-from sparkrun_operator.k8s.rest import CONFIG_MAPS, SECRETS, Resource, Rest, connect, resource_of
+from sparkrun_operator.k8s.client import (
+    CONFIG_MAPS,
+    ENDPOINT_SLICES,
+    GATEWAY_MANAGER,
+    SECRETS,
+    Kube,
+    resource_of,
+)
+from sparkrun_operator.k8s.informer import Informer, drop_managed_fields
 
 log = logging.getLogger("sparkrun.gateway.kube")
 
-ENDPOINT_SLICES = Resource("discovery.k8s.io", "v1", "endpointslices", namespaced=True)
 WORKLOADS = resource_of(INFERENCE_WORKLOAD)
 LABEL_WORKLOAD = "sparkrun.dev/workload"
 LABEL_SERVICE_NAME = "kubernetes.io/service-name"
 LABEL_GATEWAY_KEY = "sparkrun.dev/gateway-key"
 PORT_NAME = "http"
-FIELD_MANAGER = "sparkrun-gateway"
+FIELD_MANAGER = GATEWAY_MANAGER
 #: Imperative aliases of the daemon API (``proxy.add_alias``; ADR 0006): ConfigMap data key
 #: ``aliases.json`` = {"alias": "target model name"}, applied to workloads of its namespace.
 ALIASES_CONFIG_MAP = "sparkrun-gateway-aliases"
@@ -189,27 +195,31 @@ class KubeConnection:
     def __init__(self, *, kubeconfig: str | None = None, context: str | None = None) -> None:
         self.kubeconfig = kubeconfig
         self.context = context
-        self._rest: Rest | None = None
+        self._kube: Kube | None = None
 
-    async def rest(self) -> Rest:
-        if self._rest is None:
-            self._rest = Rest(await connect(self.kubeconfig, self.context))
-        return self._rest
+    async def kube(self) -> Kube:
+        if self._kube is None:
+            self._kube = await Kube.connect(
+                field_manager=FIELD_MANAGER, kubeconfig=self.kubeconfig, context=self.context
+            )
+        return self._kube
 
     async def close(self) -> None:
-        if self._rest is not None:
-            await self._rest.api.close()
-            self._rest = None
+        if self._kube is not None:
+            await self._kube.close()
+            self._kube = None
 
 
-async def _rest_of(conn: Rest | KubeConnection) -> Rest:
-    return conn if isinstance(conn, Rest) else await conn.rest()
+async def _kube_of(conn: Kube | KubeConnection) -> Kube:
+    """The client of ``conn``; every write of the gateway goes as ``sparkrun-gateway``."""
+    kube = conn if isinstance(conn, Kube) else await conn.kube()
+    return kube if kube.field_manager == FIELD_MANAGER else kube.as_manager(FIELD_MANAGER)
 
 
 class KubeRoutingSource:
     """A :class:`~sparkrun_operator.gateway.routing.RoutingSource` fed by watches."""
 
-    def __init__(self, conn: Rest | KubeConnection, *, namespace: str | None = None) -> None:
+    def __init__(self, conn: Kube | KubeConnection, *, namespace: str | None = None) -> None:
         self._conn = conn
         self._namespace = namespace
         self._publisher = TablePublisher()
@@ -226,17 +236,24 @@ class KubeRoutingSource:
     async def start(self) -> None:
         if self._workloads is not None:
             return
-        rest = await _rest_of(self._conn)
+        kube = await _kube_of(self._conn)
         ns = self._namespace
+        prune = drop_managed_fields
         self._slices = Informer(
-            rest, ENDPOINT_SLICES, namespace=ns, label_selector=LABEL_WORKLOAD, on_change=self._rebuild
+            kube,
+            ENDPOINT_SLICES,
+            namespace=ns,
+            label_selector=LABEL_WORKLOAD,
+            transform=prune,
+            on_change=self._rebuild,
         )
-        self._workloads = Informer(rest, WORKLOADS, namespace=ns, on_change=self._rebuild)
+        self._workloads = Informer(kube, WORKLOADS, namespace=ns, transform=prune, on_change=self._rebuild)
         self._aliases = Informer(
-            rest,
+            kube,
             CONFIG_MAPS,
             namespace=ns,
             field_selector=f"metadata.name={ALIASES_CONFIG_MAP}",
+            transform=prune,
             on_change=self._rebuild,
         )
         await self._slices.start()
@@ -268,13 +285,13 @@ class KubeRoutingSource:
 class KubeWaker:
     """Wakes a workload by setting ``spec.state: Running``."""
 
-    def __init__(self, conn: Rest | KubeConnection) -> None:
+    def __init__(self, conn: Kube | KubeConnection) -> None:
         self.conn = conn
 
     async def wake(self, workload: Workload) -> None:
         log.info("waking %s (%s)", workload.key, workload.state)
-        rest = await _rest_of(self.conn)
-        await rest.merge_patch(
+        kube = await _kube_of(self.conn)
+        await kube.merge_patch(
             WORKLOADS, workload.name, {"spec": {"state": "Running"}}, namespace=workload.namespace
         )
 
@@ -306,7 +323,7 @@ def grant_of(secret: dict[str, Any]) -> tuple[str, Grant] | None:
 class SecretKeySource:
     """API keys from labelled Secrets, kept current by a watch (see module docs)."""
 
-    def __init__(self, conn: Rest | KubeConnection, *, namespace: str | None = None) -> None:
+    def __init__(self, conn: Kube | KubeConnection, *, namespace: str | None = None) -> None:
         self._conn = conn
         self._namespace = namespace
         self._grants: dict[str, Grant] = {}
@@ -315,12 +332,13 @@ class SecretKeySource:
     async def start(self) -> None:
         if self._secrets is not None:
             return
-        rest = await _rest_of(self._conn)
+        kube = await _kube_of(self._conn)
         self._secrets = Informer(
-            rest,
+            kube,
             SECRETS,
             namespace=self._namespace,
             label_selector=LABEL_GATEWAY_KEY,
+            transform=drop_managed_fields,
             on_change=self._rebuild,
         )
         await self._secrets.start()

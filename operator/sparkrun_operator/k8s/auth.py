@@ -26,7 +26,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from sparkrun_operator.k8s.rest import CONFIG_MAPS, SERVICE_ACCOUNTS, ApiError, Rest
+from sparkrun_operator.k8s import errors as k8s_errors
+from sparkrun_operator.k8s.client import CONFIG_MAPS, SERVICE_ACCOUNTS, Kube
 
 __all__ = [
     "DAEMON_RESOURCE",
@@ -132,7 +133,7 @@ class Authenticator:
 
     def __init__(
         self,
-        rest: Rest,
+        rest: Kube,
         *,
         ttl: float = 10.0,
         negative_ttl: float = 2.0,
@@ -181,7 +182,7 @@ class Authorizer:
     """
 
     def __init__(
-        self, rest: Rest, namespace: str | None, *, ttl: float = 5.0, negative_ttl: float = 2.0
+        self, rest: Kube, namespace: str | None, *, ttl: float = 5.0, negative_ttl: float = 2.0
     ) -> None:
         self.rest = rest
         self.namespace = namespace
@@ -219,7 +220,7 @@ class Authorizer:
 class ManagerDirectory:
     """The manager identity of a principal: its ServiceAccount's ``sparkrun.dev/manager``."""
 
-    def __init__(self, rest: Rest, *, ttl: float = 30.0) -> None:
+    def __init__(self, rest: Kube, *, ttl: float = 30.0) -> None:
         self.rest = rest
         self.ttl = ttl
         self.cache: TtlCache[tuple[str, str], str] = TtlCache()
@@ -233,7 +234,7 @@ class ManagerDirectory:
     async def _lookup(self, namespace: str, name: str) -> tuple[str, float]:
         try:
             found = await self.rest.get(SERVICE_ACCOUNTS, name, namespace)
-        except ApiError as error:
+        except k8s_errors.KubeError as error:
             if error.status == 403:  # not allowed to read ServiceAccounts: no manager annotations
                 return DEFAULT_MANAGER, self.ttl
             raise
@@ -265,7 +266,7 @@ def _names(raw: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(str(v) for v in value) if isinstance(value, list) else default
 
 
-async def request_header_config(rest: Rest) -> RequestHeaderConfig | None:
+async def request_header_config(rest: Kube) -> RequestHeaderConfig | None:
     """The front-proxy settings, or ``None`` when the apiserver has no aggregation layer."""
     found = await rest.get(CONFIG_MAPS, "extension-apiserver-authentication", "kube-system")
     data = (found or {}).get("data") or {}

@@ -1,16 +1,29 @@
-"""The operator's Kubernetes client: construction, and JSON calls on any resource.
+"""The project's one Kubernetes client: construction, and JSON calls on any resource (ADR 0013).
 
 - :func:`connect` builds a ``kubernetes_asyncio`` ``ApiClient`` from in-cluster credentials (a
   pod's service account) or a kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``).
 - :class:`Kube` speaks plain JSON over that client (``ApiClient.call_api``: authentication, TLS
-  and token refresh stay the library's job; typed models would cost CPU for nothing here):
-  ``get``/``list`` (``None``/``[]`` when absent), ``create``, server-side ``apply`` with the field
-  manager ``sparkrun-operator`` (forced: the operator owns the fields it renders),
-  ``merge_patch`` (also on subresources such as ``status``), and ``delete`` with a UID
-  precondition and foreground propagation.
-- Every call has an explicit timeout; failures raise :mod:`~sparkrun_operator.k8s.errors` types
-  with the transport exception chained as the cause. An optional ``on_write(verb, kind)`` hook
-  counts writes (metrics).
+  and token refresh stay the library's job; typed models would cost CPU for nothing here) and
+  returns plain ``dict`` objects. Every process constructs it with its own field manager
+  (``sparkrun-operator``, ``sparkrun-gateway``, ``sparkrun-daemon-api``); every write
+  (``POST``/``PUT``/``PATCH``, :meth:`Kube.request` included) carries it.
+
+Contract:
+
+- every call has an explicit timeout; every failure raises a :mod:`~sparkrun_operator.k8s.errors`
+  type with the transport exception chained as ``__cause__`` (a call that got no HTTP answer is
+  ``Unavailable``); :meth:`Kube.get` returns ``None`` and :meth:`Kube.delete` ``False`` for 404;
+- ``429 Too Many Requests`` was not processed: it is retried up to ``retries_429`` times after
+  the advised ``Retry-After`` (jittered, capped), then raised as ``TooManyRequests``;
+- lists are paginated (``limit``/``continue``); an expired continue token (410) relists;
+- deletes carry a UID precondition when given, and an explicit propagation policy;
+- :func:`retry_conflicts` re-runs a read-modify-write that met a 409, with jitter;
+- :meth:`Kube.watch` yields ``(type, object)`` until the server ends the watch; an expired
+  resourceVersion (410, or an ``ERROR`` event) raises ``Gone``; :meth:`Kube.stream_lines` streams
+  a body line by line (pod logs). The list-watch-relist loop is :mod:`.informer`'s.
+
+An optional ``on_write(verb, path)`` hook counts writes (metrics). The one ``Resource`` table
+lives in :mod:`.resources` and is re-exported here.
 """
 
 from __future__ import annotations
@@ -18,70 +31,69 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
-from urllib.parse import quote
+from typing import Any, Final, TypeVar
 
 import aiohttp
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
-from sparkrun_operator.api.resources import Kind
 from sparkrun_operator.k8s import errors
+from sparkrun_operator.k8s.resources import *  # noqa: F403  (the Resource table, re-exported)
+from sparkrun_operator.k8s.resources import Resource
 from sparkrun_operator.render import keys
+from sparkrun_operator.retry import Backoff, retry
 
 DEFAULT_TIMEOUT: Final = 30.0
+PAGE_SIZE: Final = 500
+RETRIES_429: Final = 3
+#: Relists of one paginated list whose continue token expired before giving up.
+RELISTS_410: Final = 3
+#: The longest watch event (one object) or log line kept in memory while it arrives.
+MAX_LINE: Final = 64 * 1024 * 1024
 SERVICE_ACCOUNT_DIR: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+_WRITES: Final = frozenset({"POST", "PUT", "PATCH"})
+_TRANSPORT: Final = (TimeoutError, aiohttp.ClientError, ConnectionError)
+
+#: Field managers of the project's processes (one per process; ADR 0013).
+OPERATOR_MANAGER: Final = keys.FIELD_MANAGER
+GATEWAY_MANAGER: Final = "sparkrun-gateway"
+DAEMON_API_MANAGER: Final = "sparkrun-daemon-api"
+
+
+WriteHook = Callable[[str, str], None]
+Event = tuple[str, dict[str, Any]]
+T = TypeVar("T")
+#: Attempts of a read-modify-write that keeps meeting 409 (a resourceVersion race).
+MAX_CONFLICTS: Final = 8
+#: Between those attempts.
+CONFLICT_BACKOFF: Final = Backoff(initial=0.01, maximum=0.25)
+
+
+async def retry_conflicts(attempt: Callable[[], Awaitable[T]], *, attempts: int = MAX_CONFLICTS) -> T:
+    """Run ``attempt`` (a read-modify-write) until it does not fail with 409, with jitter.
+
+    ``AlreadyExists`` is not a race and is raised at once; after ``attempts`` conflicts the
+    last ``errors.Conflict`` is raised.
+    """
+    return await retry(
+        attempt,
+        attempts=attempts,
+        retryable=lambda error: (
+            isinstance(error, errors.Conflict) and not isinstance(error, errors.AlreadyExists)
+        ),
+        backoff=CONFLICT_BACKOFF,
+    )
 
 
 @dataclass(frozen=True)
-class Resource:
-    """A REST resource: ``group`` (``""`` for core), ``version``, ``plural``, scope and kind."""
+class Listing:
+    """A complete (all pages) list: the items and the resourceVersion to watch from."""
 
-    group: str
-    version: str
-    plural: str
-    namespaced: bool
-    kind: str
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def path(
-        self, *, namespace: str | None = None, name: str | None = None, subresource: str | None = None
-    ) -> str:
-        """The URL path of the collection, or of one object (and a subresource of it)."""
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{quote(namespace, safe='')}"
-        base += f"/{self.plural}"
-        if name is not None:
-            base += f"/{quote(name, safe='')}"
-            if subresource:
-                base += f"/{subresource}"
-        return base
-
-
-def resource_of(kind: Kind) -> Resource:
-    """The REST resource of one of our kinds."""
-    return Resource(kind.group, kind.version, kind.plural, kind.namespaced, kind.kind)
-
-
-JOBSETS: Final = Resource(keys.JOBSET_GROUP, keys.JOBSET_VERSION, keys.JOBSET_PLURAL, True, "JobSet")
-SERVICES: Final = Resource("", "v1", "services", True, "Service")
-PODS: Final = Resource("", "v1", "pods", True, "Pod")
-NODES: Final = Resource("", "v1", "nodes", False, "Node")
-EVENTS: Final = Resource("events.k8s.io", "v1", "events", True, "Event")
-CRDS: Final = Resource(
-    "apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition"
-)
-CLUSTER_PEERINGS: Final = Resource("kopf.dev", "v1", "clusterkopfpeerings", False, "ClusterKopfPeering")
-PEERINGS: Final = Resource("kopf.dev", "v1", "kopfpeerings", True, "KopfPeering")
-
-WriteHook = Callable[[str, str], None]
+    items: list[dict[str, Any]]
+    resource_version: str | None
 
 
 async def connect(
@@ -91,7 +103,7 @@ async def connect(
 
     ``kubeconfig``/``context`` force a kubeconfig (``$KUBECONFIG`` or ``~/.kube/config`` when
     ``kubeconfig`` is None). At most ``connections`` TLS connections are open at once (each
-    costs a few hundred KiB). The caller owns the client and closes it.
+    costs a few hundred KiB). The caller owns the client (usually through :class:`Kube`).
     """
     configuration = k8s_client.Configuration()
     configuration.connection_pool_maxsize = connections
@@ -129,6 +141,31 @@ def _query(params: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     return out
 
 
+def _decode(raw: bytes) -> Any:
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return raw.decode("utf-8", "replace")
+
+
+async def _lines(content: aiohttp.StreamReader, *, max_line: int) -> AsyncIterator[bytes]:
+    """The body split at newlines (a line longer than ``max_line`` is yielded in pieces)."""
+    pending = b""
+    async for chunk in content.iter_any():
+        pending += chunk
+        while True:
+            end = pending.find(b"\n")
+            if end < 0:
+                break
+            yield pending[: end + 1]
+            pending = pending[end + 1 :]
+        while len(pending) > max_line:
+            yield pending[:max_line]
+            pending = pending[max_line:]
+    if pending:
+        yield pending
+
+
 class Kube:
     """JSON calls on any resource through one ``ApiClient`` (see the module docstring)."""
 
@@ -136,17 +173,130 @@ class Kube:
         self,
         api: k8s_client.ApiClient,
         *,
+        field_manager: str,
         timeout: float = DEFAULT_TIMEOUT,
-        field_manager: str = keys.FIELD_MANAGER,
         on_write: WriteHook | None = None,
+        retries_429: int = RETRIES_429,
+        backoff_429: Backoff | None = None,
+        owns_api: bool = True,
     ) -> None:
+        if not field_manager:
+            raise ValueError("every Kubernetes client writes as a named field manager")
         self.api = api
-        self.timeout = timeout
         self.field_manager = field_manager
+        self.timeout = timeout
         self.on_write = on_write
+        self.retries_429 = retries_429
+        self.backoff_429 = backoff_429 or Backoff(initial=0.25, maximum=5.0)
+        self.owns_api = owns_api
+
+    @classmethod
+    async def connect(
+        cls,
+        *,
+        field_manager: str,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        **options: Any,
+    ) -> Kube:
+        """A client that owns a new ``ApiClient`` (see :func:`connect`)."""
+        return cls(
+            await connect(kubeconfig=kubeconfig, context=context), field_manager=field_manager, **options
+        )
+
+    def as_manager(self, field_manager: str) -> Kube:
+        """A client on the same connection pool writing as ``field_manager`` (not owning it)."""
+        return Kube(
+            self.api,
+            field_manager=field_manager,
+            timeout=self.timeout,
+            on_write=self.on_write,
+            retries_429=self.retries_429,
+            backoff_429=self.backoff_429,
+            owns_api=False,
+        )
+
+    @property
+    def host(self) -> str:
+        """The apiserver URL."""
+        return str(self.api.configuration.host)
 
     async def close(self) -> None:
-        await self.api.close()
+        if self.owns_api:
+            await self.api.close()
+
+    async def _open(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None,
+        body: Any = None,
+        content_type: str = "application/json",
+        accept: str = "application/json",
+        limit: float | aiohttp.ClientTimeout | None = None,
+    ) -> aiohttp.ClientResponse:
+        """Send one request; the response, unread. Only transport failures raise here."""
+        params = dict(query or {})
+        if method in _WRITES:
+            params.setdefault("fieldManager", self.field_manager)
+        try:
+            response: aiohttp.ClientResponse = await self.api.call_api(
+                path,
+                method,
+                query_params=_query(params),
+                header_params={"Accept": accept, "Content-Type": content_type},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=limit or self.timeout,
+            )
+        except _TRANSPORT as error:
+            raise errors.from_transport(error, method=method, path=path) from error
+        except k8s_client.ApiException as error:
+            raise errors.from_response(
+                status=error.status or 0, body=error.body, method=method, path=path
+            ) from error
+        return response
+
+    async def _refuse(self, response: aiohttp.ClientResponse, method: str, path: str) -> errors.KubeError:
+        """The typed error for a non-2xx ``response`` (its body read)."""
+        try:
+            raw = await response.read()
+        except _TRANSPORT:
+            raw = b""
+        return errors.from_response(
+            status=response.status,
+            body=raw,
+            method=method,
+            path=path,
+            retry_after=response.headers.get("Retry-After"),
+        )
+
+    async def _once(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, Any] | None,
+        body: Any,
+        content_type: str,
+        limit: float,
+    ) -> Any:
+        response = await self._open(
+            method, path, query=query, body=body, content_type=content_type, limit=limit
+        )
+        try:
+            if not 200 <= response.status < 300:
+                raise await self._refuse(response, method, path)
+            try:
+                raw = await response.read()
+            except _TRANSPORT as error:
+                raise errors.from_transport(error, method=method, path=path) from error
+        finally:
+            response.release()
+        if method != "GET" and self.on_write is not None:
+            self.on_write(method, path)
+        return _decode(raw)
 
     async def request(
         self,
@@ -159,42 +309,65 @@ class Kube:
         request_timeout: float | None = None,
     ) -> Any:
         """One call; the decoded JSON answer (``None`` when empty). Non-2xx raise ``KubeError``."""
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        try:
-            response = await self.api.call_api(
-                path,
-                method,
-                query_params=_query(query),
-                header_params=headers,
-                body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=request_timeout or self.timeout,
-            )
-            try:
-                raw = await response.read()
-                status = response.status
-            finally:
-                response.release()
-        except (TimeoutError, aiohttp.ClientError) as error:
-            raise errors.Unavailable(f"{type(error).__name__}: {error}", method=method, path=path) from error
-        except k8s_client.ApiException as error:
-            raise errors.from_response(
-                status=error.status or 0, body=error.body, method=method, path=path
-            ) from error
-        if not 200 <= status < 300:
-            raise errors.from_response(status=status, body=raw, method=method, path=path)
-        if method != "GET" and self.on_write is not None:
-            self.on_write(method, path)
-        return json.loads(raw) if raw else None
+        timeout = request_timeout or self.timeout
+        return await retry(
+            lambda: self._once(method, path, query, body, content_type, timeout),
+            attempts=self.retries_429 + 1,
+            retryable=lambda error: isinstance(error, errors.TooManyRequests),
+            backoff=self.backoff_429,
+            floor=lambda error: min(getattr(error, "retry_after", 0.0), self.backoff_429.maximum),
+        )
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """The object, or ``None`` when it does not exist."""
         try:
-            found: dict[str, Any] = await self.request("GET", resource.path(namespace=namespace, name=name))
+            found: dict[str, Any] = await self.request("GET", resource.path(namespace, name))
         except errors.NotFound:
             return None
         return found
+
+    async def list_versioned(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = PAGE_SIZE,
+        cached: bool = False,
+    ) -> Listing:
+        """Every object, page by page, and the list's resourceVersion (to watch from).
+
+        ``cached`` reads from the apiserver's watch cache as it is (``resourceVersion=0``; the
+        apiserver may then ignore ``limit``) instead of a consistent read: for read-only answers
+        that may be a moment old, never for read-modify-write. A continue token that expired
+        between pages (410) restarts the list, at most :data:`RELISTS_410` times.
+        """
+        for relist in range(RELISTS_410 + 1):
+            items: list[dict[str, Any]] = []
+            token: str | None = None
+            try:
+                while True:
+                    page = await self.request(
+                        "GET",
+                        resource.path(namespace),
+                        query={
+                            "labelSelector": label_selector,
+                            "fieldSelector": field_selector,
+                            "limit": limit,
+                            "continue": token,
+                            "resourceVersion": "0" if cached and token is None else None,
+                        },
+                    )
+                    items.extend(page.get("items") or [])
+                    metadata = page.get("metadata") or {}
+                    token = metadata.get("continue") or None
+                    if token is None:
+                        return Listing(items, str(metadata.get("resourceVersion") or "") or None)
+            except errors.Gone:
+                if token is None or relist == RELISTS_410:
+                    raise
+        raise AssertionError("unreachable")
 
     async def list(
         self,
@@ -203,46 +376,56 @@ class Kube:
         *,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        limit: int = PAGE_SIZE,
+        cached: bool = False,
     ) -> list[dict[str, Any]]:
-        """Every object of ``resource`` (in ``namespace``, or all), following ``continue`` tokens."""
-        items: list[dict[str, Any]] = []
-        token: str | None = None
-        while True:
-            page = await self.request(
-                "GET",
-                resource.path(namespace=namespace),
-                query={
-                    "labelSelector": label_selector,
-                    "fieldSelector": field_selector,
-                    "limit": 500,
-                    "continue": token,
-                },
-            )
-            items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                return items
-
-    async def create(self, resource: Resource, obj: Mapping[str, Any]) -> dict[str, Any]:
-        """Create ``obj``; ``AlreadyExists`` when the name is taken."""
-        namespace = (obj.get("metadata") or {}).get("namespace")
-        created: dict[str, Any] = await self.request(
-            "POST", resource.path(namespace=namespace), body=dict(obj)
+        """Every object of ``resource`` (in ``namespace``, or all): :meth:`list_versioned`'s items."""
+        listing = await self.list_versioned(
+            resource,
+            namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            limit=limit,
+            cached=cached,
         )
+        return listing.items
+
+    async def create(
+        self, resource: Resource, obj: Mapping[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        """Create ``obj`` (in ``namespace``, else its own); ``AlreadyExists`` when the name is taken."""
+        namespace = namespace or (obj.get("metadata") or {}).get("namespace")
+        created: dict[str, Any] = await self.request("POST", resource.path(namespace), body=dict(obj))
         return created
+
+    async def replace(
+        self,
+        resource: Resource,
+        name: str,
+        obj: Mapping[str, Any],
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """PUT: replaces the object (a ``metadata.resourceVersion`` in ``obj`` is a precondition)."""
+        replaced: dict[str, Any] = await self.request(
+            "PUT", resource.path(namespace, name, subresource), body=dict(obj)
+        )
+        return replaced
 
     async def apply(
         self,
         resource: Resource,
         obj: Mapping[str, Any],
         *,
+        namespace: str | None = None,
         owner: Mapping[str, Any] | None = None,
         force: bool = True,
     ) -> dict[str, Any]:
-        """Server-side apply ``obj`` as field manager ``sparkrun-operator``.
+        """Server-side apply ``obj`` (named by its ``metadata.name``) as this client's manager.
 
         ``owner`` (an ``ownerReferences`` entry) is set on the object when given. ``force``
-        takes over fields another manager set: the operator is the authority on what it renders.
+        takes over fields another manager set: the writer is the authority on what it renders.
         """
         doc = dict(obj)
         metadata = dict(doc.get("metadata") or {})
@@ -250,12 +433,13 @@ class Kube:
             metadata["ownerReferences"] = [dict(owner)]
         doc["metadata"] = metadata
         doc.setdefault("apiVersion", resource.api_version)
-        doc.setdefault("kind", resource.kind)
-        path = resource.path(namespace=metadata.get("namespace"), name=metadata["name"])
+        if resource.kind:
+            doc.setdefault("kind", resource.kind)
+        path = resource.path(namespace or metadata.get("namespace"), metadata["name"])
         applied: dict[str, Any] = await self.request(
             "PATCH",
             path,
-            query={"fieldManager": self.field_manager, "force": force},
+            query={"force": force},
             body=doc,
             content_type="application/apply-patch+yaml",
         )
@@ -270,11 +454,11 @@ class Kube:
         *,
         subresource: str | None = None,
     ) -> dict[str, Any]:
-        """JSON merge patch (``subresource`` e.g. ``status``)."""
+        """JSON merge patch (``subresource`` e.g. ``status``; ``metadata.resourceVersion`` in the
+        patch is a precondition)."""
         patched: dict[str, Any] = await self.request(
             "PATCH",
-            resource.path(namespace=namespace, name=name, subresource=subresource),
-            query={"fieldManager": self.field_manager},
+            resource.path(namespace, name, subresource),
             body=dict(patch),
             content_type="application/merge-patch+json",
         )
@@ -286,22 +470,93 @@ class Kube:
         name: str,
         namespace: str | None = None,
         *,
+        propagation: str,
         uid: str | None = None,
-        propagation: str = "Foreground",
     ) -> bool:
-        """Delete ``name`` if its UID is still ``uid``; ``False`` when it is already gone.
+        """Delete ``name`` (if its UID is still ``uid``); ``False`` when it is already gone.
 
-        A UID mismatch (a new object reused the name) raises ``Conflict`` and deletes nothing.
+        ``propagation`` (``Foreground``, ``Background`` or ``Orphan``) is always explicit. A UID
+        mismatch (a new object reused the name) raises ``Conflict`` and deletes nothing.
         """
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation}
         if uid is not None:
             body["preconditions"] = {"uid": uid}
         try:
-            await self.request("DELETE", resource.path(namespace=namespace, name=name), body=body)
+            await self.request("DELETE", resource.path(namespace, name), body=body)
         except errors.NotFound:
             return False
         return True
 
-    async def delete_all(self, items: Sequence[tuple[Resource, str, str | None, str | None]]) -> None:
-        """Delete several ``(resource, name, namespace, uid)`` concurrently; absent ones are fine."""
-        await asyncio.gather(*(self.delete(r, n, ns, uid=u) for r, n, ns, u in items))
+    async def watch(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        resource_version: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int = 300,
+        bookmarks: bool = True,
+    ) -> AsyncIterator[Event]:
+        """Stream ``(type, object)`` events until the server ends the watch.
+
+        A non-2xx answer raises its typed error (method ``GET``); an ``ERROR`` event raises the
+        typed error of its ``Status`` (method ``WATCH``; ``Gone`` for an expired
+        ``resource_version``); a broken stream raises ``Unavailable`` (method ``WATCH``, status 0).
+        """
+        query = {
+            "watch": True,
+            "resourceVersion": resource_version,
+            "labelSelector": label_selector,
+            "fieldSelector": field_selector,
+            "timeoutSeconds": timeout_seconds,
+            "allowWatchBookmarks": bookmarks,
+        }
+        path = resource.path(namespace)
+        timeout = aiohttp.ClientTimeout(total=timeout_seconds + 30, sock_connect=self.timeout)
+        response = await self._open("GET", path, query=query, limit=timeout)
+        try:
+            if response.status != 200:
+                raise await self._refuse(response, "GET", path)
+            try:
+                async for line in _lines(response.content, max_line=MAX_LINE):
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    kind, obj = str(event.get("type", "")), event.get("object") or {}
+                    if kind == "ERROR":
+                        raise errors.from_response(
+                            status=int(obj.get("code") or 500), body=obj, method="WATCH", path=path
+                        )
+                    yield kind, obj
+            except _TRANSPORT as error:
+                raise errors.from_transport(error, method="WATCH", path=path) from error
+            except ValueError as error:  # a truncated or garbled event
+                raise errors.Unavailable(
+                    f"undecodable watch event: {error}", method="WATCH", path=path
+                ) from error
+        finally:
+            response.release()
+
+    async def stream_lines(
+        self,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        read_timeout: float | None = None,
+        max_line: int = 1024 * 1024,
+    ) -> AsyncIterator[bytes]:
+        """GET ``path`` and yield the body line by line (pod logs); lines longer than
+        ``max_line`` come in pieces. Failures raise typed errors like every call."""
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout, sock_read=read_timeout)
+        response = await self._open("GET", path, query=query, accept="*/*", limit=timeout)
+        try:
+            if response.status != 200:
+                raise await self._refuse(response, "GET", path)
+            try:
+                async for line in _lines(response.content, max_line=max_line):
+                    yield line
+            except _TRANSPORT as error:
+                raise errors.from_transport(error, method="GET", path=path) from error
+        finally:
+            response.release()

@@ -7,57 +7,65 @@ Contract:
   ``resourceVersion`` (optimistic concurrency), and on a 409 re-reads the object and applies the
   mutation again (at most :data:`MAX_ATTEMPTS` times). The mutation must therefore be a pure
   function of the status it is given; it may raise to abort (nothing is written).
-- :class:`JobCache` mirrors the DaemonJobs of one namespace by list+watch. Reads are served from
-  memory; a miss falls back to one direct GET (read-your-writes right after a create). Writers
-  feed their answers back with :meth:`JobCache.observe` so readers see their own writes at once.
-  :meth:`JobCache.changed` wakes waiters whenever any job changes (SSE streams wait on it).
+- :class:`JobCache` mirrors the DaemonJobs of one namespace with the watch primitive
+  (:class:`~sparkrun_operator.k8s.informer.Informer`). Reads are served from memory; a miss
+  falls back to one direct GET. Writers feed their answers back with :meth:`JobCache.observe`
+  so readers see their own writes at once: such an object overlays the watch's copy until the
+  watch delivers that very resourceVersion (or the object's deletion), or for at most
+  :data:`OVERLAY_SECONDS`. ResourceVersions are compared for equality only, never ordered: the
+  watch's order says which copy is newer. :meth:`JobCache.changed` wakes waiters whenever any
+  job changes (SSE streams wait on it).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from sparkrun_operator.api.daemonjob import DaemonJobStatus
 from sparkrun_operator.api.resources import DAEMON_JOB
-from sparkrun_operator.k8s.rest import ApiError, Rest, resource_of
+from sparkrun_operator.k8s import errors
+from sparkrun_operator.k8s.client import MAX_CONFLICTS, Kube, resource_of, retry_conflicts
+from sparkrun_operator.k8s.informer import Informer
 
 __all__ = ["DAEMON_JOBS", "MAX_ATTEMPTS", "DaemonJobs", "JobCache"]
 
 log = logging.getLogger(__name__)
 
 DAEMON_JOBS = resource_of(DAEMON_JOB)
-MAX_ATTEMPTS = 8
+MAX_ATTEMPTS = MAX_CONFLICTS
+#: The longest an observed write overlays the watch's copy.
+OVERLAY_SECONDS = 5.0
+#: ``(name, resourceVersion)`` pairs the watch delivered, remembered to recognise stale writes.
+SEEN_VERSIONS = 4096
 
 Mutation = Callable[[DaemonJobStatus, dict[str, Any]], None]
 
 
-def _rv(obj: dict[str, Any]) -> int:
-    try:
-        return int(obj.get("metadata", {}).get("resourceVersion") or 0)
-    except ValueError:
-        return 0
+def _version(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
 class DaemonJobs:
     """DaemonJob CRUD in one namespace."""
 
-    def __init__(self, rest: Rest, namespace: str) -> None:
-        self.rest = rest
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        self.kube = kube
         self.namespace = namespace
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Create; raises ``ApiError`` (``already_exists`` for a taken name)."""
-        return await self.rest.create(DAEMON_JOBS, obj, self.namespace)
+        """Create; raises ``errors.AlreadyExists`` for a taken name."""
+        return await self.kube.create(DAEMON_JOBS, obj, self.namespace)
 
     async def get(self, name: str) -> dict[str, Any] | None:
-        return await self.rest.get(DAEMON_JOBS, name, self.namespace)
+        return await self.kube.get(DAEMON_JOBS, name, self.namespace)
 
     async def list_all(self, *, label_selector: str | None = None) -> list[dict[str, Any]]:
-        return await self.rest.items(DAEMON_JOBS, self.namespace, label_selector=label_selector)
+        return await self.kube.list(DAEMON_JOBS, self.namespace, label_selector=label_selector)
 
     async def patch_spec(
         self, name: str, spec: dict[str, Any], *, resource_version: str | None = None
@@ -66,32 +74,38 @@ class DaemonJobs:
         patch: dict[str, Any] = {"spec": spec}
         if resource_version is not None:
             patch["metadata"] = {"resourceVersion": resource_version}
-        return await self.rest.merge_patch(DAEMON_JOBS, name, patch, self.namespace)
+        return await self.kube.merge_patch(DAEMON_JOBS, name, patch, self.namespace)
 
     async def label(self, name: str, labels: dict[str, str | None]) -> dict[str, Any]:
-        return await self.rest.merge_patch(
+        return await self.kube.merge_patch(
             DAEMON_JOBS, name, {"metadata": {"labels": labels}}, self.namespace
         )
 
     async def delete(self, name: str, *, uid: str | None = None) -> bool:
-        return await self.rest.delete(DAEMON_JOBS, name, self.namespace, uid=uid)
+        return await self.kube.delete(DAEMON_JOBS, name, self.namespace, uid=uid, propagation="Background")
 
     async def update_status(
         self, obj: dict[str, Any], mutate: Mutation, *, fresh: bool = False
     ) -> dict[str, Any]:
         """Apply ``mutate(status, object)`` and write it; returns the written object.
 
-        ``obj`` is the caller's latest copy; with ``fresh`` it is re-read first. Raises
-        ``LookupError`` when the job no longer exists, ``ApiError`` on other failures, and
-        whatever ``mutate`` raises.
+        ``obj`` is the caller's latest copy; with ``fresh`` it is re-read first (and after
+        every 409). Raises ``LookupError`` when the job no longer exists, ``RuntimeError`` after
+        :data:`MAX_ATTEMPTS` conflicts, ``errors.KubeError`` on other failures, and whatever
+        ``mutate`` raises.
         """
-        current: dict[str, Any] | None = obj
-        for attempt in range(MAX_ATTEMPTS):
-            if fresh or attempt > 0:
-                current = await self.get(obj["metadata"]["name"])
-                if current is None:
-                    raise LookupError(f"DaemonJob {obj['metadata']['name']} no longer exists")
-            assert current is not None
+        name = obj["metadata"]["name"]
+        reread = fresh
+
+        async def attempt() -> dict[str, Any]:
+            nonlocal reread
+            current = obj
+            if reread:
+                found = await self.get(name)
+                if found is None:
+                    raise LookupError(f"DaemonJob {name} no longer exists")
+                current = found
+            reread = True
             status = DaemonJobStatus.model_validate(current.get("status") or {})
             mutate(status, current)
             body = {
@@ -102,76 +116,107 @@ class DaemonJobs:
                 "status": status.to_wire(),
             }
             try:
-                return await self.rest.replace(
-                    DAEMON_JOBS, current["metadata"]["name"], body, self.namespace, subresource="status"
-                )
-            except ApiError as error:
-                if error.not_found:
-                    raise LookupError(f"DaemonJob {current['metadata']['name']} no longer exists") from error
-                if not error.conflict:
-                    raise
-                await asyncio.sleep(0.01 * (attempt + 1))
-        raise RuntimeError(f"status of DaemonJob {obj['metadata']['name']} kept changing; gave up")
+                return await self.kube.replace(DAEMON_JOBS, name, body, self.namespace, subresource="status")
+            except errors.NotFound as error:
+                raise LookupError(f"DaemonJob {name} no longer exists") from error
+
+        try:
+            return await retry_conflicts(attempt, attempts=MAX_ATTEMPTS)
+        except errors.Conflict as error:
+            raise RuntimeError(f"status of DaemonJob {name} kept changing; gave up") from error
 
 
 class JobCache:
-    """An in-memory mirror of one namespace's DaemonJobs, kept by list+watch."""
+    """An in-memory mirror of one namespace's DaemonJobs, kept by the watch primitive."""
 
     def __init__(self, jobs: DaemonJobs, *, watch_timeout: int = 300) -> None:
         self.jobs = jobs
-        self.objects: dict[str, dict[str, Any]] = {}
-        self.watch_timeout = watch_timeout
-        self._changed = asyncio.Condition()
-        self._task: asyncio.Task[None] | None = None
-        self._synced = asyncio.Event()
+        self.informer = Informer(
+            jobs.kube,
+            DAEMON_JOBS,
+            namespace=jobs.namespace,
+            watch_timeout=watch_timeout,
+            on_event=self._on_event,
+            on_relist=self._on_relist,
+            on_change=self._on_change,
+        )
+        #: Writes this process observed that the watch has not delivered yet (``None``: deleted).
+        self._written: dict[str, tuple[str, dict[str, Any] | None, float]] = {}
+        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._changed = asyncio.Event()
         self.version = 0
 
     async def start(self) -> None:
-        """Start mirroring; returns after the first list."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="daemonjob-cache")
-        waiter = asyncio.create_task(self._synced.wait())
-        done, _ = await asyncio.wait({waiter, self._task}, return_when=asyncio.FIRST_COMPLETED)
-        if waiter not in done:
-            waiter.cancel()
-            self._task.result()  # re-raise why the mirror died
+        """Start mirroring; returns after the first list (or raises why it could not)."""
+        await self.informer.start(wait=True, sync_timeout=None)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self.informer.close()
 
     @property
     def synced(self) -> bool:
-        return self._synced.is_set()
+        return self.informer.synced
 
-    async def _notify(self) -> None:
+    # -- the watch's side -------------------------------------------------------------------
+
+    def _remember(self, name: str, version: str) -> None:
+        self._seen[(name, version)] = None
+        self._seen.move_to_end((name, version))
+        while len(self._seen) > SEEN_VERSIONS:
+            self._seen.popitem(last=False)
+
+    def _on_event(self, kind: str, obj: dict[str, Any]) -> None:
+        name, version = obj["metadata"]["name"], _version(obj)
+        self._remember(name, version)
+        written = self._written.get(name)
+        if written is not None and (kind == "DELETED" or written[0] == version):
+            del self._written[name]  # the watch caught up with this process's write
+
+    def _on_relist(self) -> None:
+        for (_, name), obj in self.informer.objects.items():
+            self._remember(name, _version(obj))
+        for name, (version, written, _) in list(self._written.items()):
+            listed = self.informer.objects.get((self.jobs.namespace, name))
+            if (listed is not None and _version(listed) == version) or (written is None and listed is None):
+                del self._written[name]
+
+    def _on_change(self) -> None:
         self.version += 1
-        async with self._changed:
-            self._changed.notify_all()
+        # NB: wakes every current waiter; later waiters wait for the next change.
+        self._changed.set()
+        self._changed = asyncio.Event()
 
-    def _store(self, obj: dict[str, Any]) -> bool:
-        name = obj["metadata"]["name"]
-        old = self.objects.get(name)
-        if old is not None and _rv(old) >= _rv(obj):
-            return False
-        self.objects[name] = obj
-        return True
+    # -- readers and writers ----------------------------------------------------------------
+
+    def _overlay(self, name: str) -> tuple[bool, dict[str, Any] | None]:
+        """``(True, object or None for deleted)`` while a write of ``name`` overlays the watch."""
+        written = self._written.get(name)
+        if written is None:
+            return False, None
+        if time.monotonic() - written[2] > OVERLAY_SECONDS:
+            del self._written[name]
+            return False, None
+        return True, written[1]
 
     async def observe(self, obj: dict[str, Any]) -> None:
-        """Record an object this process just read or wrote (newer resourceVersions win)."""
-        if self._store(obj):
-            await self._notify()
+        """Record an object this process just read or wrote, until the watch delivers it."""
+        name, version = obj["metadata"]["name"], _version(obj)
+        if (name, version) in self._seen:
+            return  # the watch has delivered this version already (and perhaps newer ones)
+        self._written[name] = (version, obj, time.monotonic())
+        self._on_change()
 
     async def forget(self, name: str) -> None:
-        if self.objects.pop(name, None) is not None:
-            await self._notify()
+        """Record that this process deleted ``name``."""
+        self._written[name] = ("", None, time.monotonic())
+        self._on_change()
 
     async def get(self, name: str) -> dict[str, Any] | None:
         """The job from memory, else from the apiserver (``None`` when it does not exist)."""
-        found = self.objects.get(name)
+        overlaid, written = self._overlay(name)
+        if overlaid:
+            return written
+        found = self.informer.objects.get((self.jobs.namespace, name))
         if found is not None:
             return found
         fetched = await self.jobs.get(name)
@@ -180,65 +225,21 @@ class JobCache:
         return fetched
 
     def values(self) -> list[dict[str, Any]]:
-        return list(self.objects.values())
+        merged = {name: obj for (_, name), obj in self.informer.objects.items()}
+        for name in list(self._written):
+            overlaid, written = self._overlay(name)
+            if not overlaid:
+                continue
+            if written is None:
+                merged.pop(name, None)
+            else:
+                merged[name] = written
+        return list(merged.values())
 
     async def changed(self, wait: float) -> bool:
         """Wait until any job changes or ``wait`` seconds pass; ``True`` when something changed."""
-        async with self._changed:
-            try:
-                await asyncio.wait_for(self._changed.wait(), wait)
-            except TimeoutError:
-                return False
-        return True
-
-    async def _run(self) -> None:
-        backoff = 0.5
-        while True:
-            try:
-                listed = await self.jobs.rest.list_raw(DAEMON_JOBS, self.jobs.namespace)
-                fresh = {o["metadata"]["name"]: o for o in listed.get("items") or []}
-                self.objects = fresh
-                self._synced.set()
-                await self._notify()
-                version = listed.get("metadata", {}).get("resourceVersion")
-                backoff = 0.5
-                while True:
-                    async for kind, obj in self.jobs.rest.watch(
-                        DAEMON_JOBS,
-                        self.jobs.namespace,
-                        resource_version=version,
-                        timeout_seconds=self.watch_timeout,
-                    ):
-                        version = obj.get("metadata", {}).get("resourceVersion") or version
-                        if kind == "BOOKMARK":
-                            continue
-                        if kind == "DELETED":
-                            await self.forget(obj["metadata"]["name"])
-                        elif self._store(obj):
-                            await self._notify()
-            except asyncio.CancelledError:
-                raise
-            except ApiError as error:
-                if error.status != 410:
-                    log.warning("DaemonJob watch failed: %s", error)
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 10.0)
-            except Exception as error:
-                log.warning("DaemonJob watch failed (%s); relisting", error or type(error).__name__)
-                log.debug("DaemonJob watch failure", exc_info=True)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
-
-
-async def retry_conflicts(
-    attempt: Callable[[], Awaitable[dict[str, Any]]], *, attempts: int = MAX_ATTEMPTS
-) -> dict[str, Any]:
-    """Run ``attempt`` until it does not fail with 409 (a resourceVersion race)."""
-    for index in range(attempts):
         try:
-            return await attempt()
-        except ApiError as error:
-            if not error.conflict or error.already_exists or index == attempts - 1:
-                raise
-            await asyncio.sleep(0.01 * (index + 1))
-    raise RuntimeError("unreachable")
+            await asyncio.wait_for(self._changed.wait(), wait)
+        except TimeoutError:
+            return False
+        return True

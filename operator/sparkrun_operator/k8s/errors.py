@@ -8,11 +8,14 @@
     │   └── AlreadyExists     409 on create
     ├── Invalid               422: the apiserver (schema, CEL, webhook) refused the object
     ├── Forbidden             403: RBAC
-    └── Unavailable           429, 5xx, timeouts and connection errors: retry later
+    ├── Gone                  410: a watch's or a list's resourceVersion / continue token expired
+    └── Unavailable           5xx, timeouts and connection errors: retry later
+        └── TooManyRequests   429 (priority and fairness): ``retry_after`` seconds advised
 
 Every instance carries the HTTP ``status``, the apiserver's ``reason`` and ``message`` (from its
 ``Status`` body) and what was being done (``method`` and ``path``); ``raise ... from cause`` keeps
-the underlying aiohttp/kubernetes_asyncio exception as ``__cause__``.
+the underlying aiohttp/kubernetes_asyncio exception as ``__cause__``. :func:`from_transport` is
+the one place that turns a transport failure (no HTTP answer) into :class:`Unavailable`.
 """
 
 from __future__ import annotations
@@ -68,18 +71,55 @@ class Forbidden(KubeError):
     """403: the operator's service account lacks a permission."""
 
 
+class Gone(KubeError):
+    """410: the resourceVersion (of a watch) or the continue token (of a list) expired; relist."""
+
+
 class Unavailable(KubeError):
     """The apiserver could not answer now (429, 5xx, timeout, connection error)."""
 
 
-def from_response(*, status: int, body: bytes | str | None, method: str, path: str) -> KubeError:
-    """The typed error for an HTTP answer ``status`` with the apiserver's ``Status`` ``body``."""
-    parsed: Any = None
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or "")
+class TooManyRequests(Unavailable):
+    """429: not processed; try again after ``retry_after`` seconds."""
+
+    def __init__(self, message: str, *, retry_after: float = 1.0, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.retry_after = retry_after
+
+
+def retry_after_of(value: str | None) -> float:
+    """Seconds of a ``Retry-After`` header (delta-seconds; 1 when absent or unparsable)."""
     try:
-        parsed = json.loads(text) if text else None
+        return max(0.0, float(value)) if value else 1.0
     except ValueError:
-        parsed = None
+        return 1.0
+
+
+def from_transport(error: BaseException, *, method: str, path: str) -> Unavailable:
+    """The typed error for a call that got no HTTP answer (timeout, refused, reset, TLS)."""
+    text = str(error) or "no answer"
+    return Unavailable(f"{type(error).__name__}: {text}", method=method, path=path)
+
+
+def from_response(
+    *,
+    status: int,
+    body: bytes | str | dict[str, Any] | None,
+    method: str,
+    path: str,
+    retry_after: str | None = None,
+) -> KubeError:
+    """The typed error for an HTTP answer ``status`` with the apiserver's ``Status`` ``body``
+    (raw, or already decoded as in a watch's ``ERROR`` event)."""
+    parsed: Any = None
+    if isinstance(body, dict):
+        parsed, text = body, ""
+    else:
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or "")
+        try:
+            parsed = json.loads(text) if text else None
+        except ValueError:
+            parsed = None
     reason = ""
     message = text[:500] or f"HTTP {status}"
     if isinstance(parsed, dict):
@@ -102,6 +142,10 @@ def from_response(*, status: int, body: bytes | str | None, method: str, path: s
         return Invalid(message, **kwargs)
     if status == 403:
         return Forbidden(message, **kwargs)
-    if status == 429 or status >= 500:
+    if status == 410:
+        return Gone(message, **kwargs)
+    if status == 429:
+        return TooManyRequests(message, retry_after=retry_after_of(retry_after), **kwargs)
+    if status >= 500:
         return Unavailable(message, **kwargs)
     return KubeError(message, **kwargs)

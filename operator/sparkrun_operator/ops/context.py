@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sparkrun_operator.api.meta import utcnow
-from sparkrun_operator.k8s.rest import Rest
+from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.ops.errors import Invalid
 
 __all__ = ["Executor", "OperationContext", "Prompter", "Settings"]
@@ -61,7 +61,7 @@ async def _no_events(kind: str, data: Mapping[str, Any]) -> None:
 class OperationContext:
     """One invocation's view of the world."""
 
-    rest: Rest
+    rest: Kube
     settings: Settings
     principal: str
     manager: str = "daemon"

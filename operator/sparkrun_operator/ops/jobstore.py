@@ -15,6 +15,7 @@ Authorization is the caller's (the shim) business; this module applies the job r
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import re
 from collections.abc import Callable
@@ -23,9 +24,10 @@ from typing import Any
 from sparkrun_operator.api.daemonjob import DaemonJobStatus
 from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.api.resources import DAEMON_JOB
+from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.k8s.auth import UserInfo
-from sparkrun_operator.k8s.daemonjobs import DaemonJobs, JobCache, retry_conflicts
-from sparkrun_operator.k8s.rest import SECRETS, ApiError
+from sparkrun_operator.k8s.client import SECRETS, retry_conflicts
+from sparkrun_operator.k8s.daemonjobs import DaemonJobs, JobCache
 from sparkrun_operator.ops import jobs
 from sparkrun_operator.ops.catalog import Operation
 from sparkrun_operator.ops.errors import Conflict, Invalid
@@ -87,8 +89,8 @@ class JobService:
         for _ in range(3):
             try:
                 created = await self.daemonjobs.create(obj)
-            except ApiError as error:
-                if not (error.already_exists and key is not None):
+            except k8s_errors.KubeError as error:
+                if not (isinstance(error, k8s_errors.AlreadyExists) and key is not None):
                     raise
             else:
                 await self.cache.observe(created)
@@ -227,11 +229,8 @@ class JobService:
             },
             "stringData": {"token": value},
         }
-        try:
-            await self.daemonjobs.rest.create(SECRETS, secret, self.daemonjobs.namespace)
-        except ApiError as error:
-            if not error.already_exists:
-                raise
+        with contextlib.suppress(k8s_errors.AlreadyExists):  # NB: already there
+            await self.daemonjobs.kube.create(SECRETS, secret, self.daemonjobs.namespace)
         return name
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE, InferenceClusterSpec
 from sparkrun_operator.api.resources import INFERENCE_CLUSTER, INFERENCE_WORKLOAD, RECIPE
-from sparkrun_operator.k8s.rest import NODES, PODS, Rest, resource_of
+from sparkrun_operator.k8s.client import NODES, PODS, Kube, resource_of
 from sparkrun_operator.ops.errors import Invalid, NotFound
 from sparkrun_operator.plan import cluster as cluster_plan
 from sparkrun_operator.render import keys
@@ -130,11 +130,11 @@ class Occupancy:
         return [p for p in self.pods if p.node == node]
 
 
-async def occupancy(rest: Rest, *, gpu_resource: str = DEFAULT_GPU_RESOURCE) -> Occupancy:
+async def occupancy(rest: Kube, *, gpu_resource: str = DEFAULT_GPU_RESOURCE) -> Occupancy:
     """All nodes and every bound, non-terminated pod (one list each)."""
-    nodes = {n.name: n for n in map(node_view, await rest.items(NODES, cached=True))}
+    nodes = {n.name: n for n in map(node_view, await rest.list(NODES, cached=True))}
     pods = []
-    for pod in await rest.items(
+    for pod in await rest.list(
         PODS, field_selector="status.phase!=Succeeded,status.phase!=Failed,spec.nodeName!=", cached=True
     ):
         meta, spec, status = pod.get("metadata", {}), pod.get("spec", {}), pod.get("status", {})
@@ -156,7 +156,7 @@ async def occupancy(rest: Rest, *, gpu_resource: str = DEFAULT_GPU_RESOURCE) -> 
     return Occupancy(nodes=nodes, pods=pods, observed_at=dt.datetime.now(dt.UTC).timestamp())
 
 
-async def get_cluster(rest: Rest, name: str) -> dict[str, Any]:
+async def get_cluster(rest: Kube, name: str) -> dict[str, Any]:
     """The InferenceCluster ``name``; ``NotFound`` (404) when absent."""
     found = await rest.get(CLUSTERS, name)
     if found is None:
@@ -164,8 +164,8 @@ async def get_cluster(rest: Rest, name: str) -> dict[str, Any]:
     return found
 
 
-async def default_cluster_name(rest: Rest) -> str | None:
-    clusters = await rest.items(CLUSTERS)
+async def default_cluster_name(rest: Kube) -> str | None:
+    clusters = await rest.list(CLUSTERS)
     refs = [
         cluster_plan.ClusterRef(
             name=c["metadata"]["name"],
@@ -192,7 +192,7 @@ def declared_hosts(cluster: Mapping[str, Any]) -> list[str]:
 
 
 async def cluster_hosts(
-    rest: Rest,
+    rest: Kube,
     *,
     hosts: Sequence[str] | None,
     cluster: str | None,
@@ -205,7 +205,7 @@ async def cluster_hosts(
         return list(dict.fromkeys(hosts)), cluster
     nodes = list((occupancy_.nodes if occupancy_ else {}).values())
     if not nodes:
-        nodes = [node_view(n) for n in await rest.items(NODES)]
+        nodes = [node_view(n) for n in await rest.list(NODES)]
     name = cluster or await default_cluster_name(rest)
     if name is not None:
         found = await get_cluster(rest, name)

@@ -14,14 +14,13 @@ import hashlib
 from typing import Any
 
 from sparkrun_operator.api.daemonjob import DaemonJobStatus
+from sparkrun_operator.k8s.client import LEASES, Kube
 from sparkrun_operator.k8s.daemonjobs import DaemonJobs
-from sparkrun_operator.k8s.rest import Resource, Rest
 from sparkrun_operator.ops import jobs
 from sparkrun_operator.ops.errors import DaemonError
 
 __all__ = ["LEASES", "LEASE_LABEL", "executor_liveness", "lease_name", "mark_lost", "renew"]
 
-LEASES = Resource("coordination.k8s.io", "v1", "leases", namespaced=True)
 LEASE_LABEL = "sparkrun.dev/executor"
 LEASE_SECONDS = 30
 
@@ -35,7 +34,7 @@ def _micro(value: dt.datetime) -> str:
 
 
 async def renew(
-    rest: Rest,
+    rest: Kube,
     namespace: str,
     executor_id: str,
     *,
@@ -60,16 +59,15 @@ async def renew(
                 "renewTime": stamp,
             },
         },
-        field_manager="sparkrun-daemonjob-executor",
         namespace=namespace,
     )
 
 
-async def executor_liveness(rest: Rest, namespace: str, *, now: dt.datetime | None = None) -> dict[str, bool]:
+async def executor_liveness(rest: Kube, namespace: str, *, now: dt.datetime | None = None) -> dict[str, bool]:
     """``{executor id: alive}`` for every executor Lease in ``namespace``."""
     current = now or dt.datetime.now(dt.UTC)
     out: dict[str, bool] = {}
-    for lease in await rest.items(LEASES, namespace, label_selector=LEASE_LABEL):
+    for lease in await rest.list(LEASES, namespace, label_selector=LEASE_LABEL):
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity")
         renewed = spec.get("renewTime")

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from sparkrun_operator.api.daemonjob import DaemonJobStatus
-from sparkrun_operator.k8s.rest import ApiError
+from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.ops import jobs
 from sparkrun_operator.ops.catalog import Catalog, Operation
 from sparkrun_operator.ops.context import Executor, OperationContext
@@ -104,8 +104,10 @@ def as_daemon_error(error: BaseException) -> DaemonError:
     """Map any failure of an executor to the daemon's error vocabulary."""
     if isinstance(error, DaemonError):
         return error
-    if isinstance(error, ApiError):
+    if isinstance(error, k8s_errors.KubeError):
         detail = f"Kubernetes API: {error.message or error.reason or error.status}"
+        if error.status == 0:  # no answer (timeout, refused, reset): typed and retryable
+            return DaemonError(detail, retryable=True, type_name="KubernetesUnavailable")
         if error.status == 404:
             return NotFound(detail)
         if error.status == 409:

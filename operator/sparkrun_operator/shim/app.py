@@ -47,8 +47,8 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sparkrun_operator.k8s.auth import RequestHeaderConfig
+from sparkrun_operator.k8s.client import CONFIG_MAPS, Kube
 from sparkrun_operator.k8s.daemonjobs import JobCache
-from sparkrun_operator.k8s.rest import CONFIG_MAPS, Rest
 from sparkrun_operator.ops import jobs as joblib
 from sparkrun_operator.ops.catalog import Catalog, Operation
 from sparkrun_operator.ops.context import Executor, OperationContext, Settings
@@ -145,7 +145,7 @@ class Shim:
         self,
         *,
         config: ShimConfig,
-        rest: Rest,
+        rest: Kube,
         gate: Gate,
         jobs: JobService,
         cache: JobCache,

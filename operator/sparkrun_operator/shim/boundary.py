@@ -23,6 +23,7 @@ from urllib.parse import unquote
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.k8s.auth import RequestHeaderConfig
 from sparkrun_operator.ops.errors import (
     BodyTooLarge,
@@ -31,6 +32,7 @@ from sparkrun_operator.ops.errors import (
     Unauthenticated,
     error_body,
 )
+from sparkrun_operator.ops.runner import as_daemon_error
 from sparkrun_operator.shim.identity import Caller, Gate
 
 __all__ = ["CALLER", "FRONT_PROXY", "PUBLIC_PATHS", "Boundary", "Errors", "json_response"]
@@ -73,11 +75,17 @@ class Errors:
         try:
             await self.app(scope, receive, tracking)
         except Exception as error:
-            if not isinstance(error, DaemonError):
-                log.exception("%s %s failed", scope.get("method"), scope.get("path"))
+            if isinstance(error, k8s_errors.KubeError):
+                # NB: typed (and retryable when the apiserver did not answer), not an opaque 500.
+                log.warning("%s %s: %s", scope.get("method"), scope.get("path"), error, exc_info=error)
+                mapped: Exception = as_daemon_error(error)
+            else:
+                if not isinstance(error, DaemonError):
+                    log.exception("%s %s failed", scope.get("method"), scope.get("path"))
+                mapped = error
             if started:
                 raise
-            status, body, headers = error_body(error)
+            status, body, headers = error_body(mapped)
             await json_response(send, status, body, headers)
 
 

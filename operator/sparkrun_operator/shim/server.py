@@ -32,8 +32,8 @@ from typing import Any
 import uvicorn
 
 from sparkrun_operator.k8s.auth import Authenticator, Authorizer, ManagerDirectory, request_header_config
+from sparkrun_operator.k8s.client import DAEMON_API_MANAGER, Kube
 from sparkrun_operator.k8s.daemonjobs import DaemonJobs, JobCache
-from sparkrun_operator.k8s.rest import Rest, connect
 from sparkrun_operator.ops import catalog as catalog_mod
 from sparkrun_operator.ops.context import Settings
 from sparkrun_operator.ops.executors import EXECUTORS
@@ -68,14 +68,16 @@ class ServeOptions:
     aggregated_sock: socket.socket | None = None
 
 
-async def build(options: ServeOptions, rest: Rest | None = None, *, sync_timeout: float = 60.0) -> Shim:
+async def build(options: ServeOptions, rest: Kube | None = None, *, sync_timeout: float = 60.0) -> Shim:
     """The wired application with its job cache started.
 
     Raises ``TimeoutError`` when the DaemonJob cache cannot list within ``sync_timeout``
     seconds (the apiserver is unreachable or the CRD is not installed).
     """
     if rest is None:
-        rest = Rest(await connect(options.kubeconfig, options.context))
+        rest = await Kube.connect(
+            field_manager=DAEMON_API_MANAGER, kubeconfig=options.kubeconfig, context=options.context
+        )
     settings = Settings(namespace=options.namespace)
     daemonjobs = DaemonJobs(rest, options.namespace)
     cache = JobCache(daemonjobs)
@@ -83,7 +85,7 @@ async def build(options: ServeOptions, rest: Rest | None = None, *, sync_timeout
         await asyncio.wait_for(cache.start(), sync_timeout)
     except BaseException:
         await cache.stop()
-        await rest.api.close()
+        await rest.close()
         raise
     gate = Gate(Authenticator(rest), Authorizer(rest, options.namespace), ManagerDirectory(rest))
     front_proxy = (
@@ -202,7 +204,7 @@ async def serve(
         for task in (stopper, announcer):
             task.cancel()
         await shim.cache.stop()
-        await shim.rest.api.close()
+        await shim.rest.close()
         if ca_dir is not None:
             ca_dir.cleanup()
     for task in tasks:

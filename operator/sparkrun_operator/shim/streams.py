@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
-from sparkrun_operator.k8s.rest import PODS, ApiError, Rest, stream_lines
+from sparkrun_operator.k8s import errors as k8s_errors
+from sparkrun_operator.k8s.client import PODS, Kube
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.context import Settings
 from sparkrun_operator.ops.errors import Invalid
@@ -87,7 +88,7 @@ class _Session:
 class Streams:
     """Log and monitor streams of one shim."""
 
-    def __init__(self, *, rest: Rest, settings: Settings) -> None:
+    def __init__(self, *, rest: Kube, settings: Settings) -> None:
         self.rest = rest
         self.settings = settings
         self.sessions: dict[tuple[str, int], _Session] = {}
@@ -119,7 +120,7 @@ class Streams:
                 query["tailLines"] = tail
             path = PODS.path(source["resource"]["namespace"], source["resource"]["name"]) + "/log"
             try:
-                async for raw in stream_lines(self.rest, path, query=query):
+                async for raw in self.rest.stream_lines(path, query=query):
                     line = raw.decode("utf-8", "replace").rstrip("\n")
                     record = {
                         "type": "log",
@@ -132,7 +133,7 @@ class Streams:
                         queue.put_nowait(record)
                     except asyncio.QueueFull:
                         dropped += 1
-            except ApiError as error:
+            except k8s_errors.KubeError as error:
                 await queue.put(
                     {
                         "type": "error",
@@ -175,7 +176,7 @@ class Streams:
 
     async def _log_sources(self, params: Mapping[str, str], scope: str) -> list[dict[str, Any]]:
         namespace = self.settings.namespace
-        workloads = {w["metadata"]["name"]: w for w in await self.rest.items(kube.WORKLOADS, namespace)}
+        workloads = {w["metadata"]["name"]: w for w in await self.rest.list(kube.WORKLOADS, namespace)}
         wanted: set[str] | None = None
         if "workload_id" in params:
             wid = params["workload_id"]
@@ -192,7 +193,7 @@ class Streams:
             hosts, _ = await kube.cluster_hosts(
                 self.rest, hosts=None, cluster=params["cluster"], fallback_all=False
             )
-        pods = await self.rest.items(PODS, namespace, label_selector=keys.LABEL_WORKLOAD)
+        pods = await self.rest.list(PODS, namespace, label_selector=keys.LABEL_WORKLOAD)
         sources = []
         for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
             meta, spec = pod["metadata"], pod.get("spec", {})

@@ -21,7 +21,7 @@ from typing import Any
 from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
 from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.api.resources import INFERENCE_CLUSTER
-from sparkrun_operator.k8s.rest import ApiError
+from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import Conflict, NotFound
@@ -102,9 +102,9 @@ def cluster_definition(cluster: Mapping[str, Any], nodes: Mapping[str, ObservedN
 
 
 async def _nodes(ctx: OperationContext) -> dict[str, ObservedNode]:
-    from sparkrun_operator.k8s.rest import NODES
+    from sparkrun_operator.k8s.client import NODES
 
-    return {n.name: n for n in map(kube.node_view, await ctx.rest.items(NODES))}
+    return {n.name: n for n in map(kube.node_view, await ctx.rest.list(NODES))}
 
 
 async def create(ctx: OperationContext, args: dict[str, Any]) -> Any:
@@ -119,8 +119,8 @@ async def create(ctx: OperationContext, args: dict[str, Any]) -> Any:
     body = {"apiVersion": API_VERSION, "kind": INFERENCE_CLUSTER.kind, "metadata": meta, "spec": spec}
     try:
         created = await ctx.rest.create(kube.CLUSTERS, body)
-    except ApiError as error:
-        if error.already_exists:
+    except k8s_errors.KubeError as error:
+        if isinstance(error, k8s_errors.AlreadyExists):
             raise Conflict(f"Cluster {name} already exists") from error
         raise
     await ctx.feedback(f"Created InferenceCluster {name}", stage="create", host=None)
@@ -149,14 +149,14 @@ async def update(ctx: OperationContext, args: dict[str, Any]) -> Any:
 
 
 async def delete(ctx: OperationContext, args: dict[str, Any]) -> Any:
-    if not await ctx.rest.delete(kube.CLUSTERS, args["name"]):
+    if not await ctx.rest.delete(kube.CLUSTERS, args["name"], propagation="Background"):
         raise NotFound(f"Unknown cluster: {args['name']}")
     return None
 
 
 async def set_default(ctx: OperationContext, args: dict[str, Any]) -> Any:
     name = args.get("name")
-    clusters = await ctx.rest.items(kube.CLUSTERS)
+    clusters = await ctx.rest.list(kube.CLUSTERS)
     if name is not None and not any(c["metadata"]["name"] == name for c in clusters):
         raise NotFound(f"Unknown cluster: {name}")
     for cluster in clusters:
@@ -170,7 +170,7 @@ async def set_default(ctx: OperationContext, args: dict[str, Any]) -> Any:
 async def list_clusters(ctx: OperationContext, args: dict[str, Any]) -> Any:
     rows = []
     for cluster in sorted(
-        await ctx.rest.items(kube.CLUSTERS, cached=True), key=lambda c: c["metadata"]["name"]
+        await ctx.rest.list(kube.CLUSTERS, cached=True), key=lambda c: c["metadata"]["name"]
     ):
         hosts = kube.declared_hosts(cluster)
         rows.append(

@@ -27,7 +27,8 @@ from typing import Any
 
 from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.api.resources import DAEMON_JOB
-from sparkrun_operator.k8s.rest import CONFIG_MAPS, EVENTS, NODES, PODS, ApiError, stream_lines
+from sparkrun_operator.k8s import errors as k8s_errors
+from sparkrun_operator.k8s.client import CONFIG_MAPS, EVENTS, NODES, PODS
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import Invalid
@@ -45,7 +46,7 @@ _SECRETISH = re.compile(r"(password|passwd|secret|token|api_key|private_key|auth
 async def snapshot(ctx: OperationContext, args: dict[str, Any]) -> Any:
     if args.get("metadata_only") and (args.get("hosts") or args.get("cluster")):
         raise Invalid("metadata_only cannot be combined with hosts or cluster")
-    workloads = await ctx.rest.items(kube.WORKLOADS, ctx.namespace)
+    workloads = await ctx.rest.list(kube.WORKLOADS, ctx.namespace)
     wanted = set(args.get("workload_ids") or ())
     if wanted:
         workloads = [
@@ -115,7 +116,7 @@ async def collect_bundle(ctx: OperationContext, args: Mapping[str, Any]) -> dict
     async def section(name: str, records: Any) -> None:
         try:
             items = await records
-        except ApiError as error:
+        except k8s_errors.KubeError as error:
             sections.append(
                 {"section": name, "status": "error", "detail": error.message or str(error.status)}
             )
@@ -135,7 +136,7 @@ async def collect_bundle(ctx: OperationContext, args: Mapping[str, Any]) -> dict
 
     async def nodes() -> list[Any]:
         out = []
-        for node in await ctx.rest.items(NODES):
+        for node in await ctx.rest.list(NODES):
             if node["metadata"]["name"] in hosts:
                 out.append(
                     {
@@ -154,7 +155,7 @@ async def collect_bundle(ctx: OperationContext, args: Mapping[str, Any]) -> dict
     async def clusters() -> list[Any]:
         return [
             {"metadata": {"name": c["metadata"]["name"]}, "spec": c.get("spec"), "status": c.get("status")}
-            for c in await ctx.rest.items(kube.CLUSTERS)
+            for c in await ctx.rest.list(kube.CLUSTERS)
         ]
 
     async def workloads() -> list[Any]:
@@ -164,13 +165,13 @@ async def collect_bundle(ctx: OperationContext, args: Mapping[str, Any]) -> dict
                 "spec": w.get("spec"),
                 "status": w.get("status"),
             }
-            for w in await ctx.rest.items(kube.WORKLOADS, ctx.namespace)
+            for w in await ctx.rest.list(kube.WORKLOADS, ctx.namespace)
         ]
 
     async def daemonjobs() -> list[Any]:
         from sparkrun_operator.k8s.daemonjobs import DAEMON_JOBS
 
-        rows = await ctx.rest.items(DAEMON_JOBS, ctx.namespace)
+        rows = await ctx.rest.list(DAEMON_JOBS, ctx.namespace)
         rows.sort(key=lambda o: str(o["metadata"].get("creationTimestamp")), reverse=True)
         return [
             {
@@ -184,7 +185,7 @@ async def collect_bundle(ctx: OperationContext, args: Mapping[str, Any]) -> dict
         ]
 
     async def events() -> list[Any]:
-        rows = await ctx.rest.items(EVENTS, ctx.namespace)
+        rows = await ctx.rest.list(EVENTS, ctx.namespace)
         rows.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""), reverse=True)
         return [
             {k: e.get(k) for k in ("type", "reason", "message", "involvedObject", "lastTimestamp", "count")}
@@ -200,11 +201,11 @@ async def collect_bundle(ctx: OperationContext, args: Mapping[str, Any]) -> dict
     if args.get("workload_id"):
         tail = int(args.get("log_tail", 100))
         try:
-            pods = await ctx.rest.items(PODS, ctx.namespace, label_selector=f"{keys.LABEL_WORKLOAD}")
+            pods = await ctx.rest.list(PODS, ctx.namespace, label_selector=f"{keys.LABEL_WORKLOAD}")
             target = args["workload_id"]
             names = {
                 w["metadata"]["name"]
-                for w in await ctx.rest.items(kube.WORKLOADS, ctx.namespace)
+                for w in await ctx.rest.list(kube.WORKLOADS, ctx.namespace)
                 if target in (w["metadata"]["name"], kube.workload_id_of(w))
             }
             for pod in pods:
@@ -215,13 +216,13 @@ async def collect_bundle(ctx: OperationContext, args: Mapping[str, Any]) -> dict
                     where = {"pod": pod["metadata"]["name"], "container": container["name"]}
                     query = {"container": container["name"], "tailLines": tail}
                     try:
-                        async for raw in stream_lines(ctx.rest, path, query=query, read_timeout=30):
+                        async for raw in ctx.rest.stream_lines(path, query=query, read_timeout=30):
                             bundle.add("logs", {**where, "line": raw.decode("utf-8", "replace").rstrip("\n")})
-                    except ApiError as error:
+                    except k8s_errors.KubeError as error:
                         partial = True
                         bundle.add("logs", {**where, "error": error.message})
             sections.append({"section": "logs", "status": "error" if partial else "ok"})
-        except ApiError as error:
+        except k8s_errors.KubeError as error:
             partial = True
             sections.append({"section": "logs", "status": "error", "detail": error.message})
     stored = await _store(ctx, bundle)
@@ -262,9 +263,7 @@ async def _store(ctx: OperationContext, bundle: _Bundle) -> int:
     }
     try:
         await ctx.rest.create(CONFIG_MAPS, body, ctx.namespace)
-    except ApiError as error:
-        if not error.already_exists:
-            raise
+    except k8s_errors.AlreadyExists:
         await ctx.rest.replace(CONFIG_MAPS, body["metadata"]["name"], body, ctx.namespace)
     size = len(b"".join(lines))
     await ctx.emit(

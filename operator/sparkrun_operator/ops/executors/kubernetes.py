@@ -19,15 +19,19 @@ from typing import Any
 import yaml
 
 from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
-from sparkrun_operator.k8s.rest import (
+from sparkrun_operator.k8s import errors as k8s_errors
+from sparkrun_operator.k8s.client import (
+    CLUSTER_QUEUES,
     CLUSTER_ROLE_BINDINGS,
     CRDS,
+    DAEMON_API_MANAGER,
     JOBSETS,
+    KUEUE_GROUP,
+    LOCAL_QUEUES,
     NAMESPACES,
     NODES,
+    RESOURCE_FLAVORS,
     SERVICE_ACCOUNTS,
-    ApiError,
-    Resource,
 )
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.context import Executor, OperationContext
@@ -37,11 +41,7 @@ from sparkrun_operator.plan.cluster import GPU_PRODUCT_LABEL
 
 __all__ = ["EXECUTORS"]
 
-KUEUE_GROUP = "kueue.x-k8s.io"
-RESOURCE_FLAVORS = Resource(KUEUE_GROUP, "v1beta1", "resourceflavors", namespaced=False)
-CLUSTER_QUEUES = Resource(KUEUE_GROUP, "v1beta1", "clusterqueues", namespaced=False)
-LOCAL_QUEUES = Resource(KUEUE_GROUP, "v1beta1", "localqueues", namespaced=True)
-FIELD_MANAGER = "sparkrun-daemon-api"
+FIELD_MANAGER = DAEMON_API_MANAGER
 
 
 def _no_client_config(args: dict[str, Any]) -> None:
@@ -56,7 +56,7 @@ def _no_client_config(args: dict[str, Any]) -> None:
 async def _server_version(ctx: OperationContext) -> str | None:
     try:
         found = await ctx.rest.request("GET", "/version")
-    except ApiError:
+    except k8s_errors.KubeError:
         return None
     return str(found.get("gitVersion")) if isinstance(found, dict) else None
 
@@ -132,7 +132,6 @@ async def configure_service_account(ctx: OperationContext, args: dict[str, Any])
             await ctx.rest.apply(
                 resource,
                 doc,
-                field_manager=FIELD_MANAGER,
                 namespace=namespace if resource.namespaced else None,
             )
             await ctx.feedback(f"Applied {doc['kind']} {doc['metadata']['name']}", stage="apply")
@@ -208,8 +207,8 @@ async def list_nodes(ctx: OperationContext, args: dict[str, Any]) -> Any:
     _no_client_config(args)
     rows = []
     try:
-        nodes = await ctx.rest.items(NODES, label_selector=args.get("selector") or None)
-    except ApiError as error:
+        nodes = await ctx.rest.list(NODES, label_selector=args.get("selector") or None)
+    except k8s_errors.KubeError as error:
         if error.status == 400:
             raise Invalid(f"invalid label selector: {error.message}") from error
         raise
@@ -238,7 +237,7 @@ async def setup_kueue(ctx: OperationContext, args: dict[str, Any]) -> Any:
         raise Invalid("installing Kueue or JobSet is done with their Helm charts, not through the daemon API")
     namespace = args.get("namespace") or ctx.namespace
     products: dict[str, tuple[int, dict[str, str]]] = {}
-    for raw in await ctx.rest.items(NODES):
+    for raw in await ctx.rest.list(NODES):
         node = kube.node_view(raw)
         gpus = node.allocatable.get(DEFAULT_GPU_RESOURCE, 0)
         if gpus <= 0:
@@ -305,7 +304,6 @@ async def setup_kueue(ctx: OperationContext, args: dict[str, Any]) -> Any:
             await ctx.rest.apply(
                 resource,
                 doc,
-                field_manager=FIELD_MANAGER,
                 namespace=namespace if resource.namespaced else None,
             )
         provisioned = True

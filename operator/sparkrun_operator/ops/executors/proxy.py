@@ -17,7 +17,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from sparkrun_operator.k8s.rest import CONFIG_MAPS, ApiError, Resource
+from sparkrun_operator.k8s import errors as k8s_errors
+from sparkrun_operator.k8s.client import CONFIG_MAPS, ENDPOINT_SLICES, retry_conflicts
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import NotFound
@@ -26,7 +27,6 @@ from sparkrun_operator.ops.executors.workloads import endpoint_entry, recipe_spe
 __all__ = ["EXECUTORS", "GATEWAY"]
 
 GATEWAY = "sparkrun-gateway"
-ENDPOINT_SLICES = Resource("discovery.k8s.io", "v1", "endpointslices", namespaced=True)
 ALIASES_KEY = "aliases.json"
 LOADED_KEY = "loaded-models.json"
 
@@ -42,8 +42,10 @@ async def _state(ctx: OperationContext) -> tuple[dict[str, Any] | None, dict[str
 async def _update(
     ctx: OperationContext, change: Callable[[dict[str, str], dict[str, Any]], None]
 ) -> tuple[dict[str, str], dict[str, Any]]:
-    """Read-modify-write of the gateway state ConfigMap (guarded by resourceVersion)."""
-    for _ in range(8):
+    """Read-modify-write of the gateway state ConfigMap (guarded by resourceVersion; a 409
+    re-reads and retries with jitter)."""
+
+    async def attempt() -> tuple[dict[str, str], dict[str, Any]]:
         found, aliases, loaded = await _state(ctx)
         change(aliases, loaded)
         body: dict[str, Any] = {
@@ -62,28 +64,30 @@ async def _update(
                 LOADED_KEY: json.dumps(loaded, sort_keys=True),
             },
         }
-        try:
-            if found is None:
+        if found is None:
+            try:
                 await ctx.rest.create(CONFIG_MAPS, body, ctx.namespace)
-            else:
-                body["metadata"]["resourceVersion"] = found["metadata"]["resourceVersion"]
-                await ctx.rest.replace(CONFIG_MAPS, body["metadata"]["name"], body, ctx.namespace)
-        except ApiError as error:
-            if error.conflict:
-                continue
-            raise
+            except k8s_errors.AlreadyExists as error:  # NB: created concurrently: a race too
+                raise k8s_errors.Conflict(error.message, status=409) from error
+        else:
+            body["metadata"]["resourceVersion"] = found["metadata"]["resourceVersion"]
+            await ctx.rest.replace(CONFIG_MAPS, body["metadata"]["name"], body, ctx.namespace)
         return aliases, loaded
-    raise ApiError(409, {"message": "gateway state kept changing"})
+
+    try:
+        return await retry_conflicts(attempt)
+    except k8s_errors.Conflict as error:
+        raise k8s_errors.Conflict("gateway state kept changing", status=409) from error
 
 
 async def _running(ctx: OperationContext) -> bool:
     try:
-        slices = await ctx.rest.items(
+        slices = await ctx.rest.list(
             ENDPOINT_SLICES,
             ctx.settings.gateway_ns,
             label_selector=f"kubernetes.io/service-name={ctx.settings.gateway_service}",
         )
-    except ApiError:
+    except k8s_errors.KubeError:
         return False
     return any(
         (endpoint.get("conditions") or {}).get("ready", True)
@@ -103,7 +107,7 @@ async def _models(ctx: OperationContext) -> list[dict[str, Any]]:
     rows = []
     served: dict[str, dict[str, Any]] = {}
     recipes = await recipe_specs(ctx)
-    for workload in await ctx.rest.items(kube.WORKLOADS, ctx.namespace):
+    for workload in await ctx.rest.list(kube.WORKLOADS, ctx.namespace):
         if not kube.is_ready(workload):
             continue
         entry = endpoint_entry(workload, recipes)
@@ -127,7 +131,7 @@ async def _models(ctx: OperationContext) -> list[dict[str, Any]]:
 async def _applied(ctx: OperationContext, target: str) -> int:
     count = 0
     recipes = await recipe_specs(ctx)
-    for workload in await ctx.rest.items(kube.WORKLOADS, ctx.namespace):
+    for workload in await ctx.rest.list(kube.WORKLOADS, ctx.namespace):
         if kube.is_ready(workload) and target in endpoint_entry(workload, recipes)["actual_models"]:
             count += 1
     return count
@@ -198,7 +202,7 @@ async def status(ctx: OperationContext, args: dict[str, Any]) -> Any:
     error = ""
     try:
         rows = await _models(ctx)
-    except ApiError as failure:
+    except k8s_errors.KubeError as failure:
         rows, error = [], f"Kubernetes API: {failure.message or failure.status}"
     return {
         "running": running,

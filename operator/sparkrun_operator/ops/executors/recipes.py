@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.api.recipe import RecipeIssue, RecipeSpec
 from sparkrun_operator.api.resources import RECIPE
-from sparkrun_operator.k8s.rest import ApiError
+from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import Conflict, Invalid, NotFound
@@ -150,7 +150,7 @@ def _matches(summary: Mapping[str, Any], *, query: str | None, runtime: str | No
 
 async def recipes(ctx: OperationContext, args: dict[str, Any]) -> Any:
     items = sorted(
-        await ctx.rest.items(kube.RECIPES, ctx.namespace, cached=True), key=lambda o: o["metadata"]["name"]
+        await ctx.rest.list(kube.RECIPES, ctx.namespace, cached=True), key=lambda o: o["metadata"]["name"]
     )
     summaries = [_summary(o) for o in items]
     if args.get("registry"):
@@ -177,7 +177,7 @@ async def recipes(ctx: OperationContext, args: dict[str, Any]) -> Any:
 
 async def search(ctx: OperationContext, args: dict[str, Any]) -> Any:
     items = sorted(
-        await ctx.rest.items(kube.RECIPES, ctx.namespace, cached=True), key=lambda o: o["metadata"]["name"]
+        await ctx.rest.list(kube.RECIPES, ctx.namespace, cached=True), key=lambda o: o["metadata"]["name"]
     )
     rows = []
     for obj in items:
@@ -243,8 +243,8 @@ async def import_recipe(ctx: OperationContext, args: dict[str, Any]) -> Any:
     }
     try:
         created = await ctx.rest.create(kube.RECIPES, body, ctx.namespace)
-    except ApiError as error:
-        if error.already_exists:
+    except k8s_errors.KubeError as error:
+        if isinstance(error, k8s_errors.AlreadyExists):
             created = await _get(ctx, name)
         elif error.status in (400, 422):
             raise Invalid(f"Recipe refused: {error.message}") from error
@@ -265,15 +265,19 @@ async def retain(ctx: OperationContext, args: dict[str, Any]) -> Any:
 async def cleanup(ctx: OperationContext, args: dict[str, Any]) -> Any:
     served = {
         ((w.get("spec") or {}).get("recipe") or {}).get("name")
-        for w in await ctx.rest.items(kube.WORKLOADS, ctx.namespace)
+        for w in await ctx.rest.list(kube.WORKLOADS, ctx.namespace)
     }
     removed = 0
-    for obj in await ctx.rest.items(kube.RECIPES, ctx.namespace, label_selector=f"{SOURCE_LABEL}=imported"):
+    for obj in await ctx.rest.list(kube.RECIPES, ctx.namespace, label_selector=f"{SOURCE_LABEL}=imported"):
         labels = obj["metadata"].get("labels") or {}
         if labels.get(RETAINED_LABEL) == "true" or obj["metadata"]["name"] in served:
             continue
         if await ctx.rest.delete(
-            kube.RECIPES, obj["metadata"]["name"], ctx.namespace, uid=obj["metadata"].get("uid")
+            kube.RECIPES,
+            obj["metadata"]["name"],
+            ctx.namespace,
+            uid=obj["metadata"].get("uid"),
+            propagation="Background",
         ):
             removed += 1
     return removed

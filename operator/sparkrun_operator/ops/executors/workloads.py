@@ -27,6 +27,7 @@ recipe name, the recipe revision and, except ``status``, that the caller's manag
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import re
 import time
@@ -37,7 +38,7 @@ from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.api.resources import INFERENCE_CLUSTER, INFERENCE_WORKLOAD
 from sparkrun_operator.api.workload import ENGINE_PORT, InferenceWorkloadSpec
-from sparkrun_operator.k8s.rest import ApiError
+from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import Conflict, DaemonError, Invalid, NotFound, OperationTimeout
@@ -145,7 +146,7 @@ def served_names(
 async def recipe_specs(ctx: OperationContext) -> dict[str, RecipeSpec]:
     """The namespace's Recipes by name (for resolving what workloads serve)."""
     out: dict[str, RecipeSpec] = {}
-    for obj in await ctx.rest.items(kube.RECIPES, ctx.namespace, cached=True):
+    for obj in await ctx.rest.list(kube.RECIPES, ctx.namespace, cached=True):
         try:
             out[obj["metadata"]["name"]] = RecipeSpec.model_validate(obj.get("spec") or {})
         except ValueError:
@@ -302,11 +303,8 @@ async def _cluster_for(ctx: OperationContext, args: Mapping[str, Any], *, create
                 "description": "Hosts of a daemon API launch: " + ", ".join(members),
             },
         }
-        try:
+        with contextlib.suppress(k8s_errors.AlreadyExists):  # NB: already there
             await ctx.rest.create(kube.CLUSTERS, body)
-        except ApiError as error:
-            if not error.already_exists:
-                raise
         await ctx.feedback(
             f"Created InferenceCluster {name} for hosts {', '.join(members)}", stage="placement"
         )
@@ -389,7 +387,7 @@ async def _wait(
 
 
 async def _by_id(ctx: OperationContext, workload_id: str) -> dict[str, Any]:
-    for workload in await ctx.rest.items(kube.WORKLOADS, ctx.namespace):
+    for workload in await ctx.rest.list(kube.WORKLOADS, ctx.namespace):
         if kube.workload_id_of(workload) == workload_id or workload["metadata"]["name"] == workload_id:
             return workload
     raise NotFound(f"Unknown workload: {workload_id}")
@@ -666,8 +664,8 @@ async def _launch(
     }
     try:
         created = await ctx.rest.create(kube.WORKLOADS, body, ctx.namespace)
-    except ApiError as error:
-        if error.already_exists:
+    except k8s_errors.KubeError as error:
+        if isinstance(error, k8s_errors.AlreadyExists):
             raise Conflict(f"InferenceWorkload {name} was created concurrently") from error
         if error.status in (400, 422):
             raise Invalid(f"InferenceWorkload {name} was refused: {error.message}") from error
@@ -714,9 +712,9 @@ async def run(ctx: OperationContext, args: dict[str, Any]) -> Any:
 
 async def _placed_hosts(ctx: OperationContext, name: str) -> list[str]:
     """Nodes the workload's pods are bound to (leader first)."""
-    from sparkrun_operator.k8s.rest import PODS
+    from sparkrun_operator.k8s.client import PODS
 
-    pods = await ctx.rest.items(PODS, ctx.namespace, label_selector=f"{keys.LABEL_WORKLOAD}={name}")
+    pods = await ctx.rest.list(PODS, ctx.namespace, label_selector=f"{keys.LABEL_WORKLOAD}={name}")
     pods.sort(
         key=lambda p: (
             (p["metadata"].get("labels") or {}).get(keys.LABEL_ROLE) != keys.ROLE_LEADER,
@@ -776,7 +774,7 @@ async def ensure_ready(ctx: OperationContext, args: dict[str, Any]) -> Any:
 
 async def list_workloads(ctx: OperationContext, args: dict[str, Any]) -> Any:
     workloads = sorted(
-        await ctx.rest.items(kube.WORKLOADS, ctx.namespace, cached=True),
+        await ctx.rest.list(kube.WORKLOADS, ctx.namespace, cached=True),
         key=lambda w: str(w["metadata"].get("creationTimestamp", "")),
         reverse=True,
     )
@@ -811,7 +809,7 @@ async def list_workloads(ctx: OperationContext, args: dict[str, Any]) -> Any:
 
 
 async def inventory(ctx: OperationContext, args: dict[str, Any]) -> Any:
-    workloads = await ctx.rest.items(kube.WORKLOADS, ctx.namespace)
+    workloads = await ctx.rest.list(kube.WORKLOADS, ctx.namespace)
     rows = [workload_row(w, ctx.manager) for w in sorted(workloads, key=lambda w: w["metadata"]["name"])]
     return {
         "complete": len(rows) <= INVENTORY_LIMIT,
@@ -827,7 +825,7 @@ async def status(ctx: OperationContext, args: dict[str, Any]) -> Any:
 async def stop(ctx: OperationContext, args: dict[str, Any]) -> Any:
     workload = await _guarded(ctx, args, owner=True)
     name, uid = workload["metadata"]["name"], workload["metadata"].get("uid")
-    await ctx.rest.delete(kube.WORKLOADS, name, ctx.namespace, uid=uid)
+    await ctx.rest.delete(kube.WORKLOADS, name, ctx.namespace, uid=uid, propagation="Background")
     await ctx.feedback(f"Deleted InferenceWorkload {name}", stage="stop")
     await _wait(ctx, name, until="gone", limit=120.0)
     return {"state": "offline", "workload_ids": [args["workload_id"]]}
@@ -867,7 +865,7 @@ async def reconcile(ctx: OperationContext, args: dict[str, Any]) -> Any:
 
 async def find_intent(ctx: OperationContext, args: dict[str, Any]) -> Any:
     recipes = await recipe_specs(ctx)
-    for workload in await ctx.rest.items(kube.WORKLOADS, ctx.namespace):
+    for workload in await ctx.rest.list(kube.WORKLOADS, ctx.namespace):
         status = workload.get("status") or {}
         if status.get("intentId") == args["intent_id"] and kube.is_ready(workload):
             return {
@@ -895,7 +893,7 @@ async def plugins(ctx: OperationContext, args: dict[str, Any]) -> Any:
 
 
 async def endpoints(ctx: OperationContext, args: dict[str, Any]) -> Any:
-    workloads = await ctx.rest.items(kube.WORKLOADS, ctx.namespace)
+    workloads = await ctx.rest.list(kube.WORKLOADS, ctx.namespace)
     recipes = await recipe_specs(ctx)
     rows = []
     for workload in workloads:
@@ -940,7 +938,7 @@ async def _selected(
             ctx.rest, hosts=args.get("hosts"), cluster=args.get("cluster"), occupancy_=seen
         )
     selected = []
-    for workload in await ctx.rest.items(kube.WORKLOADS, ctx.namespace):
+    for workload in await ctx.rest.list(kube.WORKLOADS, ctx.namespace):
         meta, spec = workload["metadata"], workload.get("spec") or {}
         if args.get("workload_id") and args["workload_id"] not in (
             kube.workload_id_of(workload),
@@ -969,8 +967,10 @@ async def _delete_all(
         meta = workload["metadata"]
         pods = [p for p in seen.pods if p.workload == meta["name"] and p.namespace == meta["namespace"]]
         try:
-            await ctx.rest.delete(kube.WORKLOADS, meta["name"], ctx.namespace, uid=meta.get("uid"))
-        except ApiError as error:
+            await ctx.rest.delete(
+                kube.WORKLOADS, meta["name"], ctx.namespace, uid=meta.get("uid"), propagation="Background"
+            )
+        except k8s_errors.KubeError as error:
             errors.append(f"{meta['name']}: {error.message or error.status}")
             continue
         removed += len(pods)
