@@ -37,6 +37,8 @@ from rich.console import Console
 from rich.table import Table
 
 from sparkrun_operator.api.admission import validate
+from sparkrun_operator.api.meta import API_VERSION
+from sparkrun_operator.render import keys
 from sparkrun_testbed import binaries, daemons, plane
 from sparkrun_testbed.kubeapi import KubeApi
 from sparkrun_testbed.topology import NodePool, Topology
@@ -51,7 +53,7 @@ APPLY = (
     "inferenceworkload-multinode.yaml",
 )
 NAMESPACE = "default"
-POOL_LABEL = ("sparkrun.dev/pool", "inference")  # what examples/inferencecluster.yaml selects
+POOL_LABEL = (keys.LABEL_EXAMPLE_POOL, "inference")  # what examples/inferencecluster.yaml selects
 PROCESS_NODES = 7  # 4 whole nodes for the TP 8 x PP 4 replica, whatever the scheduler did first
 GPUS_PER_NODE = 8
 ENDPOINTS_FILE = "endpoints.json"
@@ -299,7 +301,7 @@ def apply_examples(demo: Demo) -> None:
 
 
 def _workloads(api: KubeApi) -> list[dict[str, Any]]:
-    return api.list_items("sparkrun.dev/v1alpha1", "InferenceWorkload", namespace=NAMESPACE)
+    return api.list_items(API_VERSION, "InferenceWorkload", namespace=NAMESPACE)
 
 
 def _ready(obj: dict[str, Any]) -> bool:

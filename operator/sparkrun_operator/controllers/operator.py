@@ -33,7 +33,7 @@ from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.client import CLUSTER_PEERINGS, OPERATOR_MANAGER, PEERINGS, Kube, Resource, connect
 from sparkrun_operator.render import keys
 
-PEERING_NAME: Final = "sparkrun-operator"
+PEERING_NAME: Final = keys.PEERING_NAME
 log = logging.getLogger("sparkrun.operator")
 
 

@@ -47,18 +47,19 @@ from sparkrun_operator.k8s.client import (
     resource_of,
 )
 from sparkrun_operator.k8s.informer import Informer, drop_managed_fields
+from sparkrun_operator.render import keys
 
 log = logging.getLogger("sparkrun.gateway.kube")
 
 WORKLOADS = resource_of(INFERENCE_WORKLOAD)
-LABEL_WORKLOAD = "sparkrun.dev/workload"
+LABEL_WORKLOAD = keys.LABEL_WORKLOAD
 LABEL_SERVICE_NAME = "kubernetes.io/service-name"
-LABEL_GATEWAY_KEY = "sparkrun.dev/gateway-key"
+LABEL_GATEWAY_KEY = keys.LABEL_GATEWAY_KEY
 PORT_NAME = "http"
 FIELD_MANAGER = GATEWAY_MANAGER
 #: Imperative aliases of the daemon API (``proxy.add_alias``; ADR 0006): ConfigMap data key
 #: ``aliases.json`` = {"alias": "target model name"}, applied to workloads of its namespace.
-ALIASES_CONFIG_MAP = "sparkrun-gateway-aliases"
+ALIASES_CONFIG_MAP = keys.GATEWAY_ALIASES_CONFIG_MAP
 ALIASES_KEY = "aliases.json"
 
 _EMBEDDING_FLAGS = {("--task", "embed"), ("--task", "embedding"), ("--runner", "pooling")}

@@ -28,6 +28,7 @@ from typing import Generic, TypeVar
 
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.k8s.client import CONFIG_MAPS, SERVICE_ACCOUNTS, Kube
+from sparkrun_operator.render import keys
 
 __all__ = [
     "DAEMON_RESOURCE",
@@ -44,7 +45,7 @@ __all__ = [
 
 DAEMON_GROUP = "sparkrun.dev"
 DAEMON_RESOURCE = "daemonoperations"
-MANAGER_ANNOTATION = "sparkrun.dev/manager"
+MANAGER_ANNOTATION = keys.ANNOTATION_MANAGER
 DEFAULT_MANAGER = "daemon"
 _MANAGER = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 _SA_USER = re.compile(r"^system:serviceaccount:([^:]+):([^:]+)$")

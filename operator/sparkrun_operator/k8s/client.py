@@ -59,8 +59,8 @@ _TRANSPORT: Final = (TimeoutError, aiohttp.ClientError, ConnectionError)
 
 #: Field managers of the project's processes (one per process; ADR 0013).
 OPERATOR_MANAGER: Final = keys.FIELD_MANAGER
-GATEWAY_MANAGER: Final = "sparkrun-gateway"
-DAEMON_API_MANAGER: Final = "sparkrun-daemon-api"
+GATEWAY_MANAGER: Final = keys.GATEWAY_MANAGER
+DAEMON_API_MANAGER: Final = keys.DAEMON_API_MANAGER
 
 
 WriteHook = Callable[[str, str], None]

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from sparkrun_operator.api.meta import utcnow
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.ops.errors import Invalid
+from sparkrun_operator.render import keys
 
 __all__ = ["Executor", "OperationContext", "Prompter", "Settings"]
 
@@ -30,11 +31,11 @@ class Settings:
     #: Namespace of DaemonJobs and of the workloads, recipes and aliases the API manages.
     namespace: str = "sparkrun-system"
     #: The gateway's Service (``proxy.*`` operations read its state).
-    gateway_service: str = "sparkrun-gateway"
+    gateway_service: str = keys.GATEWAY_NAME
     gateway_namespace: str | None = None
     gateway_port: int = 8080
     #: Name of the ConfigMap holding gateway model aliases (ADR 0006).
-    aliases_config_map: str = "sparkrun-gateway-aliases"
+    aliases_config_map: str = keys.GATEWAY_ALIASES_CONFIG_MAP
     #: How long ``workloads.run``/``ensure_ready`` wait for Ready by default.
     ready_timeout: float = 1800.0
     #: Default prompt timeout (the daemon's 300 s).

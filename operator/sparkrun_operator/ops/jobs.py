@@ -48,6 +48,7 @@ from sparkrun_operator.api.daemonjob import (
 from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.api.resources import DAEMON_JOB
 from sparkrun_operator.ops.errors import Conflict, DaemonError
+from sparkrun_operator.render import keys
 
 __all__ = [
     "ACTIVE",
@@ -82,9 +83,9 @@ TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "lost"
 ACTIVE: frozenset[str] = frozenset({"starting", "running", "waiting_input", "cancelling"})
 NONTERMINAL: frozenset[str] = ACTIVE | {"queued"}
 
-LABEL_PRINCIPAL = "sparkrun.dev/principal"
-LABEL_OPERATION = "sparkrun.dev/operation"
-LABEL_TOMBSTONE = "sparkrun.dev/tombstone"
+LABEL_PRINCIPAL = keys.LABEL_PRINCIPAL
+LABEL_OPERATION = keys.LABEL_OPERATION
+LABEL_TOMBSTONE = keys.LABEL_TOMBSTONE
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 
 MAX_KEY_LENGTH = 200
@@ -157,7 +158,7 @@ def new_job(
             "labels": {
                 LABEL_PRINCIPAL: principal_label(username),
                 LABEL_OPERATION: operation,
-                LABEL_MANAGED_BY: "sparkrun-shim",
+                LABEL_MANAGED_BY: keys.MANAGED_BY_SHIM,
             },
         },
         "spec": spec,

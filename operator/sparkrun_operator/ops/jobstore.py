@@ -31,6 +31,7 @@ from sparkrun_operator.k8s.daemonjobs import DaemonJobs, JobCache
 from sparkrun_operator.ops import jobs
 from sparkrun_operator.ops.catalog import Operation
 from sparkrun_operator.ops.errors import Conflict, Invalid
+from sparkrun_operator.render import keys
 
 __all__ = ["JOB_ID", "JobService"]
 
@@ -216,7 +217,7 @@ class JobService:
             "metadata": {
                 "name": name,
                 "namespace": self.daemonjobs.namespace,
-                "labels": {"sparkrun.dev/daemonjob": meta["name"], jobs.LABEL_MANAGED_BY: "sparkrun-shim"},
+                "labels": {keys.LABEL_DAEMON_JOB: meta["name"], jobs.LABEL_MANAGED_BY: keys.MANAGED_BY_SHIM},
                 "ownerReferences": [
                     {
                         "apiVersion": API_VERSION,

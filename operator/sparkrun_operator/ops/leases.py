@@ -18,10 +18,11 @@ from sparkrun_operator.k8s.client import LEASES, Kube
 from sparkrun_operator.k8s.daemonjobs import DaemonJobs
 from sparkrun_operator.ops import jobs
 from sparkrun_operator.ops.errors import DaemonError
+from sparkrun_operator.render import keys
 
 __all__ = ["LEASES", "LEASE_LABEL", "executor_liveness", "lease_name", "mark_lost", "renew"]
 
-LEASE_LABEL = "sparkrun.dev/executor"
+LEASE_LABEL = keys.LABEL_EXECUTOR
 LEASE_SECONDS = 30
 
 

@@ -30,8 +30,16 @@ ROLE_WORKER: Final = "worker"
 #: Kueue's queue label, put on JobSets when a queue is named.
 LABEL_KUEUE_QUEUE: Final = "kueue.x-k8s.io/queue-name"
 
-# -- server-side apply --------------------------------------------------------------------
+# -- server-side apply: one field manager per process (ADR 0013) --------------------------
 FIELD_MANAGER: Final = "sparkrun-operator"
+#: The gateway's writes (the wake patch of ``spec.state``).
+GATEWAY_MANAGER: Final = "sparkrun-gateway"
+#: The daemon API's writes: the shim's DaemonJobs and the operations its executor runs.
+DAEMON_API_MANAGER: Final = "sparkrun-daemon-api"
+#: ``app.kubernetes.io/managed-by`` of objects the shim itself creates (DaemonJobs, tombstones).
+MANAGED_BY_SHIM: Final = "sparkrun-shim"
+#: ``app.kubernetes.io/managed-by`` of objects daemon operations create.
+MANAGED_BY_DAEMON_API: Final = DAEMON_API_MANAGER
 
 # -- kopf bookkeeping (our own prefix rather than kopf.zalando.org) -----------------------
 KOPF_PREFIX: Final = f"operator.{PREFIX}"
@@ -39,6 +47,41 @@ KOPF_PREFIX: Final = f"operator.{PREFIX}"
 # -- annotations ------------------------------------------------------------------------
 #: Set by ``workloads.reconcile`` (to the time asked): the operator runs a pass at once.
 ANNOTATION_RECONCILE_REQUESTED: Final = f"{PREFIX}/reconcile-requested"
+#: The owning identity of a workload for guarded daemon operations (``spec.manager`` default).
+ANNOTATION_MANAGER: Final = f"{PREFIX}/manager"
+#: The SSH user an InferenceCluster was created with (``cluster.create``; informational).
+ANNOTATION_SSH_USER: Final = f"{PREFIX}/ssh-user"
+
+# -- the daemon API (DaemonJobs and what operations create) -------------------------------
+#: The DaemonJob an object belongs to or was created by (label on artifacts, annotation on
+#: workloads a job launched). One spelling for both.
+LABEL_DAEMON_JOB: Final = f"{PREFIX}/daemonjob"
+#: Hashed principal of a DaemonJob (selects one caller's jobs).
+LABEL_PRINCIPAL: Final = f"{PREFIX}/principal"
+#: Operation name of a DaemonJob.
+LABEL_OPERATION: Final = f"{PREFIX}/operation"
+#: Marks a retention tombstone of a deleted DaemonJob.
+LABEL_TOMBSTONE: Final = f"{PREFIX}/tombstone"
+#: Lease of the DaemonJob executor.
+LABEL_EXECUTOR: Final = f"{PREFIX}/executor"
+#: Where a Recipe came from (``recipes.*`` operations) and whether it is kept on sync.
+LABEL_RECIPE_SOURCE_KIND: Final = f"{PREFIX}/source-kind"
+LABEL_RECIPE_RETAINED: Final = f"{PREFIX}/retained"
+
+# -- the gateway --------------------------------------------------------------------------
+#: Secrets with this label hold gateway API keys (``data.key``, optional ``data.models``).
+LABEL_GATEWAY_KEY: Final = f"{PREFIX}/gateway-key"
+#: The gateway's Deployment and Service (``proxy.*`` operations read them).
+GATEWAY_NAME: Final = "sparkrun-gateway"
+#: The daemon API's imperative aliases (``proxy.add_alias``; ADR 0006), read by the gateway.
+GATEWAY_ALIASES_CONFIG_MAP: Final = "sparkrun-gateway-aliases"
+
+#: The node label ``examples/inferencecluster.yaml`` selects (the demo labels its nodes so).
+LABEL_EXAMPLE_POOL: Final = f"{PREFIX}/pool"
+
+# -- the operator -------------------------------------------------------------------------
+#: kopf peering object (one active replica).
+PEERING_NAME: Final = "sparkrun-operator"
 
 # -- JobSet (jobset.x-k8s.io/v1alpha2, v0.12) ---------------------------------------------
 JOBSET_GROUP: Final = "jobset.x-k8s.io"

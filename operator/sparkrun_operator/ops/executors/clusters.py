@@ -26,11 +26,12 @@ from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import Conflict, NotFound
 from sparkrun_operator.plan.cluster import GPU_PRODUCT_LABEL, ObservedNode
+from sparkrun_operator.render import keys
 
 __all__ = ["EXECUTORS", "cluster_definition"]
 
-SSH_USER_ANNOTATION = "sparkrun.dev/ssh-user"
-MANAGED_BY = "sparkrun-daemon-api"
+SSH_USER_ANNOTATION = keys.ANNOTATION_SSH_USER
+MANAGED_BY = keys.MANAGED_BY_DAEMON_API
 
 
 def _hardware(node: ObservedNode | None, gpu_resource: str) -> dict[str, Any]:

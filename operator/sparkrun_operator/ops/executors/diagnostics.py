@@ -250,8 +250,8 @@ async def _store(ctx: OperationContext, bundle: _Bundle) -> int:
             "name": f"{ctx.job_id}-diagnostics",
             "namespace": ctx.namespace,
             "labels": {
-                "sparkrun.dev/daemonjob": ctx.job_id,
-                "app.kubernetes.io/managed-by": "sparkrun-daemon-api",
+                keys.LABEL_DAEMON_JOB: ctx.job_id,
+                keys.LABEL_MANAGED_BY: keys.MANAGED_BY_DAEMON_API,
             },
             "ownerReferences": (
                 [{"apiVersion": API_VERSION, "kind": DAEMON_JOB.kind, "name": ctx.job_id, "uid": ctx.job_uid}]

@@ -23,10 +23,11 @@ from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import NotFound
 from sparkrun_operator.ops.executors.workloads import endpoint_entry, recipe_specs
+from sparkrun_operator.render import keys
 
 __all__ = ["EXECUTORS", "GATEWAY"]
 
-GATEWAY = "sparkrun-gateway"
+GATEWAY = keys.GATEWAY_NAME
 ALIASES_KEY = "aliases.json"
 LOADED_KEY = "loaded-models.json"
 
@@ -56,7 +57,7 @@ async def _update(
                 "namespace": ctx.namespace,
                 "labels": {
                     "app.kubernetes.io/component": "gateway",
-                    "app.kubernetes.io/managed-by": "sparkrun-daemon-api",
+                    keys.LABEL_MANAGED_BY: keys.MANAGED_BY_DAEMON_API,
                 },
             },
             "data": {

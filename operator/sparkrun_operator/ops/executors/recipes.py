@@ -28,11 +28,12 @@ from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import Conflict, Invalid, NotFound
 from sparkrun_operator.recipe import identity as recipe_identity
 from sparkrun_operator.recipe.resolve import validate_recipe
+from sparkrun_operator.render import keys
 
 __all__ = ["EXECUTORS"]
 
-SOURCE_LABEL = "sparkrun.dev/source-kind"
-RETAINED_LABEL = "sparkrun.dev/retained"
+SOURCE_LABEL = keys.LABEL_RECIPE_SOURCE_KIND
+RETAINED_LABEL = keys.LABEL_RECIPE_RETAINED
 
 
 def _spec(obj: Mapping[str, Any]) -> RecipeSpec:

@@ -48,7 +48,7 @@ from sparkrun_operator.render import keys, names
 
 __all__ = ["EXECUTORS", "endpoint_entry", "recipe_specs", "served_names", "workload_row"]
 
-MANAGED_BY = "sparkrun-daemon-api"
+MANAGED_BY = keys.MANAGED_BY_DAEMON_API
 INVENTORY_LIMIT = 256
 _OVERRIDES = {
     "tensor_parallel": "tensor_parallel",
@@ -658,7 +658,7 @@ async def _launch(
             "name": name,
             "namespace": ctx.namespace,
             "labels": {"app.kubernetes.io/managed-by": MANAGED_BY},
-            "annotations": {"sparkrun.dev/daemon-job": ctx.job_id or ""},
+            "annotations": {keys.LABEL_DAEMON_JOB: ctx.job_id or ""},
         },
         "spec": spec,
     }
