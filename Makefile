@@ -10,7 +10,7 @@ PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv demo test unit verify crds generate lint fmt typecheck importlint testbed-bin testbed-up testbed-down bench bench-gateway bench-reconcile bench-scale clean
+.PHONY: help venv demo test unit verify crds generate lint fmt typecheck importlint chart-lint policy testbed-bin testbed-up testbed-down bench bench-gateway bench-reconcile bench-scale clean
 
 help: ## list the verbs
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -32,12 +32,23 @@ test: verify testbed-bin ## install everything, run every check and the whole te
 unit: $(STAMP) ## only the tests that need no testbed
 	$(BIN)/pytest -m 'not testbed' $(PYTEST_ARGS)
 
-crds generate: $(STAMP) ## regenerate every generated file (CRDs, chart CRDs, OpenAPI)
+HELM = "$$(hack/testbed-bin.sh --print)/helm"
+
+crds generate: $(STAMP) testbed-bin ## regenerate every generated file (CRDs, chart CRDs and values table, manifests/, ops catalog)
 	$(PY) -m sparkrun_operator.api.generate
 	$(PY) hack/gen-ops-catalog.py
+	$(PY) hack/chart-values-table.py
+	$(PY) hack/render-manifests.py --helm $(HELM)
 
-verify: generate lint typecheck importlint ## regenerate, run all static checks, fail on any diff
+verify: generate lint typecheck importlint chart-lint policy ## regenerate, run all static checks, fail on any diff
 	@hack/verify-clean.sh
+
+chart-lint: testbed-bin ## helm lint --strict of the chart (defaults, and the values of manifests/)
+	$(HELM) lint --strict helm/sparkrun-operator
+	$(HELM) lint --strict helm/sparkrun-operator --values hack/manifests-values.yaml
+
+policy: testbed-bin ## checkov over Dockerfiles, the chart and manifests/ (installed once outside the repo)
+	hack/checkov.sh
 
 lint: $(STAMP) ## ruff lint and format check
 	$(BIN)/ruff check .
