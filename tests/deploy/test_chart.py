@@ -11,9 +11,14 @@ import base64
 import json
 import os
 import re
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from cryptography import x509
@@ -321,3 +326,54 @@ def test_crds_are_the_generated_ones(default: Rendered, helm_bin: str, tmp_path:
         assert doc["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
     without = render(helm_bin, tmp_path, {"crds": {"install": False}})
     assert without.of("CustomResourceDefinition") == []
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def test_gateway_hook_and_probe_pass_against_a_real_gateway_with_keys(
+    default: Rendered, tmp_path: Path
+) -> None:
+    """The chart's readiness path and `helm test` script against a real gateway with keys on."""
+    routes, keys = tmp_path / "routes.json", tmp_path / "keys.yaml"
+    routes.write_text(json.dumps({"workloads": []}))
+    keys.write_text(yaml.safe_dump({"keys": [{"key": "sk-test"}]}))
+    port = _free_port()
+    argv = [sys.executable, "-m", "sparkrun_operator.cli.main", "gateway", "--routes", str(routes)]
+    argv += ["--keys", str(keys), "--host", "127.0.0.1", f"--port={port}"]
+    log = tmp_path / "gateway.log"
+    out = log.open("wb")
+    proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"{base}/healthz", timeout=1)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, "gateway did not start"
+                time.sleep(0.2)
+        assert httpx.get(f"{base}/v1/models").status_code == 401, "keys are on"
+        probe = default.container("sparkrun-gateway")["readinessProbe"]["httpGet"]["path"]
+        assert httpx.get(f"{base}{probe}").status_code == 200
+        pod = default.get("Pod", "sparkrun-test-gateway")
+        script = pod["spec"]["containers"][0]["args"][0]
+        run = subprocess.run(
+            [sys.executable, "-c", script, f"{base}/healthz"], capture_output=True, text=True, timeout=30
+        )
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert run.stdout.startswith("200 ")
+        refused = subprocess.run(
+            [sys.executable, "-c", script, f"{base}/v1/models"], capture_output=True, text=True, timeout=30
+        )
+        assert refused.returncode != 0, "the hook fails when the component does not answer 200"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        out.close()
