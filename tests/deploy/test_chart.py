@@ -12,8 +12,10 @@ import json
 import os
 import re
 import socket
+import ssl
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -377,3 +379,42 @@ def test_gateway_hook_and_probe_pass_against_a_real_gateway_with_keys(
         proc.terminate()
         proc.wait(timeout=20)
         out.close()
+
+
+def test_generated_certificate_serves_tls_for_the_service_name(default: Rendered, tmp_path: Path) -> None:
+    """A real TLS handshake: the chart's key and certificate served, verified with its CA."""
+    data = default.get("Secret", "sparkrun-shim-tls", NAMESPACE)["data"]
+    for key in ("ca.crt", "tls.crt", "tls.key"):
+        (tmp_path / key).write_bytes(base64.b64decode(data[key]))
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    client_ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    accepted: list[str] = []
+
+    def serve(listener: socket.socket) -> None:
+        for _ in range(2):
+            conn, _ = listener.accept()
+            try:
+                with server_ctx.wrap_socket(conn, server_side=True) as tls:
+                    accepted.append(tls.version() or "")
+                    tls.sendall(b"ok")
+            except (ssl.SSLError, OSError):
+                accepted.append("refused")
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        thread = threading.Thread(target=serve, args=(listener,), daemon=True)
+        thread.start()
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+            client_ctx.wrap_socket(raw, server_hostname=SHIM_DNS) as tls,
+        ):
+            assert tls.recv(2) == b"ok"
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+            pytest.raises(ssl.SSLCertVerificationError),
+        ):
+            client_ctx.wrap_socket(raw, server_hostname="not-the-shim.example")
+        thread.join(timeout=10)
+    assert accepted[0].startswith("TLS")
+    assert accepted[1] == "refused"
