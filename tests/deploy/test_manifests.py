@@ -31,6 +31,7 @@ APPLY_FOR_REAL = {
     "ServiceAccount",
     "ClusterRole",
     "ClusterRoleBinding",
+    "Role",
     "RoleBinding",
 }
 SYSTEM_NS = "sparkrun-system"
