@@ -10,7 +10,7 @@ PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv demo test unit verify crds generate lint fmt typecheck importlint chart-lint policy testbed-bin testbed-up testbed-down bench bench-gateway bench-reconcile bench-scale clean
+.PHONY: help venv demo test unit verify crds generate lint fmt typecheck importlint chart-lint policy test-vllm-args testbed-bin testbed-up testbed-down bench bench-gateway bench-reconcile bench-scale clean
 
 help: ## list the verbs
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -63,6 +63,13 @@ typecheck: $(STAMP) ## mypy --strict on the package
 
 importlint: $(STAMP) ## enforce the layer contracts
 	$(BIN)/lint-imports
+
+VLLM_VERSION := $(shell $(PYTHON) -c "import re;print(re.search(r':v([0-9.]+)\x22', open('operator/sparkrun_operator/api/workload.py').read())[1])")
+VLLM_VENV := $(HOME)/.cache/sparkrun-tools/vllm-$(VLLM_VERSION)
+
+test-vllm-args: $(STAMP) ## the real vLLM parser accepts every rendered engine command (installs vLLM, several GiB, once)
+	@test -e $(VLLM_VENV)/.installed || { rm -rf $(VLLM_VENV); $(PYTHON) -m venv $(VLLM_VENV) && $(VLLM_VENV)/bin/pip install -q 'vllm==$(VLLM_VERSION)' && touch $(VLLM_VENV)/.installed; }
+	SPARKRUN_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(BIN)/pytest -q tests/vllm_args $(PYTEST_ARGS)
 
 testbed-bin: ## build the pinned Kubernetes binaries into ~/.cache/sparkrun-testbed (once)
 	hack/testbed-bin.sh
