@@ -418,3 +418,26 @@ def test_generated_certificate_serves_tls_for_the_service_name(default: Rendered
         thread.join(timeout=10)
     assert accepted[0].startswith("TLS")
     assert accepted[1] == "refused"
+
+
+def test_anti_affinity_modes_and_bad_values_fail(helm_bin: str, tmp_path: Path) -> None:
+    hard = render(
+        helm_bin, tmp_path, {"gateway": {"podAntiAffinity": "hard"}, "operator": {"podAntiAffinity": "none"}}
+    )
+    gateway = hard.get("Deployment", "sparkrun-gateway")["spec"]["template"]["spec"]
+    (term,) = gateway["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "gateway"
+    assert "affinity" not in hard.get("Deployment", "sparkrun-operator")["spec"]["template"]["spec"]
+    for values, needle in (
+        ({"shim": {"podAntiAffinity": "sometimes"}}, "must be soft, hard or none"),
+        (
+            {"gateway": {"preStopSeconds": 30, "terminationGracePeriodSeconds": 10}},
+            "at least gateway.preStopSeconds",
+        ),
+    ):
+        path = tmp_path / "bad.yaml"
+        path.write_text(yaml.safe_dump(values))
+        bad = helm(helm_bin, "template", "sparkrun", str(CHART), "--values", str(path), check=False)
+        assert bad.returncode != 0
+        assert needle in bad.stderr
