@@ -10,7 +10,7 @@ PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv demo test unit verify crds generate lint fmt typecheck importlint testbed-bin testbed-up testbed-down bench bench-gateway bench-reconcile bench-scale clean
+.PHONY: help venv demo test unit verify crds generate lint fmt typecheck importlint chart-lint policy test-vllm-args testbed-bin testbed-up testbed-down bench bench-gateway bench-reconcile bench-scale clean
 
 help: ## list the verbs
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -32,12 +32,23 @@ test: verify testbed-bin ## install everything, run every check and the whole te
 unit: $(STAMP) ## only the tests that need no testbed
 	$(BIN)/pytest -m 'not testbed' $(PYTEST_ARGS)
 
-crds generate: $(STAMP) ## regenerate every generated file (CRDs, chart CRDs, OpenAPI)
+HELM = "$$(hack/testbed-bin.sh --print)/helm"
+
+crds generate: $(STAMP) testbed-bin ## regenerate every generated file (CRDs, chart CRDs and values table, manifests/, ops catalog)
 	$(PY) -m sparkrun_operator.api.generate
 	$(PY) hack/gen-ops-catalog.py
+	$(PY) hack/chart-values-table.py
+	$(PY) hack/render-manifests.py --helm $(HELM)
 
-verify: generate lint typecheck importlint ## regenerate, run all static checks, fail on any diff
+verify: generate lint typecheck importlint chart-lint policy ## regenerate, run all static checks, fail on any diff
 	@hack/verify-clean.sh
+
+chart-lint: testbed-bin ## helm lint --strict of the chart (defaults, and the values of manifests/)
+	$(HELM) lint --strict helm/sparkrun-operator
+	$(HELM) lint --strict helm/sparkrun-operator --values hack/manifests-values.yaml
+
+policy: testbed-bin ## checkov over Dockerfiles, the chart and manifests/ (installed once outside the repo)
+	hack/checkov.sh
 
 lint: $(STAMP) ## ruff lint and format check
 	$(BIN)/ruff check .
@@ -52,6 +63,13 @@ typecheck: $(STAMP) ## mypy --strict on the package
 
 importlint: $(STAMP) ## enforce the layer contracts
 	$(BIN)/lint-imports
+
+VLLM_VERSION := $(shell $(PYTHON) -c "import re;print(re.search(r':v([0-9.]+)\x22', open('operator/sparkrun_operator/api/workload.py').read())[1])")
+VLLM_VENV := $(HOME)/.cache/sparkrun-tools/vllm-$(VLLM_VERSION)
+
+test-vllm-args: $(STAMP) ## the real vLLM parser accepts every rendered engine command (installs vLLM, several GiB, once)
+	@test -e $(VLLM_VENV)/.installed || { rm -rf $(VLLM_VENV); $(PYTHON) -m venv $(VLLM_VENV) && $(VLLM_VENV)/bin/pip install -q 'vllm==$(VLLM_VERSION)' && touch $(VLLM_VENV)/.installed; }
+	SPARKRUN_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(BIN)/pytest -q tests/vllm_args $(PYTEST_ARGS)
 
 testbed-bin: ## build the pinned Kubernetes binaries into ~/.cache/sparkrun-testbed (once)
 	hack/testbed-bin.sh

@@ -1,8 +1,9 @@
-"""The install manifests (``manifests/``) against the real apiserver of the testbed.
+"""The install manifests (``manifests/``, rendered from the Helm chart) against the real apiserver.
 
-RBAC, the namespace and the kopf peering CRDs are applied for real; Deployments, Services and
-the APIService are checked with a server-side dry run (an APIService with no serving backend
-would disturb discovery for every other test). Then the operator runs with *exactly* its
+RBAC, the namespace and the kopf peering CRDs are applied for real; Deployments, Services,
+NetworkPolicies and the APIService are checked with a server-side dry run (an APIService with no
+serving backend would disturb discovery for every other test). cert-manager's Certificate and
+Issuer are only counted: the testbed has no cert-manager CRDs. Then the operator runs with *exactly* its
 ServiceAccount's permissions, with peering on as in the Deployment, and must bring a workload
 to Ready without a single Forbidden.
 """
@@ -30,6 +31,7 @@ APPLY_FOR_REAL = {
     "ServiceAccount",
     "ClusterRole",
     "ClusterRoleBinding",
+    "Role",
     "RoleBinding",
 }
 SYSTEM_NS = "sparkrun-system"
@@ -73,7 +75,9 @@ def test_manifests_apply_and_the_operator_works_with_its_own_rbac(
     kinds = {d["kind"] for d in docs}
     assert {"Deployment", "Service", "APIService", "ClusterRole", "ServiceAccount"} <= kinds
     real = [d for d in docs if d["kind"] in APPLY_FOR_REAL]
-    rest = [d for d in docs if d["kind"] not in APPLY_FOR_REAL]
+    cert_manager = [d for d in docs if d["apiVersion"].startswith("cert-manager.io/")]
+    assert sorted(d["kind"] for d in cert_manager) == ["Certificate", "Issuer"]
+    rest = [d for d in docs if d["kind"] not in APPLY_FOR_REAL and d not in cert_manager]
     kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(real))
     time.sleep(1.0)  # discovery of the peering CRDs
     dry = kubectl("apply", "--server-side", "--dry-run=server", "-f", "-", input=yaml.safe_dump_all(rest))
@@ -89,6 +93,18 @@ def test_manifests_apply_and_the_operator_works_with_its_own_rbac(
     assert can("sparkrun-gateway", "patch", "inferenceworkloads.sparkrun.dev", "-n", namespace)
     assert not can("sparkrun-gateway", "delete", "inferenceworkloads.sparkrun.dev", "-n", namespace)
     assert not can("sparkrun-gateway", "create", "pods", "-n", namespace)
+    assert not can("sparkrun-gateway", "list", "secrets", "-n", namespace), "API keys are off"
+    assert can("sparkrun-gateway", "get", "configmaps/sparkrun-gateway-aliases", "-n", namespace)
+    assert not can("sparkrun-gateway", "get", "configmaps/other", "-n", namespace)
+    # The gateway's alias informer lists by name in every namespace: RBAC resourceNames allow it.
+    gateway_user = f"--as=system:serviceaccount:{SYSTEM_NS}:sparkrun-gateway"
+    by_name = ["get", "configmaps", "-A", "--field-selector", "metadata.name=sparkrun-gateway-aliases"]
+    listed = kubectl(*by_name, gateway_user, check=False)
+    assert listed.returncode == 0, listed.stderr
+    assert kubectl("get", "configmaps", "-A", gateway_user, check=False).returncode != 0
+    assert not can("sparkrun-operator", "get", "secrets", "-n", namespace), "only its own namespace"
+    assert can("sparkrun-operator", "get", "secrets", "-n", SYSTEM_NS)
+    assert not can("sparkrun-operator", "create", "clusterrolebindings.rbac.authorization.k8s.io")
     assert can("sparkrun-shim", "create", "tokenreviews.authentication.k8s.io")
     assert can("sparkrun-shim", "create", "subjectaccessreviews.authorization.k8s.io")
     assert not can("sparkrun-shim", "create", "jobsets.jobset.x-k8s.io", "-n", namespace)

@@ -222,6 +222,20 @@ def test_api_keys(engines: Engines, start_gateway: StartGateway) -> None:
     assert anthropic_style.status_code == 200
 
 
+def test_probe_and_metrics_paths_stay_public_with_api_keys(
+    engines: Engines, start_gateway: StartGateway
+) -> None:
+    """The chart's probes (/readyz, /healthz) and the ServiceMonitor (/metrics) need no key."""
+    keys = StaticKeySource.from_mapping({"sk-all": ["*"]})
+    gw = start_gateway([engines.chat_workload()], keys=keys)
+    assert httpx.get(f"{gw.url}/v1/models").status_code == 401
+    for path in ("/readyz", "/healthz"):
+        answer = httpx.get(f"{gw.url}{path}")
+        assert answer.status_code == 200, path
+        assert answer.json() == {"status": "ok"}
+    assert "sparkrun_gateway_in_flight" in httpx.get(f"{gw.url}/metrics").text
+
+
 def test_metrics_count_requests_and_tokens(gw: GatewayThread) -> None:
     client(gw.url).chat.completions.create(
         model="chat", messages=[{"role": "user", "content": "count"}], max_tokens=4

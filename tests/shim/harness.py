@@ -1,7 +1,7 @@
 """A daemon API shim and its DaemonJob executor on a testbed, for tests and benchmarks.
 
 - :class:`DaemonEnv` prepares a namespace: the daemon ClusterRoles
-  (``manifests/rbac/daemon-roles.yaml``), ServiceAccounts bound to them and a token for each
+  (``manifests/daemon-roles.yaml``), ServiceAccounts bound to them and a token for each
   (TokenRequest): ``admin`` (admin + answer-secret), ``operator`` (operate), ``reader`` and
   ``reader2`` (read), ``automation`` (operate, manager ``automation``), ``nobody`` (no role).
 - :class:`ShimRunner` runs the real commands as child processes: ``sparkrun-k8s shim serve`` on
@@ -39,7 +39,7 @@ from sparkrun_testbed.plane import Testbed
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
-ROLES = REPO / "manifests" / "rbac" / "daemon-roles.yaml"
+ROLES = REPO / "manifests" / "daemon-roles.yaml"
 PRINCIPALS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "admin": (("sparkrun-daemon-admin", "sparkrun-daemon-answer-secret"), {}),
     "operator": (("sparkrun-daemon-operate",), {}),

@@ -18,7 +18,7 @@ from sparkrun_operator.api.meta import (
     Toleration,
 )
 
-DEFAULT_ENGINE_IMAGE = "vllm/vllm-openai:v0.11.0"
+DEFAULT_ENGINE_IMAGE = "vllm/vllm-openai:v0.33.0"
 ENGINE_PORT = 8000
 MASTER_PORT = 29501
 MAX_NODES = 64

@@ -119,7 +119,7 @@ CASES: dict[str, Callable[[], list[dict[str, Any]]]] = {
             "engine": {
                 "maxModelLen": 8192,
                 "gpuMemoryUtilization": 0.85,
-                "args": ["--chat-template", "a b's"],
+                "args": ["--chat-template", "{{ messages[0]['content'] }} x"],
             },
             "topology": {"nodes": 1, "gpusPerNode": 8, "tensorParallel": 8},
             "replicas": 2,

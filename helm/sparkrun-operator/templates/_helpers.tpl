@@ -1,0 +1,134 @@
+{{/*
+Names. Component objects are "<prefix>-<component>"; the prefix is the release name unless
+fullnameOverride is set (release "sparkrun" gives sparkrun-operator, sparkrun-shim, sparkrun-gateway).
+*/}}
+{{- define "sparkrun.prefix" -}}
+{{- default .Release.Name .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "sparkrun.operator.name" -}}{{ include "sparkrun.prefix" . }}-operator{{- end -}}
+{{- define "sparkrun.shim.name" -}}{{ include "sparkrun.prefix" . }}-shim{{- end -}}
+{{- define "sparkrun.gateway.name" -}}{{ include "sparkrun.prefix" . }}-gateway{{- end -}}
+
+{{- define "sparkrun.shim.tlsSecret" -}}
+{{- default (printf "%s-tls" (include "sparkrun.shim.name" .)) .Values.shim.tls.existingSecret -}}
+{{- end -}}
+
+{{- define "sparkrun.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels on every object of the chart. */}}
+{{- define "sparkrun.labels" -}}
+helm.sh/chart: {{ include "sparkrun.chart" . }}
+app.kubernetes.io/name: sparkrun-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: sparkrun-operator
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Selector labels of one component: include "sparkrun.selector" (list . "gateway") */}}
+{{- define "sparkrun.selector" -}}
+app.kubernetes.io/name: sparkrun-operator
+app.kubernetes.io/instance: {{ (index . 0).Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{/* Labels of one component's objects: include "sparkrun.componentLabels" (list . "gateway") */}}
+{{- define "sparkrun.componentLabels" -}}
+{{ include "sparkrun.labels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{/* The product image (operator, shim and gateway run the same one). */}}
+{{- define "sparkrun.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ $tag }}
+{{- end -}}
+{{- end -}}
+
+{{/* Pod security context shared by the three components. */}}
+{{- define "sparkrun.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "sparkrun.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+privileged: false
+capabilities:
+  drop: [ALL]
+{{- end -}}
+
+{{/* Soft or hard pod anti-affinity over nodes: include "sparkrun.antiAffinity" (list . "gateway" "soft") */}}
+{{- define "sparkrun.antiAffinity" -}}
+{{- $root := index . 0 -}}{{- $component := index . 1 -}}{{- $mode := index . 2 -}}
+{{- if eq $mode "hard" }}
+podAntiAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    - topologyKey: kubernetes.io/hostname
+      labelSelector:
+        matchLabels:
+          {{- include "sparkrun.selector" (list $root $component) | nindent 10 }}
+{{- else if eq $mode "soft" }}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "sparkrun.selector" (list $root $component) | nindent 12 }}
+{{- else if ne $mode "none" }}
+{{- fail (printf "podAntiAffinity of %s must be soft, hard or none, not %q" $component $mode) }}
+{{- end }}
+{{- end -}}
+
+{{/* Everything a pod spec takes from a component's scheduling values. */}}
+{{- define "sparkrun.scheduling" -}}
+{{- $root := index . 0 -}}{{- $component := index . 1 -}}{{- $v := index . 2 -}}
+{{- $affinity := include "sparkrun.antiAffinity" (list $root $component $v.podAntiAffinity) | fromYaml -}}
+{{- $affinity = merge $affinity (deepCopy ($v.affinity | default dict)) -}}
+{{- with $affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with $root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* The plurals of the sparkrun.dev kinds, quoted, comma-separated; (list "/status") appends a suffix. */}}
+{{- define "sparkrun.kinds" -}}
+{{- $suffix := "" -}}
+{{- if kindIs "slice" . }}{{ $suffix = index . 0 }}{{ end -}}
+{{- $out := list -}}
+{{- range list "inferenceworkloads" "inferenceclusters" "recipes" "modelcaches" "inferencebenchmarks" "daemonjobs" -}}
+{{- $out = append $out (printf "%q" (printf "%s%s" . $suffix)) -}}
+{{- end -}}
+{{- join ", " $out -}}
+{{- end -}}

@@ -1,0 +1,443 @@
+"""The Helm chart (helm/sparkrun-operator), rendered by the real `helm` with several values.
+
+Each case parses the output as YAML and checks what matters: the commands (parsed by the
+product's own argument parsers), probes, RBAC rules, TLS material (a real X.509 chain),
+NetworkPolicy selectors, the optional objects, and that `helm lint --strict` is clean.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+
+from sparkrun_operator.api.crdgen import all_crds
+from sparkrun_operator.cli.main import build_parser
+from sparkrun_operator.controllers.context import Metrics
+from sparkrun_operator.gateway.metrics import GatewayMetrics
+from sparkrun_operator.gateway.server import _parser as gateway_parser
+from tests.deploy.chart import CHART, NAMESPACE, REPO, Rendered, helm, helm_binary, render
+
+SHIM_DNS = f"sparkrun-shim.{NAMESPACE}.svc"
+
+
+@pytest.fixture(scope="module")
+def helm_bin() -> str:
+    found = helm_binary()
+    if found is None:
+        reason = "no helm binary: run `make testbed-bin` (it builds the pinned helm)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"prerequisite missing under CI=true: {reason}", pytrace=False)
+        pytest.skip(reason)
+    return found
+
+
+@pytest.fixture(scope="module")
+def default(helm_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Rendered:
+    return render(helm_bin, tmp_path_factory.mktemp("default"))
+
+
+def _rules(role: dict[str, Any]) -> list[dict[str, Any]]:
+    rules: list[dict[str, Any]] = role["rules"]
+    return rules
+
+
+def _grants(role: dict[str, Any], resource: str, verb: str, group: str = "") -> bool:
+    return any(
+        group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in _rules(role)
+    )
+
+
+def test_lint_is_clean(helm_bin: str, tmp_path: Path) -> None:
+    combos = {"gateway": {"apiKeys": {"enabled": True}, "autoscaling": {"enabled": True}}}
+    combos |= {"certManager": {"enabled": True}, "metrics": {"serviceMonitor": {"enabled": True}}}
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump(combos))
+    for extra in ([], ["--values", str(values)]):
+        lint = helm(helm_bin, "lint", "--strict", str(CHART), *extra, check=False)
+        assert lint.returncode == 0, lint.stdout + lint.stderr
+        assert "0 chart(s) failed" in lint.stdout
+
+
+def test_commands_parse_with_the_products_own_parsers(default: Rendered) -> None:
+    parser = build_parser()
+    for name in ("sparkrun-operator", "sparkrun-shim", "sparkrun-gateway"):
+        container = default.container(name)
+        assert "command" not in container, "the image's ENTRYPOINT (sparkrun-k8s) runs the args"
+        if container["args"][0] == "gateway":  # main() hands the gateway its whole command line
+            gw = gateway_parser().parse_args(container["args"][1:])
+            assert gw.kubernetes
+            assert not gw.secret_keys
+            continue
+        args = parser.parse_args(container["args"])
+        if args.command == "operator":
+            assert args.all_namespaces
+            assert not args.standalone, "two replicas: peering on"
+            assert args.liveness == "http://0.0.0.0:8080/healthz"
+            assert args.metrics_port == 9090
+        else:
+            assert args.command == "shim"
+            assert (args.port, args.aggregated_port) == (8443, 8444)
+            assert args.tls_cert == "/tls/tls.crt"
+    assert default.get("Deployment", "sparkrun-operator")["spec"]["replicas"] == 2
+
+
+def test_probes_drain_and_security(default: Rendered) -> None:
+    gateway = default.container("sparkrun-gateway")
+    assert gateway["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert gateway["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    pod = default.get("Deployment", "sparkrun-gateway")["spec"]["template"]["spec"]
+    sleep = gateway["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert 0 < sleep < pod["terminationGracePeriodSeconds"]
+    shim = default.container("sparkrun-shim")
+    health = {"path": "/v1/health", "port": "daemon-api", "scheme": "HTTPS"}
+    assert shim["readinessProbe"]["httpGet"] == health
+    operator = default.container("sparkrun-operator")
+    assert operator["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    for name in ("sparkrun-operator", "sparkrun-shim", "sparkrun-gateway"):
+        spec = default.get("Deployment", name)["spec"]["template"]["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        context = default.container(name)["securityContext"]
+        assert context["readOnlyRootFilesystem"] is True
+        assert context["capabilities"]["drop"] == ["ALL"]
+        assert spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+
+
+def test_least_privilege_by_default(default: Rendered) -> None:
+    operator = default.get("ClusterRole", "sparkrun-operator")
+    assert not _grants(operator, "secrets", "get")
+    assert not _grants(operator, "configmaps", "get")
+    assert not _grants(operator, "clusterrolebindings", "create", "rbac.authorization.k8s.io")
+    assert not _grants(operator, "serviceaccounts", "create")
+    assert not _grants(operator, "pods", "create")
+    assert _grants(operator, "jobsets", "create", "jobset.x-k8s.io")
+    plurals = sorted(d["spec"]["names"]["plural"] for d in all_crds())
+    own = [r["resources"] for r in _rules(operator) if r["apiGroups"] == ["sparkrun.dev"]]
+    assert [sorted(r) for r in own] == [plurals, sorted(f"{p}/status" for p in plurals)]
+    local = default.get("Role", "sparkrun-operator", NAMESPACE)
+    assert _grants(local, "secrets", "get")
+    assert not _grants(local, "secrets", "list"), "answer Secrets are read by name"
+    gateway = default.get("ClusterRole", "sparkrun-gateway")
+    assert not _grants(gateway, "secrets", "get"), "Secrets only with gateway.apiKeys.enabled"
+    (aliases,) = [r for r in _rules(gateway) if "configmaps" in r["resources"]]
+    assert aliases["resourceNames"] == ["sparkrun-gateway-aliases"]
+    assert _grants(gateway, "inferenceworkloads", "patch", "sparkrun.dev")
+    shim_local = default.get("Role", "sparkrun-shim", NAMESPACE)
+    assert _grants(shim_local, "secrets", "create")
+    assert not _grants(shim_local, "secrets", "get")
+    for role in default.of("ClusterRole") + default.of("Role"):
+        for rule in _rules(role):
+            assert "*" not in rule["verbs"], role["metadata"]["name"]
+            assert not {"escalate", "impersonate"} & set(rule["verbs"]), role["metadata"]["name"]
+    bindings = {b["metadata"]["name"]: b["roleRef"]["name"] for b in default.of("ClusterRoleBinding")}
+    assert "cluster-admin" not in bindings.values()
+
+
+def test_service_account_provisioning_is_a_value(helm_bin: str, tmp_path: Path) -> None:
+    out = render(helm_bin, tmp_path, {"operator": {"rbac": {"serviceAccountProvisioning": True}}})
+    operator = out.get("ClusterRole", "sparkrun-operator")
+    assert _grants(operator, "clusterrolebindings", "create", "rbac.authorization.k8s.io")
+    assert _grants(operator, "serviceaccounts", "create")
+    (bind,) = [r for r in _rules(operator) if "bind" in r["verbs"]]
+    assert bind["resourceNames"] == ["sparkrun-daemon-operate"]
+
+
+def test_api_keys_cluster_wide_and_in_one_namespace(helm_bin: str, tmp_path: Path) -> None:
+    wide = render(helm_bin, tmp_path, {"gateway": {"apiKeys": {"enabled": True}}})
+    args = gateway_parser().parse_args(wide.container("sparkrun-gateway")["args"][1:])
+    assert args.secret_keys
+    assert args.namespace is None
+    assert _grants(wide.get("ClusterRole", "sparkrun-gateway"), "secrets", "list")
+    assert wide.container("sparkrun-gateway")["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+    one = render(helm_bin, tmp_path, {"gateway": {"apiKeys": {"enabled": True}, "watchNamespace": "serving"}})
+    args = gateway_parser().parse_args(one.container("sparkrun-gateway")["args"][1:])
+    assert args.namespace == "serving"
+    assert one.find("ClusterRole", "sparkrun-gateway") is None
+    role = one.get("Role", "sparkrun-gateway", "serving")
+    assert _grants(role, "secrets", "list")
+    binding = one.get("RoleBinding", "sparkrun-gateway", "serving")
+    account = {"kind": "ServiceAccount", "name": "sparkrun-gateway", "namespace": NAMESPACE}
+    assert binding["subjects"] == [account]
+
+
+def _public_key_verifies(issuer: x509.Certificate, cert: x509.Certificate) -> None:
+    key = issuer.public_key()
+    assert cert.signature_hash_algorithm is not None
+    algorithm = cert.signature_hash_algorithm
+    if isinstance(key, rsa.RSAPublicKey):
+        key.verify(cert.signature, cert.tbs_certificate_bytes, padding.PKCS1v15(), algorithm)
+    else:
+        assert isinstance(key, ec.EllipticCurvePublicKey)
+        key.verify(cert.signature, cert.tbs_certificate_bytes, ec.ECDSA(algorithm))
+
+
+def test_generated_tls_is_a_real_chain_for_the_service(default: Rendered) -> None:
+    secret = default.get("Secret", "sparkrun-shim-tls", NAMESPACE)
+    assert secret["type"] == "kubernetes.io/tls"
+    ca = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    assert base64.b64decode(secret["data"]["tls.key"]).startswith(b"-----BEGIN")
+    _public_key_verifies(ca, cert)
+    assert cert.issuer == ca.subject
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert SHIM_DNS in names.get_values_for_type(x509.DNSName)
+    api = default.get("APIService", "v1alpha1.daemon.sparkrun.dev")
+    assert api["spec"]["caBundle"] == secret["data"]["ca.crt"]
+    assert api["spec"]["service"] == {"namespace": NAMESPACE, "name": "sparkrun-shim", "port": 443}
+    volume = default.get("Deployment", "sparkrun-shim")["spec"]["template"]["spec"]["volumes"][0]
+    assert volume["secret"]["secretName"] == "sparkrun-shim-tls"
+
+
+def test_cert_manager_and_existing_secret(helm_bin: str, tmp_path: Path) -> None:
+    cm = render(helm_bin, tmp_path, {"certManager": {"enabled": True}})
+    assert cm.find("Secret", "sparkrun-shim-tls") is None
+    certificate = cm.get("Certificate", "sparkrun-shim")
+    assert certificate["spec"]["secretName"] == "sparkrun-shim-tls"
+    assert SHIM_DNS in certificate["spec"]["dnsNames"]
+    issuer = cm.get("Issuer", "sparkrun-shim-selfsigned")
+    assert issuer["spec"] == {"selfSigned": {}}
+    assert certificate["spec"]["issuerRef"]["name"] == issuer["metadata"]["name"]
+    api = cm.get("APIService", "v1alpha1.daemon.sparkrun.dev")
+    assert api["metadata"]["annotations"] == {"cert-manager.io/inject-ca-from": f"{NAMESPACE}/sparkrun-shim"}
+    assert "caBundle" not in api["spec"]
+
+    bundle = base64.b64encode(b"-----BEGIN CERTIFICATE-----\n").decode()
+    own = render(helm_bin, tmp_path, {"shim": {"tls": {"existingSecret": "mine", "caBundle": bundle}}})
+    assert own.find("Secret", "mine") is None
+    assert own.of("Certificate") == []
+    assert own.get("APIService", "v1alpha1.daemon.sparkrun.dev")["spec"]["caBundle"] == bundle
+    volume = own.get("Deployment", "sparkrun-shim")["spec"]["template"]["spec"]["volumes"][0]
+    assert volume["secret"]["secretName"] == "mine"
+
+
+def test_gateway_autoscaling_and_disruption_budget(helm_bin: str, tmp_path: Path) -> None:
+    out = render(helm_bin, tmp_path, {"gateway": {"autoscaling": {"enabled": True, "maxReplicas": 6}}})
+    hpa = out.get("HorizontalPodAutoscaler", "sparkrun-gateway")
+    target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "sparkrun-gateway"}
+    assert hpa["spec"]["scaleTargetRef"] == target
+    assert hpa["spec"]["maxReplicas"] == 6
+    assert "replicas" not in out.get("Deployment", "sparkrun-gateway")["spec"]
+    pdb = out.get("PodDisruptionBudget", "sparkrun-gateway")
+    pod_labels = out.get("Deployment", "sparkrun-gateway")["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+
+
+def test_network_policies(default: Rendered, helm_bin: str, tmp_path: Path) -> None:
+    assert {p["metadata"]["name"] for p in default.of("NetworkPolicy")} == {
+        "sparkrun-operator",
+        "sparkrun-shim",
+        "sparkrun-gateway",
+        "sparkrun-tests",
+    }
+    (tests,) = [p for p in default.of("NetworkPolicy") if p["metadata"]["name"] == "sparkrun-tests"]
+    assert "ingress" not in tests["spec"], "helm test pods accept no connections"
+    values = {"networkPolicy": {"workloadNamespaces": ["serving"], "engineRestrictEgress": True}}
+    out = render(helm_bin, tmp_path, values)
+    engines = out.get("NetworkPolicy", "sparkrun-engines", "serving")
+    assert engines["spec"]["podSelector"] == {
+        "matchExpressions": [{"key": "sparkrun.dev/workload", "operator": "Exists"}]
+    }
+    (rule,) = engines["spec"]["ingress"]
+    peers = rule["from"]
+    assert peers[0]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}
+    components = {e["key"]: e["values"] for e in peers[0]["podSelector"]["matchExpressions"]}
+    assert sorted(components["app.kubernetes.io/component"]) == ["gateway", "operator", "shim"]
+    # The selector matches the real pods of the three components, and nothing else of the chart.
+    for name in ("sparkrun-operator", "sparkrun-shim", "sparkrun-gateway"):
+        labels = out.get("Deployment", name)["spec"]["template"]["metadata"]["labels"]
+        assert all(labels.get(key) in allowed for key, allowed in components.items()), name
+    engine_pods = {"matchExpressions": [{"key": "sparkrun.dev/workload", "operator": "Exists"}]}
+    assert peers[1] == {"podSelector": engine_pods}
+    egress_ports = [p for e in engines["spec"]["egress"] for p in e.get("ports", [])]
+    assert {"port": 53, "protocol": "UDP"} in egress_ports
+    assert set(engines["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+
+
+def _metric_families() -> set[str]:
+    names: set[str] = set()
+    for registry in (GatewayMetrics().registry, Metrics().registry):
+        for family in registry.collect():
+            names.add(family.name)
+            names.update(sample.name for sample in family.samples)
+        names.update(
+            f"{family.name}{suffix}" for family in registry.collect() for suffix in ("_total", "_bucket")
+        )
+    return names
+
+
+def test_service_monitors_and_dashboard(helm_bin: str, tmp_path: Path) -> None:
+    values = {"metrics": {"serviceMonitor": {"enabled": True}, "dashboard": {"enabled": True}}}
+    out = render(helm_bin, tmp_path, values)
+    for name, port in (("sparkrun-operator", "metrics"), ("sparkrun-gateway", "http")):
+        monitor = out.get("ServiceMonitor", name)
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert (endpoint["port"], endpoint["path"]) == (port, "/metrics")
+        service = out.get("Service", name)
+        assert port in {p["name"] for p in service["spec"]["ports"]}
+        assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    dashboard = out.get("ConfigMap", "sparkrun-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    board = json.loads(dashboard["data"]["sparkrun.json"])
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    used = {m for e in exprs for m in re.findall(r"\bsparkrun_[a-z_]+", e)}
+    assert used, "the dashboard queries sparkrun metrics"
+    assert used <= _metric_families(), used - _metric_families()
+    assert {m.split("_")[1] for m in used} == {"gateway", "operator"}
+
+
+def test_helm_test_hooks_ask_each_component(default: Rendered) -> None:
+    tests = [p for p in default.of("Pod") if p["metadata"]["annotations"].get("helm.sh/hook") == "test"]
+    urls = {}
+    for pod in tests:
+        (container,) = pod["spec"]["containers"]
+        assert container["command"] == ["python", "-c"]
+        script = container["args"][0]
+        compile(script, pod["metadata"]["name"], "exec")
+        (url,) = re.findall(r"url = .* else '?\"?([^'\"]+)", script)
+        urls[pod["metadata"]["name"]] = url
+    assert urls == {
+        "sparkrun-test-operator": f"http://sparkrun-operator.{NAMESPACE}.svc:8080/healthz",
+        "sparkrun-test-shim": f"https://{SHIM_DNS}:8443/v1/health",
+        "sparkrun-test-gateway": f"http://sparkrun-gateway.{NAMESPACE}.svc:80/healthz",
+    }
+
+
+def test_crds_are_the_generated_ones(default: Rendered, helm_bin: str, tmp_path: Path) -> None:
+    crds = {d["metadata"]["name"]: d for d in default.of("CustomResourceDefinition")}
+    generated = {p.stem: yaml.safe_load(p.read_text()) for p in sorted((REPO / "crds").glob("*.yaml"))}
+    assert set(crds) == set(generated) | {"clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"}
+    for name, doc in generated.items():
+        assert crds[name]["spec"] == doc["spec"], name
+    for doc in crds.values():
+        assert doc["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    without = render(helm_bin, tmp_path, {"crds": {"install": False}})
+    assert without.of("CustomResourceDefinition") == []
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def test_gateway_hook_and_probe_pass_against_a_real_gateway_with_keys(
+    default: Rendered, tmp_path: Path
+) -> None:
+    """The chart's readiness path and `helm test` script against a real gateway with keys on."""
+    routes, keys = tmp_path / "routes.json", tmp_path / "keys.yaml"
+    routes.write_text(json.dumps({"workloads": []}))
+    keys.write_text(yaml.safe_dump({"keys": [{"key": "sk-test"}]}))
+    port = _free_port()
+    argv = [sys.executable, "-m", "sparkrun_operator.cli.main", "gateway", "--routes", str(routes)]
+    argv += ["--keys", str(keys), "--host", "127.0.0.1", f"--port={port}"]
+    log = tmp_path / "gateway.log"
+    out = log.open("wb")
+    proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"{base}/healthz", timeout=1)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, "gateway did not start"
+                time.sleep(0.2)
+        assert httpx.get(f"{base}/v1/models").status_code == 401, "keys are on"
+        probe = default.container("sparkrun-gateway")["readinessProbe"]["httpGet"]["path"]
+        assert httpx.get(f"{base}{probe}").status_code == 200
+        pod = default.get("Pod", "sparkrun-test-gateway")
+        script = pod["spec"]["containers"][0]["args"][0]
+        run = subprocess.run(
+            [sys.executable, "-c", script, f"{base}/healthz"], capture_output=True, text=True, timeout=30
+        )
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert run.stdout.startswith("200 ")
+        refused = subprocess.run(
+            [sys.executable, "-c", script, f"{base}/v1/models"], capture_output=True, text=True, timeout=30
+        )
+        assert refused.returncode != 0, "the hook fails when the component does not answer 200"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        out.close()
+
+
+def test_generated_certificate_serves_tls_for_the_service_name(default: Rendered, tmp_path: Path) -> None:
+    """A real TLS handshake: the chart's key and certificate served, verified with its CA."""
+    data = default.get("Secret", "sparkrun-shim-tls", NAMESPACE)["data"]
+    for key in ("ca.crt", "tls.crt", "tls.key"):
+        (tmp_path / key).write_bytes(base64.b64decode(data[key]))
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    client_ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    accepted: list[str] = []
+
+    def serve(listener: socket.socket) -> None:
+        for _ in range(2):
+            conn, _ = listener.accept()
+            try:
+                with server_ctx.wrap_socket(conn, server_side=True) as tls:
+                    accepted.append(tls.version() or "")
+                    tls.sendall(b"ok")
+            except (ssl.SSLError, OSError):
+                accepted.append("refused")
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        thread = threading.Thread(target=serve, args=(listener,), daemon=True)
+        thread.start()
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+            client_ctx.wrap_socket(raw, server_hostname=SHIM_DNS) as tls,
+        ):
+            assert tls.recv(2) == b"ok"
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+            pytest.raises(ssl.SSLCertVerificationError),
+        ):
+            client_ctx.wrap_socket(raw, server_hostname="not-the-shim.example")
+        thread.join(timeout=10)
+    assert accepted[0].startswith("TLS")
+    assert accepted[1] == "refused"
+
+
+def test_anti_affinity_modes_and_bad_values_fail(helm_bin: str, tmp_path: Path) -> None:
+    hard = render(
+        helm_bin, tmp_path, {"gateway": {"podAntiAffinity": "hard"}, "operator": {"podAntiAffinity": "none"}}
+    )
+    gateway = hard.get("Deployment", "sparkrun-gateway")["spec"]["template"]["spec"]
+    (term,) = gateway["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "gateway"
+    assert "affinity" not in hard.get("Deployment", "sparkrun-operator")["spec"]["template"]["spec"]
+    for values, needle in (
+        ({"shim": {"podAntiAffinity": "sometimes"}}, "must be soft, hard or none"),
+        (
+            {"gateway": {"preStopSeconds": 30, "terminationGracePeriodSeconds": 10}},
+            "at least gateway.preStopSeconds",
+        ),
+    ):
+        path = tmp_path / "bad.yaml"
+        path.write_text(yaml.safe_dump(values))
+        bad = helm(helm_bin, "template", "sparkrun", str(CHART), "--values", str(path), check=False)
+        assert bad.returncode != 0
+        assert needle in bad.stderr
