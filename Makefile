@@ -15,13 +15,13 @@ PYTEST_ARGS ?=
 help: ## list the verbs
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml testbed/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev]' -e ./testbed
 	@touch $(STAMP)
 
-venv: $(STAMP) ## create .venv and install the package with its dev tools
+venv: $(STAMP) ## create .venv: the package with its dev tools, and the testbed (testbed/)
 
 demo: $(STAMP) testbed-bin ## bring up the local testbed and run the main flow end to end
 	$(BIN)/sparkrun-k8s demo

@@ -24,8 +24,8 @@ import yaml
 from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus
 from sparkrun_operator.plan.workload import Observation, plan
 from sparkrun_operator.render import keys
-from sparkrun_operator.testbed import binaries, plane
-from sparkrun_operator.testbed.topology import NodePool, Topology
+from sparkrun_testbed import binaries, plane
+from sparkrun_testbed.topology import NodePool, Topology
 
 REPO = Path(__file__).resolve().parent.parent
 API = "sparkrun.dev/v1alpha1"

@@ -60,7 +60,7 @@ class Targets:
         self.ports["direct"] = port
         engine = Proc(
             [
-                *(sys.executable, "-m", "sparkrun_operator.testbed.engine", "serve", "org/bench"),
+                *(sys.executable, "-m", "sparkrun_testbed.engine", "serve", "org/bench"),
                 *("--served-model-name", "m", "--host", "127.0.0.1", "--port", str(port)),
                 *("--max-num-seqs", "4096"),
             ],

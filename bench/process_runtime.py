@@ -32,9 +32,9 @@ from typing import Any
 
 import httpx
 
-from sparkrun_operator.testbed import binaries, plane
-from sparkrun_operator.testbed.kubeapi import KubeApi
-from sparkrun_operator.testbed.topology import PROCESS_TAINT, NodePool, Topology
+from sparkrun_testbed import binaries, plane
+from sparkrun_testbed.kubeapi import KubeApi
+from sparkrun_testbed.topology import PROCESS_TAINT, NodePool, Topology
 
 from ._common import environment, free_port, median, pct, write_json
 
@@ -147,7 +147,7 @@ def bare_round(workdir: Path, nodes: int) -> float:
     http, master = free_port(), free_port()
     flags = ["--nnodes", str(nodes), "--master-addr", "127.0.0.1", "--master-port", str(master)]
     env = {**os.environ, "SPARKRUN_ENGINE_MASTER_BIND": "127.0.0.1"}
-    engine = [sys.executable, "-m", "sparkrun_operator.testbed.engine", "serve", f"{MODEL}-bare"]
+    engine = [sys.executable, "-m", "sparkrun_testbed.engine", "serve", f"{MODEL}-bare"]
     start = time.perf_counter()
     procs = [
         subprocess.Popen(
@@ -209,7 +209,7 @@ def engine_pids(marker: str) -> list[int]:
                 cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
-            if "sparkrun_operator.testbed.engine" in cmd and marker in cmd:
+            if "sparkrun_testbed.engine" in cmd and marker in cmd:
                 found.append(int(entry.name))
     return found
 
@@ -278,7 +278,7 @@ def main() -> int:
                 [
                     sys.executable,
                     "-m",
-                    "sparkrun_operator.testbed.engine",
+                    "sparkrun_testbed.engine",
                     "serve",
                     f"{MODEL}-bare-idle",
                     "--host",

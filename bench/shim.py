@@ -38,7 +38,7 @@ from bench import _common
 from bench._operator import client as apiserver_client
 from bench._operator import start_testbed
 from sparkrun_operator.ops import jobs
-from sparkrun_operator.testbed.kubeapi import KubeApi
+from sparkrun_testbed.kubeapi import KubeApi
 from tests.shim.harness import DaemonEnv, ShimRunner
 
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Fail when regenerating produced a diff, or a generated file that git does not track.
+# Every generated path of the repository is listed here (and written by `make generate`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-paths=(crds manifests/crds)
+paths=(crds operator/sparkrun_operator/ops/data)
 existing=(); for p in "${paths[@]}"; do [[ -e $p ]] && existing+=("$p"); done
 status=0
 if ! git diff --exit-code --stat -- "${existing[@]}"; then

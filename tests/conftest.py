@@ -6,13 +6,13 @@ marked ``testbed`` automatically, so ``pytest -m 'not testbed'`` deselects them.
 
 Fixtures:
 
-- ``testbed`` (session): the :class:`~sparkrun_operator.testbed.plane.Testbed`; ``KUBECONFIG``
+- ``testbed`` (session): the :class:`~sparkrun_testbed.plane.Testbed`; ``KUBECONFIG``
   is exported for the whole session once it is up.
 - ``crds`` (session): installs the project's generated CRDs (``crds/*.yaml``, server-side
   apply) and returns their names; tests of the project's kinds use it. The plain ``testbed``
   has only the JobSet CRD, so a broken generated CRD fails only the tests that need it.
 - ``kubeconfig`` (session): path of the admin kubeconfig.
-- ``kube`` (session): a synchronous admin :class:`~sparkrun_operator.testbed.kubeapi.KubeApi`
+- ``kube`` (session): a synchronous admin :class:`~sparkrun_testbed.kubeapi.KubeApi`
   (server-side apply, create, get, list, delete, wait).
 - ``kubectl`` (session): ``kubectl(*args, input=None, check=True) -> CompletedProcess[str]``
   against the testbed, and ``kubectl.json(*args)`` for ``-o json`` output.
@@ -43,10 +43,10 @@ from typing import Any, NoReturn
 
 import pytest
 
-from sparkrun_operator.testbed import binaries, plane
-from sparkrun_operator.testbed.kubeapi import KubeApi
-from sparkrun_operator.testbed.state import State
-from sparkrun_operator.testbed.topology import PROCESS_TAINT, NodePool, Topology
+from sparkrun_testbed import binaries, plane
+from sparkrun_testbed.kubeapi import KubeApi
+from sparkrun_testbed.state import State
+from sparkrun_testbed.topology import PROCESS_TAINT, NodePool, Topology
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 REPO = Path(__file__).resolve().parent.parent

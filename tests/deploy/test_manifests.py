@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkrun_operator.testbed import plane
-from sparkrun_operator.testbed.kubeapi import KubeApi
+from sparkrun_testbed import plane
+from sparkrun_testbed.kubeapi import KubeApi
 
 REPO = Path(__file__).resolve().parents[2]
 APPLY_FOR_REAL = {

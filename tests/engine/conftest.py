@@ -102,7 +102,7 @@ class Launcher:
             "SPARKRUN_ENGINE_HEARTBEAT_SECONDS": "0.2",
             **(env or {}),
         }
-        cmd = [sys.executable, "-m", "sparkrun_operator.testbed.engine", "serve", *args]
+        cmd = [sys.executable, "-m", "sparkrun_testbed.engine", "serve", *args]
         cmd += ["--host", "127.0.0.1", "--port", str(port)]
         with log_path.open("wb") as log_file:
             proc = subprocess.Popen(cmd, env=full_env, stdout=log_file, stderr=subprocess.STDOUT)

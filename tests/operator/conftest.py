@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from sparkrun_operator.testbed import plane
-from sparkrun_operator.testbed.kubeapi import KubeApi, load_manifests
+from sparkrun_testbed import plane
+from sparkrun_testbed.kubeapi import KubeApi, load_manifests
 
 REPO = Path(__file__).resolve().parents[2]
 API = "sparkrun.dev/v1alpha1"

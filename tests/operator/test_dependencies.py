@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sparkrun_operator.recipe import identity as recipe_identity
-from sparkrun_operator.testbed.kubeapi import KubeApi
+from sparkrun_testbed.kubeapi import KubeApi
 from tests.operator.conftest import API, OperatorProcess, condition, jobsets, wait_condition, workload
 
 Factory = Callable[..., OperatorProcess]

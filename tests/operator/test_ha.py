@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import httpx
 
-from sparkrun_operator.testbed.kubeapi import KubeApi
+from sparkrun_testbed.kubeapi import KubeApi
 from tests.operator.conftest import API, OperatorProcess, wait_condition, workload
 
 Factory = Callable[..., OperatorProcess]

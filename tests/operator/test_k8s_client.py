@@ -18,7 +18,7 @@ from sparkrun_operator.api.workload import InferenceWorkloadStatus
 from sparkrun_operator.controllers.common import status_patch
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.client import SERVICES, Kube, connect, resource_of
-from sparkrun_operator.testbed import plane
+from sparkrun_testbed import plane
 
 WORKLOADS = resource_of(INFERENCE_WORKLOAD)
 

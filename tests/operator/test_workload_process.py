@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
-from sparkrun_operator.testbed import topology
-from sparkrun_operator.testbed.kubeapi import KubeApi
+from sparkrun_testbed import topology
+from sparkrun_testbed.kubeapi import KubeApi
 from tests.operator.conftest import API, OperatorProcess, condition, jobsets, wait_condition, workload
 from tests.process.helpers import MARK_ENV, cmdline_of, environ_of, marked_pids, wait_for
 
@@ -141,9 +141,7 @@ def test_killed_worker_restarts_the_group(
     assert obj["status"]["lastFailure"]["reason"]
     assert _chat(obj["status"]["endpoints"][0]["url"], "pair")["choices"]
     wait_for(
-        lambda: (
-            len([p for p in marked_pids(mark) if "sparkrun_operator.testbed.engine" in cmdline_of(p)]) == 2
-        ),
+        lambda: len([p for p in marked_pids(mark) if "sparkrun_testbed.engine" in cmdline_of(p)]) == 2,
         timeout=30,
         what="exactly the two engines of the new group",
     )

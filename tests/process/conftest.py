@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from sparkrun_operator.testbed import plane
-from sparkrun_operator.testbed.topology import Topology
+from sparkrun_testbed import plane
+from sparkrun_testbed.topology import Topology
 from tests.process import helpers
 
 

@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sparkrun_operator.testbed import process_runtime, topology
-from sparkrun_operator.testbed.kubeapi import KubeApi
+from sparkrun_testbed import process_runtime, topology
+from sparkrun_testbed.kubeapi import KubeApi
 
 T = TypeVar("T")
 

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sparkrun_operator.testbed.kubeapi import KubeApi
+from sparkrun_testbed.kubeapi import KubeApi
 from tests.process.helpers import (
     ENGINE_IMAGE,
     JOBSET,
@@ -215,7 +215,7 @@ def test_killing_a_worker_restarts_the_whole_group_through_the_failure_policy(
     worker_engines = [
         pid
         for pid in marked_pids(mark)
-        if environ_of(pid).get("ROLE") == "worker" and "sparkrun_operator.testbed.engine" in cmdline_of(pid)
+        if environ_of(pid).get("ROLE") == "worker" and "sparkrun_testbed.engine" in cmdline_of(pid)
     ]
     assert len(worker_engines) == 2, worker_engines
     os.kill(worker_engines[0], signal.SIGKILL)
@@ -238,10 +238,7 @@ def test_killing_a_worker_restarts_the_whole_group_through_the_failure_policy(
     engines = wait_for(
         lambda: (
             found
-            if len(
-                found := [p for p in marked_pids(mark) if "sparkrun_operator.testbed.engine" in cmdline_of(p)]
-            )
-            == 3
+            if len(found := [p for p in marked_pids(mark) if "sparkrun_testbed.engine" in cmdline_of(p)]) == 3
             else None
         ),
         timeout=30,

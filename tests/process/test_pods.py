@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sparkrun_operator.testbed.kubeapi import KubeApi
+from sparkrun_testbed.kubeapi import KubeApi
 from tests.process.helpers import (
     ENGINE_IMAGE,
     condition,

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from sparkrun_operator.testbed import netns, plane, process_runtime, topology
-from sparkrun_operator.testbed.kubeapi import ApiError, KubeApi
+from sparkrun_testbed import netns, plane, process_runtime, topology
+from sparkrun_testbed.kubeapi import ApiError, KubeApi
 from tests.process.helpers import (
     container,
     marked_pids,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sparkrun_operator.testbed.kubeapi import KubeApi
+from sparkrun_testbed.kubeapi import KubeApi
 from tests.process.helpers import container, phase, pod, pod_spec, shell, wait_for, wait_pod
 
 pytestmark = pytest.mark.testbed

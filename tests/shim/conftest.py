@@ -20,8 +20,8 @@ import httpx
 import pytest
 import yaml
 
-from sparkrun_operator.testbed.kubeapi import KubeApi
-from sparkrun_operator.testbed.plane import Testbed
+from sparkrun_testbed.kubeapi import KubeApi
+from sparkrun_testbed.plane import Testbed
 from tests.reference import reference_python
 from tests.shim.harness import DaemonEnv, ShimRunner
 

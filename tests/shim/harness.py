@@ -34,8 +34,8 @@ from typing import Any, TypeVar
 import httpx
 import yaml
 
-from sparkrun_operator.testbed.kubeapi import ApiError, KubeApi
-from sparkrun_operator.testbed.plane import Testbed
+from sparkrun_testbed.kubeapi import ApiError, KubeApi
+from sparkrun_testbed.plane import Testbed
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]

@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sparkrun_operator.testbed.kubeapi import KubeApi
+from sparkrun_testbed.kubeapi import KubeApi
 from tests.shim.conftest import API, Daemon
 from tests.shim.harness import reference_client
 

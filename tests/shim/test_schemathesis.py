@@ -22,8 +22,8 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sparkrun_operator.testbed.kubeapi import KubeApi
-from sparkrun_operator.testbed.plane import Testbed
+from sparkrun_testbed.kubeapi import KubeApi
+from sparkrun_testbed.plane import Testbed
 from tests.shim.conftest import Daemon, start_daemon, stop_daemon
 
 pytestmark = pytest.mark.testbed

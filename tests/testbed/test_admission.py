@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sparkrun_operator.testbed.kubeapi import ApiError, KubeApi
+from sparkrun_testbed.kubeapi import ApiError, KubeApi
 from tests.corpus import INVALID, VALID, InvalidCase
 
 pytestmark = pytest.mark.testbed

@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 
-from sparkrun_operator.testbed.kubeapi import KubeApi
-from sparkrun_operator.testbed.plane import Testbed
+from sparkrun_testbed.kubeapi import KubeApi
+from sparkrun_testbed.plane import Testbed
 
 pytestmark = pytest.mark.testbed
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from sparkrun_operator.testbed.kubeapi import KubeApi
+from sparkrun_testbed.kubeapi import KubeApi
 
 pytestmark = pytest.mark.testbed
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from sparkrun_operator.testbed.plane import Testbed
-from sparkrun_operator.testbed.topology import Topology
+from sparkrun_testbed.plane import Testbed
+from sparkrun_testbed.topology import Topology
 
 pytestmark = pytest.mark.testbed
 

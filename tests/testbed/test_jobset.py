@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from sparkrun_operator.testbed.kubeapi import ApiError, KubeApi
-from sparkrun_operator.testbed.topology import GPU_RESOURCE
+from sparkrun_testbed.kubeapi import ApiError, KubeApi
+from sparkrun_testbed.topology import GPU_RESOURCE
 
 pytestmark = pytest.mark.testbed
 

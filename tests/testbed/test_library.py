@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from sparkrun_operator.testbed import daemons, jobset, pki
-from sparkrun_operator.testbed.ports import free_ports
-from sparkrun_operator.testbed.state import State
-from sparkrun_operator.testbed.topology import GPU_RESOURCE, NodePool, Topology, node_manifests
+from sparkrun_testbed import daemons, jobset, pki
+from sparkrun_testbed.ports import free_ports
+from sparkrun_testbed.state import State
+from sparkrun_testbed.topology import GPU_RESOURCE, NodePool, Topology, node_manifests
 
 
 def test_default_topology_is_two_nodes_with_eight_gpus() -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkrun_operator.testbed.plane import Testbed
-from sparkrun_operator.testbed.state import State
+from sparkrun_testbed.plane import Testbed
+from sparkrun_testbed.state import State
 
 pytestmark = pytest.mark.testbed
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from sparkrun_operator.testbed.kubeapi import KubeApi
-from sparkrun_operator.testbed.plane import Testbed
-from sparkrun_operator.testbed.topology import GPU_PRODUCT_LABEL, GPU_RESOURCE, Topology
+from sparkrun_testbed.kubeapi import KubeApi
+from sparkrun_testbed.plane import Testbed
+from sparkrun_testbed.topology import GPU_PRODUCT_LABEL, GPU_RESOURCE, Topology
 
 pytestmark = pytest.mark.testbed
 

@@ -3,7 +3,7 @@
 Tested: all 94 operations of the document are registered with its kind, scope, alias, version
 and reservation; request/result schemas equal the reference daemon's; every request schema
 refuses unknown top-level fields; the committed package data is what the generator produces
-from ``../shared/spec`` (no drift); every disabled operation says why and what to use instead.
+from the vendored ``spec/daemon-api`` (no drift); every disabled operation says why and what to use instead.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import pytest
 from sparkrun_operator.ops import catalog
 
 REPO = Path(__file__).resolve().parents[2]
-SPEC = REPO.parent / "shared" / "spec"
+SPEC = REPO / "spec" / "daemon-api"
 
 
 def _spec(name: str) -> list[dict]:
     path = SPEC / name
     if not path.exists():
-        pytest.fail(f"{path} is missing: the shared spec is a prerequisite of these tests")
+        pytest.fail(f"{path} is missing: the vendored spec is part of the repository")
     return json.loads(path.read_text())
 
 

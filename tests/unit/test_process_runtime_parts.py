@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from sparkrun_operator.testbed import (
+from sparkrun_testbed import (
     netns,
     process_dns,
     process_env,
@@ -26,9 +26,9 @@ from sparkrun_operator.testbed import (
     process_nc,
     process_volumes,
 )
-from sparkrun_operator.testbed.process_kubelet import tail_bytes
-from sparkrun_operator.testbed.process_pod import Backoff, exit_code_of, should_restart
-from sparkrun_operator.testbed.process_status import (
+from sparkrun_testbed.process_kubelet import tail_bytes
+from sparkrun_testbed.process_pod import Backoff, exit_code_of, should_restart
+from sparkrun_testbed.process_status import (
     ContainerState,
     PodView,
     conditions,

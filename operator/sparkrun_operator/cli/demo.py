@@ -13,12 +13,15 @@
    ``openai`` client, and calls the daemon API with the project's client;
 6. prints a status table and what to try next.
 
-``--down`` stops everything at the end (tests use it); by default it keeps running.
+``--down`` stops everything at the end; by default it keeps running, and
+``<run dir>/endpoints.json`` says how to reach it (kubeconfig, gateway and daemon API URLs, the
+CA of the daemon API's certificate, the namespace it serves): the e2e suite (``e2e/``) reads it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import sys
@@ -34,9 +37,9 @@ from rich.console import Console
 from rich.table import Table
 
 from sparkrun_operator.api.admission import validate
-from sparkrun_operator.testbed import binaries, daemons, plane
-from sparkrun_operator.testbed.kubeapi import KubeApi
-from sparkrun_operator.testbed.topology import NodePool, Topology
+from sparkrun_testbed import binaries, daemons, plane
+from sparkrun_testbed.kubeapi import KubeApi
+from sparkrun_testbed.topology import NodePool, Topology
 
 #: Examples applied to the testbed, in order (the ModelCache, benchmark and job examples need a
 #: hub, a served model and the daemon API respectively, so the demo leaves them out).
@@ -51,6 +54,7 @@ NAMESPACE = "default"
 POOL_LABEL = ("sparkrun.dev/pool", "inference")  # what examples/inferencecluster.yaml selects
 PROCESS_NODES = 7  # 4 whole nodes for the TP 8 x PP 4 replica, whatever the scheduler did first
 GPUS_PER_NODE = 8
+ENDPOINTS_FILE = "endpoints.json"
 
 
 def register(subparsers: Any) -> None:
@@ -250,6 +254,23 @@ def start_components(demo: Demo) -> None:
     for daemon in started:
         demo.console.print(f"{daemon.name}: pid {daemon.pid}, log {daemon.log}")
     demo.console.print(f"shim {demo.shim_url}   gateway {demo.gateway_url}")
+    write_endpoints(demo)
+
+
+def write_endpoints(demo: Demo) -> Path:
+    """``<run dir>/endpoints.json``: how to reach what the demo started (read by ``e2e/``)."""
+    testbed = demo.testbed
+    assert testbed is not None
+    path = testbed.run_dir / ENDPOINTS_FILE
+    doc = {
+        "kubeconfig": str(testbed.kubeconfig),
+        "gateway_url": demo.gateway_url,
+        "daemon_url": demo.shim_url,
+        "daemon_ca": str(testbed.ca_file()),
+        "namespace": NAMESPACE,
+    }
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return path
 
 
 def _api(demo: Demo) -> KubeApi:

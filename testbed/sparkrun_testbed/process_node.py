@@ -26,8 +26,8 @@ import platform
 from collections.abc import Mapping
 from typing import Any
 
-from sparkrun_operator.testbed.process_api import call_json
-from sparkrun_operator.testbed.topology import PROCESS_TAINT
+from sparkrun_testbed.process_api import call_json
+from sparkrun_testbed.topology import PROCESS_TAINT
 
 log = logging.getLogger("sparkrun.testbed.process")
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkrun_operator.testbed import process_env
+from sparkrun_testbed import process_env
 
 RUN_DIRS = ("/run", "/var/run")
 DEFAULT_MODE = 0o644

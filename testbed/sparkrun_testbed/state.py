@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkrun_operator.testbed.daemons import Daemon
+from sparkrun_testbed.daemons import Daemon
 
 STATE_FILE = "state.json"
 

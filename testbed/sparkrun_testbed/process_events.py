@@ -12,8 +12,8 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from sparkrun_operator.testbed.process_api import call_json
-from sparkrun_operator.testbed.process_status import now, rfc3339
+from sparkrun_testbed.process_api import call_json
+from sparkrun_testbed.process_status import now, rfc3339
 
 log = logging.getLogger("sparkrun.testbed.process")
 

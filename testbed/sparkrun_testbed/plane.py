@@ -12,7 +12,7 @@
 3. the JobSet CRD and the project's CRDs (server-side apply), then in parallel:
    kube-controller-manager, kube-scheduler, KWOK (fake nodes, pods become Running and stay so)
    and the JobSet controller with its webhooks on 127.0.0.1, registered by URL;
-4. the fake GPU nodes of the :class:`~sparkrun_operator.testbed.topology.Topology`.
+4. the fake GPU nodes of the :class:`~sparkrun_testbed.topology.Topology`.
 
 It returns once every component reports healthy, every node is Ready, the ``default``
 ServiceAccount exists (the controller-manager works) and every CRD is Established. If anything
@@ -41,13 +41,13 @@ from typing import Any
 import httpx
 import yaml
 
-from sparkrun_operator.testbed import daemons, jobset, pki, process_runtime
-from sparkrun_operator.testbed.binaries import Binaries, repo_root
-from sparkrun_operator.testbed.daemons import Daemon
-from sparkrun_operator.testbed.kubeapi import ApiError, KubeApi, load_manifests
-from sparkrun_operator.testbed.ports import LOOPBACK, free_ports
-from sparkrun_operator.testbed.state import State
-from sparkrun_operator.testbed.topology import Topology, node_manifests
+from sparkrun_testbed import daemons, jobset, pki, process_runtime
+from sparkrun_testbed.binaries import Binaries, repo_root
+from sparkrun_testbed.daemons import Daemon
+from sparkrun_testbed.kubeapi import ApiError, KubeApi, load_manifests
+from sparkrun_testbed.ports import LOOPBACK, free_ports
+from sparkrun_testbed.state import State
+from sparkrun_testbed.topology import Topology, node_manifests
 
 ETCD = "etcd"
 APISERVER = "kube-apiserver"
@@ -200,7 +200,7 @@ class Testbed:
 
         Raises :class:`AlreadyRunning` if ``run_dir`` holds a live testbed, :class:`StartError`
         (after stopping whatever was started) if a component fails, and
-        :class:`~sparkrun_operator.testbed.binaries.BinariesMissing` if binaries are absent.
+        :class:`~sparkrun_testbed.binaries.BinariesMissing` if binaries are absent.
         A previous, stopped run in ``run_dir`` is wiped, logs included.
         """
         options = options or Options()

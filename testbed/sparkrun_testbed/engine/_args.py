@@ -89,7 +89,7 @@ class ServeArgs:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m sparkrun_operator.testbed.engine")
+    parser = argparse.ArgumentParser(prog="python -m sparkrun_testbed.engine")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve a model (vllm serve compatible)")
     serve.add_argument("model_tag", nargs="?", default=None)

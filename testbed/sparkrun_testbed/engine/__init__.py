@@ -1,6 +1,6 @@
 """A vLLM stand-in: ``vllm serve``'s command line and OpenAI-compatible HTTP surface, no GPU.
 
-Run it as ``python -m sparkrun_operator.testbed.engine serve MODEL [vllm serve args...]``. The
+Run it as ``python -m sparkrun_testbed.engine serve MODEL [vllm serve args...]``. The
 testbed maps the vLLM command of a pod onto this module; tests start it directly.
 
 Contract (what a client can rely on):

@@ -13,7 +13,11 @@ Modules:
 - ``binaries``: where the built binaries are, and building them;
 - ``daemons``: process groups that another process can stop safely; ``state``: the run dir record;
 - ``pki``: CAs and certificates; ``jobset``: JobSet controller config and webhook registration;
-- ``ports``: free loopback ports.
+- ``ports``: free loopback ports;
+- ``cli``: the ``sparkrun-k8s testbed`` command (the product's CLI loads it lazily).
 
-Nothing here is imported by the product; it may import anything below ``cli``.
+This is a distribution of its own, ``sparkrun-testbed`` (``testbed/`` in the checkout), that the
+product's wheel and image do not contain. The product never imports it, except the lazily loaded
+``sparkrun-k8s demo`` command, and it never imports the product (import-linter contracts in the
+root ``pyproject.toml``): it talks to Kubernetes with its own small client, ``kubeapi``.
 """

@@ -7,7 +7,7 @@ matches the image's repository supplies what the image would: its ``ENTRYPOINT``
 the entrypoint and drops ``CMD``; ``args`` replace ``CMD``) and translated:
 
 - ``vllm serve ...`` and ``python -m vllm.entrypoints.openai.api_server ...`` become the engine
-  stand-in, ``<this interpreter> -m sparkrun_operator.testbed.engine serve ...``;
+  stand-in, ``<this interpreter> -m sparkrun_testbed.engine serve ...``;
 - anything else runs as is, with a ``PATH`` whose first entry holds shims: ``vllm`` (the engine
   stand-in, so ``sh -c "... exec vllm serve ..."`` works), ``python``/``python3`` (this
   interpreter, which can import the project) and ``nc`` (``nc -z HOST PORT`` for init containers
@@ -44,7 +44,7 @@ import yaml
 IMAGE_NOT_MAPPED = "ImageNotMapped"
 START_ERROR = "StartError"
 CREATE_ERROR = "CreateContainerError"
-ENGINE_MODULE = "sparkrun_operator.testbed.engine"
+ENGINE_MODULE = "sparkrun_testbed.engine"
 IMAGES_FILE_ENV = "SPARKRUN_TESTBED_PROCESS_IMAGES"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _VLLM_API_SERVER = "vllm.entrypoints.openai.api_server"
@@ -184,7 +184,7 @@ def write_shims(shim_dir: Path) -> None:
         "vllm": f'#!/bin/sh\nexec "{py}" -m {ENGINE_MODULE} "$@"\n',
         "python": f'#!/bin/sh\nexec "{py}" "$@"\n',
         "python3": f'#!/bin/sh\nexec "{py}" "$@"\n',
-        "nc": f'#!/bin/sh\nexec "{py}" -m sparkrun_operator.testbed.process_nc "$@"\n',
+        "nc": f'#!/bin/sh\nexec "{py}" -m sparkrun_testbed.process_nc "$@"\n',
     }
     for name, text in scripts.items():
         target = shim_dir / name

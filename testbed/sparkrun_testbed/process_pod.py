@@ -3,7 +3,7 @@
 A :class:`PodWorker` owns one pod (by UID) and does, in order:
 
 1. **Sandbox**: an address (and, in namespace mode, a network namespace) from the node's
-   :class:`~sparkrun_operator.testbed.netns.PodNetwork`; ``podIP``, ``hostIP`` and
+   :class:`~sparkrun_testbed.netns.PodNetwork`; ``podIP``, ``hostIP`` and
    ``startTime`` go into the status; the pod's DNS record and hosts file are registered.
    A ``hostNetwork`` pod shares the node's address and namespaces (no hosts file, no mounts).
 2. **Init containers**, one after the other; each must exit 0 before the next starts. A
@@ -51,17 +51,17 @@ from typing import Any
 
 import httpx
 
-from sparkrun_operator.testbed import (
+from sparkrun_testbed import (
     process_dns,
     process_env,
     process_images,
     process_probes,
     process_volumes,
 )
-from sparkrun_operator.testbed.netns import PodNetwork, Sandbox
-from sparkrun_operator.testbed.process_api import call_json
-from sparkrun_operator.testbed.process_events import Events
-from sparkrun_operator.testbed.process_status import (
+from sparkrun_testbed.netns import PodNetwork, Sandbox
+from sparkrun_testbed.process_api import call_json
+from sparkrun_testbed.process_events import Events
+from sparkrun_testbed.process_status import (
     FAILED,
     TERMINAL,
     ContainerState,

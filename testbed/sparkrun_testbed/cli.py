@@ -3,6 +3,9 @@
 Each testbed lives in ``<run-root>/<name>`` (default ``.run/testbed/default`` in the checkout),
 so ``down``, ``status`` and ``env`` work from any shell. Exit codes: 0 success, 1 failure
 (start failed, or ``status`` found a component down), 2 binaries missing or bad usage.
+
+The product's ``sparkrun-k8s`` command line imports this module only when ``testbed`` runs and
+calls :func:`register`.
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sparkrun_operator.testbed import binaries, plane
-from sparkrun_operator.testbed.topology import NodePool, Topology
+from sparkrun_testbed import binaries, plane
+from sparkrun_testbed.topology import NodePool, Topology
 
 _DEFAULT_NAME = "default"
 

@@ -11,7 +11,7 @@ kubelet API for ``kubectl logs`` (:mod:`.process_kubelet`).
 
 Run it as a daemon of a testbed (``testbed up`` does, for the topology's process nodes)::
 
-    python -m sparkrun_operator.testbed.process_runtime --run-dir RUN_DIR --node proc-0 \\
+    python -m sparkrun_testbed.process_runtime --run-dir RUN_DIR --node proc-0 \\
         [--node proc-1 ...] [--health-port PORT] [--loopback]
 
 It uses ``RUN_DIR/kubeconfig``, the testbed CA in ``RUN_DIR/pki`` (to issue each node's
@@ -47,16 +47,16 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from sparkrun_operator.testbed import daemons, netns, pki, process_images
-from sparkrun_operator.testbed.daemons import Daemon
-from sparkrun_operator.testbed.process_api import call_json
-from sparkrun_operator.testbed.process_dns import Registry
-from sparkrun_operator.testbed.process_events import Events
-from sparkrun_operator.testbed.process_kubelet import KubeletServer, health_app, server_context
-from sparkrun_operator.testbed.process_node import RUNTIME_LABEL, RUNTIME_PROCESS, NodeAgent
-from sparkrun_operator.testbed.process_pod import Host, PodWorker, Settings
-from sparkrun_operator.testbed.process_probes import http_client
-from sparkrun_operator.testbed.process_status import TERMINAL
+from sparkrun_testbed import daemons, netns, pki, process_images
+from sparkrun_testbed.daemons import Daemon
+from sparkrun_testbed.process_api import call_json
+from sparkrun_testbed.process_dns import Registry
+from sparkrun_testbed.process_events import Events
+from sparkrun_testbed.process_kubelet import KubeletServer, health_app, server_context
+from sparkrun_testbed.process_node import RUNTIME_LABEL, RUNTIME_PROCESS, NodeAgent
+from sparkrun_testbed.process_pod import Host, PodWorker, Settings
+from sparkrun_testbed.process_probes import http_client
+from sparkrun_testbed.process_status import TERMINAL
 
 log = logging.getLogger("sparkrun.testbed.process")
 
@@ -111,7 +111,7 @@ def launch(
     argv = [
         sys.executable,
         "-m",
-        "sparkrun_operator.testbed.process_runtime",
+        "sparkrun_testbed.process_runtime",
         f"--run-dir={run_dir}",
         f"--health-port={health_port}",
         *(f"--node={name}" for name in nodes),
@@ -483,8 +483,8 @@ async def _delete(core: Any, pod: Mapping[str, Any]) -> None:
 
 def _node_manifests(run_dir: Path) -> dict[str, dict[str, Any]]:
     """Node manifests of the testbed topology by name, made fit for process nodes."""
-    from sparkrun_operator.testbed.state import State
-    from sparkrun_operator.testbed.topology import Topology, node_manifests
+    from sparkrun_testbed.state import State
+    from sparkrun_testbed.topology import Topology, node_manifests
 
     state = State.load(run_dir)
     if state is None:
@@ -543,7 +543,7 @@ def _kill_tracked(path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sparkrun_operator.testbed.process_runtime")
+    parser = argparse.ArgumentParser(prog="python -m sparkrun_testbed.process_runtime")
     parser.add_argument("--run-dir", type=Path, required=True, help="the testbed's run directory")
     parser.add_argument("--node", action="append", required=True, help="a process node (repeatable)")
     parser.add_argument("--health-port", type=int, default=0, help="serve /healthz on 127.0.0.1:PORT")

@@ -1,0 +1,152 @@
+"""Per-request state of the gateway: the request context, the route record and ASGI types.
+
+A :class:`Ctx` owns one request's ASGI channel: it reads the body (bounded), writes the
+response, watches for a client disconnect and answers a cancelled request. Route modules and
+:class:`~sparkrun_operator.gateway.app.Gateway` both import it; it imports neither.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .balancer import Backend
+from .config import GatewaySettings
+from .errors import Family, GatewayError, bad_request, render
+
+if TYPE_CHECKING:
+    from .app import Gateway
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+Headers = Sequence[tuple[bytes, bytes]]
+
+JSON = b"application/json"
+NDJSON = b"application/x-ndjson"
+
+
+class Cancelled(Exception):
+    """Raised inside a request task that ``/v1/cancel`` or a disconnect stopped."""
+
+
+@dataclass(eq=False)
+class Ctx:
+    """Per-request state."""
+
+    scope: Scope
+    receive: Receive
+    send: Send
+    rid: str
+    family: Family
+    route: str
+    start: float
+    headers: dict[bytes, bytes]
+    task: asyncio.Task[Any] | None = None
+    body: bytes = b""
+    doc: dict[str, Any] = field(default_factory=dict)
+    model_label: str = "unknown"
+    status: int = 0
+    started: bool = False
+    finished: bool = False
+    cancel_reason: str | None = None
+    backend: Backend | None = None
+    stream_end: Callable[[str], bytes] | None = None
+    """Bytes that end the current stream with an in-band error in the family's protocol."""
+
+    async def start_response(self, status: int, ctype: bytes, extra: Headers = ()) -> None:
+        self.status = status
+        self.started = True
+        headers = [(b"content-type", ctype), (b"x-request-id", self.rid.encode()), *extra]
+        await self.send({"type": "http.response.start", "status": status, "headers": headers})
+
+    async def body_part(self, data: bytes, more: bool = True) -> None:
+        if not more:
+            self.finished = True
+        await self.send({"type": "http.response.body", "body": data, "more_body": more})
+
+    async def respond(self, status: int, body: bytes, ctype: bytes = JSON, extra: Headers = ()) -> None:
+        self.finished = True
+        await self.start_response(status, ctype, ((b"content-length", str(len(body)).encode()), *extra))
+        await self.send({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def error(self, exc: GatewayError) -> None:
+        extra: Headers = ()
+        if exc.retry_after is not None:
+            extra = ((b"retry-after", str(round(exc.retry_after)).encode()),)
+        await self.respond(exc.status, exc.body(self.family), extra=extra)
+
+    async def read_body(self, settings: GatewaySettings) -> bytes:
+        """The request body: 413 above ``max_body_bytes``, 408 when not read in ``body_timeout``."""
+        limit = settings.max_body_bytes
+        declared = self.headers.get(b"content-length")
+        if declared is not None:
+            try:
+                size = int(declared)
+            except ValueError:
+                raise bad_request("Invalid Content-Length header") from None
+            if size > limit:
+                raise GatewayError(413, f"Request body of {size} bytes exceeds the limit of {limit} bytes")
+        parts: list[bytes] = []
+        total = 0
+        try:
+            async with asyncio.timeout(settings.body_timeout):
+                while True:
+                    message = await self.receive()
+                    if message["type"] == "http.disconnect":
+                        raise Cancelled()
+                    chunk = message.get("body", b"")
+                    total += len(chunk)
+                    if total > limit:
+                        raise GatewayError(413, f"Request body exceeds the limit of {limit} bytes")
+                    parts.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            raise GatewayError(408, "Timed out reading the request body") from None
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def watch_disconnect(self) -> asyncio.Future[Message]:
+        """Cancel the request's task when the client disconnects before the response finished.
+
+        NB: after the body is read, ``receive()`` only returns on disconnect (or once the
+        response completed, which ``finished`` tells apart).
+        """
+        watcher = asyncio.ensure_future(self.receive())
+
+        def on_done(fut: asyncio.Future[Message]) -> None:
+            if fut.cancelled() or fut.exception() is not None or self.finished:
+                return
+            if fut.result().get("type") == "http.disconnect" and self.task is not None:
+                self.cancel_reason = self.cancel_reason or "disconnect"
+                self.task.cancel()
+
+        watcher.add_done_callback(on_done)
+        return watcher
+
+    async def cancelled_response(self) -> None:
+        # Seed 004: a cancelled stream ends with an error event (then [DONE]); a non-streamed
+        # request gets an error body instead of a partial answer.
+        message = "The generation was cancelled before it completed"
+        if not self.started:
+            await self.respond(499, render(self.family, 499, message, code="cancelled"))
+        elif self.stream_end is not None:
+            await self.body_part(self.stream_end(message), more=False)
+        else:
+            await self.body_part(b"", more=False)
+
+
+Handler = Callable[["Gateway", Ctx], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Route:
+    handler: Handler
+    family: Family
+    name: str
+    reads_body: bool = True
+    inference: bool = False
+    """Watch for client disconnects while the handler runs (it may wait on upstream)."""

@@ -1,0 +1,108 @@
+"""Catalog and utility routes: model listings (OpenAI and Ollama), cancel, metrics and health."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from . import ollama_api
+from .context import JSON, Ctx
+from .errors import GatewayError, bad_request
+from .routing import Workload
+
+if TYPE_CHECKING:
+    from .app import Gateway
+
+
+def visible(gw: Gateway, ctx: Ctx) -> list[tuple[str, Workload]]:
+    """Every (name, workload) the caller's key may use, aliases included."""
+    grant = gw.authorize(ctx)
+    table = gw.source.snapshot()
+    out = []
+    for wl in table.workloads:
+        for name in wl.names:
+            if grant is None or grant.allows(name):
+                out.append((name, wl))
+    return out
+
+
+async def models(gw: Gateway, ctx: Ctx) -> None:
+    data = []
+    for name, wl in visible(gw, ctx):
+        data.append(
+            {
+                "id": name,
+                "object": "model",
+                "created": 0,
+                "owned_by": wl.namespace,
+                "root": wl.served_name,
+                "parent": None if name == wl.served_name else wl.served_name,
+                "workload": wl.key,
+                "state": wl.state,
+                "ready": wl.routable,
+                "capabilities": sorted(wl.capabilities),
+                "aliases": list(wl.aliases),
+            }
+        )
+    await ctx.respond(200, dumps({"object": "list", "data": data}))
+
+
+async def ollama_tags(gw: Gateway, ctx: Ctx) -> None:
+    await ctx.respond(200, dumps({"models": [ollama_api.tag(name, wl) for name, wl in visible(gw, ctx)]}))
+
+
+async def ollama_ps(gw: Gateway, ctx: Ctx) -> None:
+    models = [ollama_api.running(name, wl) for name, wl in visible(gw, ctx) if wl.routable]
+    await ctx.respond(200, dumps({"models": models}))
+
+
+async def ollama_show(gw: Gateway, ctx: Ctx) -> None:
+    doc = gw.parse_json(ctx)
+    name = doc.get("name") or doc.get("model")  # seed 004: "name takes precedence"
+    if not isinstance(name, str) or not name:
+        raise bad_request("name or model is required")
+    grant = gw.authorize(ctx)
+    wl = gw.source.snapshot().lookup(name)
+    if wl is None or (grant is not None and not grant.allows(name)):
+        raise GatewayError(404, f"model '{name}' not found")
+    await ctx.respond(200, dumps(ollama_api.show(name, wl)))
+
+
+async def ollama_version(gw: Gateway, ctx: Ctx) -> None:
+    body = dumps({"version": gw.settings.version})
+    if ctx.scope["method"] == "HEAD":
+        ctx.finished = True
+        await ctx.start_response(200, JSON, [(b"content-length", str(len(body)).encode())])
+        await ctx.body_part(b"", more=False)
+        return
+    await ctx.respond(200, body)
+
+
+async def ollama_root(gw: Gateway, ctx: Ctx) -> None:
+    body = b"Ollama is running"
+    if ctx.scope["method"] == "HEAD":
+        ctx.finished = True
+        await ctx.start_response(200, b"text/plain; charset=utf-8", [(b"content-length", b"17")])
+        await ctx.body_part(b"", more=False)
+        return
+    await ctx.respond(200, body, b"text/plain; charset=utf-8")
+
+
+async def cancel(gw: Gateway, ctx: Ctx) -> None:
+    command_id = ctx.scope["path"].removeprefix("/v1/cancel/")
+    gw.authorize(ctx)
+    if not gw.cancel(command_id):
+        raise GatewayError(404, "Command not found or already completed")
+    await ctx.respond(200, dumps({"message": "Command cancelled.", "command_id": command_id}))
+
+
+async def metrics(gw: Gateway, ctx: Ctx) -> None:
+    await ctx.respond(200, gw.metrics.render(), b"text/plain; version=0.0.4; charset=utf-8")
+
+
+async def health(gw: Gateway, ctx: Ctx) -> None:
+    await ctx.respond(200, b'{"status":"ok"}')
+
+
+def dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()

@@ -1,0 +1,150 @@
+"""OpenAI routes: validation, prefix affinity and the byte-for-byte relay of the answer.
+
+Chat/text completions, Responses and embeddings go to the engine as they came (re-encoded only
+when the model is an alias). Streams are cut only at event boundaries so that an in-band error
+can always follow a complete event.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from .context import Ctx, Handler
+from .errors import GatewayError, bad_request, render
+from .routing import TEXT_GENERATION
+from .upstream import UpstreamError, UpstreamResponse
+
+if TYPE_CHECKING:
+    from .app import Gateway
+
+
+def handler(capability: str, path: str) -> Handler:
+    """The route handler of the OpenAI endpoint ``path`` (served by models with ``capability``)."""
+
+    async def handle(gw: Gateway, ctx: Ctx) -> None:
+        await forward(gw, ctx, capability, path)
+
+    return handle
+
+
+async def forward(gw: Gateway, ctx: Ctx, capability: str, path: str) -> None:
+    doc = gw.parse_json(ctx)
+    if capability == TEXT_GENERATION:
+        validate_generation(doc, path)
+    elif path == "/v1/embeddings":
+        validate_embeddings(doc)
+    workload = await gw.admit(ctx, doc.get("model"), capability)
+    affinity = affinity_key(doc) if workload.prefix_affinity else None
+    payload = ctx.body
+    if doc["model"] != workload.served_name:
+        # An alias: the engine knows only the served name, so the body is re-encoded once.
+        payload = json.dumps({**doc, "model": workload.served_name}, ensure_ascii=False).encode()
+    response = await gw.connect(ctx, workload, path, payload, affinity)
+    try:
+        await relay(gw, ctx, response, path)
+    finally:
+        response.close()
+
+
+def validate_generation(doc: dict[str, Any], path: str) -> None:
+    # Seed 004: "an empty messages array or a non-positive max_tokens returns 400 Bad Request".
+    if path == "/v1/chat/completions":
+        messages = doc.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise bad_request("'messages' must be a non-empty array", param="messages")
+    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+        value = doc.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+            raise bad_request(f"'{key}' must be a positive integer", param=key)
+
+
+def validate_embeddings(doc: dict[str, Any]) -> None:
+    # Seed 004: "an empty list returns 400"; "dimensions: Not supported. Any value returns 400".
+    raw = doc.get("input")
+    if raw is None or raw == [] or raw == "":
+        raise bad_request("'input' must be a non-empty string or array", param="input")
+    if "dimensions" in doc:
+        raise bad_request(
+            "'dimensions' is not supported; embeddings use the model's native size", param="dimensions"
+        )
+
+
+def affinity_key(doc: dict[str, Any]) -> bytes | None:
+    """The prompt prefix that decides prefix affinity (system prompt + first user turn)."""
+    messages = doc.get("messages")
+    if isinstance(messages, list) and messages:
+        head = json.dumps(messages[:2], sort_keys=True, separators=(",", ":"))
+        return head[:2048].encode()
+    for key in ("prompt", "input", "instructions"):
+        value = doc.get(key)
+        if isinstance(value, str):
+            return value[:2048].encode()
+    return None
+
+
+async def read_all(gw: Gateway, ctx: Ctx, response: UpstreamResponse) -> bytes:
+    """The whole upstream body (bounded); 502 when the upstream fails while sending it."""
+    try:
+        return await response.read(gw.settings.max_upstream_body_bytes)
+    except UpstreamError as exc:
+        raise GatewayError(502, gw.upstream_failed(ctx, exc)) from None
+
+
+async def relay(gw: Gateway, ctx: Ctx, response: UpstreamResponse, path: str) -> None:
+    ctype = response.headers.get(b"content-type", b"application/json")
+    if not ctype.startswith(b"text/event-stream"):
+        body = await read_all(gw, ctx, response)
+        gw.first_byte(ctx)
+        if response.status < 400:
+            gw.record_usage(ctx, body[-512:])
+        await ctx.respond(response.status, body, ctype)
+        return
+    responses_api = path == "/v1/responses"
+    ctx.stream_end = responses_stream_error if responses_api else openai_stream_error
+    await ctx.start_response(response.status, ctype, [(b"cache-control", b"no-cache")])
+    # Seed 004: "streaming chat completions open with the SSE comment line : command_id <id>".
+    # NB: it leaves with the first upstream bytes, one write less on the time-to-first-token path.
+    opening = b"" if responses_api else b": command_id " + ctx.rid.encode() + b"\n\n"
+    tail = b""
+    last = b""
+    first = True
+    try:
+        async for chunk in response.chunks():
+            if first:
+                gw.first_byte(ctx)
+                first = False
+            data = tail + chunk if tail else chunk
+            cut = data.rfind(b"\n\n")
+            if cut < 0:
+                tail = data
+                continue
+            if cut + 2 == len(data):
+                out, tail = data, b""
+            else:
+                out, tail = data[: cut + 2], data[cut + 2 :]
+            last = out
+            if opening:
+                out, opening = opening + out, b""
+            await ctx.body_part(out)
+    except UpstreamError as exc:
+        message = gw.upstream_failed(ctx, exc)
+        await ctx.body_part(opening + ctx.stream_end(message), more=False)
+        return
+    if tail.strip():
+        message = "Upstream ended the stream in the middle of an event"
+        await ctx.body_part(opening + ctx.stream_end(message), more=False)
+        return
+    gw.record_usage(ctx, last[-1024:])
+    await ctx.body_part(opening, more=False)
+
+
+def openai_stream_error(message: str) -> bytes:
+    # Seed 004: "a data: frame carrying the error object, followed by data: [DONE]".
+    err = render("openai", 502, message, code="upstream_error")
+    return b"data: " + err + b"\n\ndata: [DONE]\n\n"
+
+
+def responses_stream_error(message: str) -> bytes:
+    err = json.dumps({"type": "error", "code": "upstream_error", "message": message, "param": None})
+    return b"event: error\ndata: " + err.encode() + b"\n\n"

@@ -1,0 +1,138 @@
+"""Anthropic Messages and Ollama chat/generate routes: translated to OpenAI chat and back.
+
+The request is translated (``messages_api`` / ``ollama_api``) into an OpenAI chat completion, sent
+to the engine, and the answer relayed through the family's translator. Every stream ends in the
+client's protocol, with an in-band error when the upstream dies or answers an error event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from . import messages_api, ollama_api
+from .context import JSON, NDJSON, Ctx
+from .errors import GatewayError, render
+from .openai_api import affinity_key, read_all
+from .routing import TEXT_GENERATION, Workload
+from .sse import DONE, SSEParser
+from .upstream import UpstreamError, UpstreamResponse
+
+if TYPE_CHECKING:
+    from .app import Gateway
+
+
+async def messages(gw: Gateway, ctx: Ctx) -> None:
+    doc = gw.parse_json(ctx)
+    messages_api.validate(doc)
+    workload = await gw.admit(ctx, doc.get("model"), TEXT_GENERATION)
+    stream = bool(doc.get("stream"))
+    body = messages_api.to_openai(doc)
+    translator = messages_api.Translator(model=doc["model"], rid=ctx.rid)
+    await forward(gw, ctx, body, workload, translator, stream)
+
+
+async def ollama_chat(gw: Gateway, ctx: Ctx) -> None:
+    doc = gw.parse_json(ctx)
+    ollama_api.validate_chat(doc)
+    workload = await gw.admit(ctx, doc.get("model"), TEXT_GENERATION)
+    stream = doc.get("stream", True) is not False
+    translator = ollama_api.Translator(model=doc["model"], mode="chat", stream=stream)
+    await forward(gw, ctx, ollama_api.chat_to_openai(doc, stream), workload, translator, stream)
+
+
+async def ollama_generate(gw: Gateway, ctx: Ctx) -> None:
+    doc = gw.parse_json(ctx)
+    ollama_api.validate_generate(doc)
+    workload = await gw.admit(ctx, doc.get("model"), TEXT_GENERATION)
+    stream = doc.get("stream", True) is not False
+    if not doc.get("prompt") and not doc.get("system") and not doc.get("images"):
+        # Ollama answers an empty prompt by loading the model: done at once, done_reason "load".
+        await ctx.respond(200, ollama_api.load_reply(doc["model"]), NDJSON if stream else JSON)
+        return
+    translator = ollama_api.Translator(model=doc["model"], mode="generate", stream=stream)
+    await forward(gw, ctx, ollama_api.generate_to_openai(doc, stream), workload, translator, stream)
+
+
+async def forward(
+    gw: Gateway, ctx: Ctx, upstream_body: dict[str, Any], workload: Workload, translator: Any, stream: bool
+) -> None:
+    """Forward a translated chat request; relay the answer through ``translator``.
+
+    ``translator`` offers ``content_type``, ``start()``, ``feed(chunk) -> bytes``, ``finish()``,
+    ``fail(message) -> bytes`` for streams and ``whole(completion) -> bytes`` otherwise.
+    """
+    upstream_body["model"] = workload.served_name
+    payload = json.dumps(upstream_body, separators=(",", ":"), ensure_ascii=False).encode()
+    affinity = affinity_key(upstream_body) if workload.prefix_affinity else None
+
+    response = await gw.connect(ctx, workload, "/v1/chat/completions", payload, affinity)
+    try:
+        if response.status >= 400:
+            await upstream_error(ctx, gw, response)
+            return
+        if not stream:
+            raw = await read_all(gw, ctx, response)
+            gw.first_byte(ctx)
+            gw.record_usage(ctx, raw[-512:])
+            try:
+                body = translator.whole(json.loads(raw))
+            except (ValueError, KeyError, TypeError, IndexError) as exc:
+                raise GatewayError(502, f"Upstream answered something unexpected: {exc}") from None
+            await ctx.respond(200, body)
+            return
+        await relay(gw, ctx, response, translator)
+    finally:
+        response.close()
+
+
+async def upstream_error(ctx: Ctx, gw: Gateway, response: UpstreamResponse) -> None:
+    """Relay an upstream error status in the client's family."""
+    raw = await read_all(gw, ctx, response)
+    message = f"Upstream answered {response.status}"
+    with contextlib.suppress(ValueError, AttributeError, TypeError):
+        err = json.loads(raw)
+        message = str(
+            err["error"]["message"] if isinstance(err.get("error"), dict) else err.get("error") or err
+        )
+    await ctx.respond(response.status, render(ctx.family, response.status, message))
+
+
+async def relay(gw: Gateway, ctx: Ctx, response: UpstreamResponse, translator: Any) -> None:
+    ctx.stream_end = translator.fail
+    await ctx.start_response(200, translator.content_type, [(b"cache-control", b"no-cache")])
+    opening = translator.start()
+    if opening:
+        await ctx.body_part(opening)
+    parser = SSEParser()
+    first = True
+    done = False
+    try:
+        async for chunk in response.chunks():
+            if first:
+                gw.first_byte(ctx)
+                first = False
+            out = bytearray()
+            for event in parser.feed(chunk):
+                if event is DONE:
+                    done = True
+                    continue
+                if isinstance(event, dict) and "error" in event:
+                    err = event["error"]
+                    text = err.get("message") if isinstance(err, dict) else str(err)
+                    await ctx.body_part(translator.fail(str(text)), more=False)
+                    return
+                if isinstance(event, dict) and event.get("usage"):
+                    gw.record_usage(ctx, json.dumps(event["usage"]).encode())
+                out += translator.feed(event)
+            if out:
+                await ctx.body_part(bytes(out))
+    except (UpstreamError, ValueError) as exc:
+        message = gw.upstream_failed(ctx, exc) if isinstance(exc, UpstreamError) else str(exc)
+        await ctx.body_part(translator.fail(message), more=False)
+        return
+    if not done:
+        await ctx.body_part(translator.fail("Upstream ended the stream before it completed"), more=False)
+        return
+    await ctx.body_part(translator.finish(), more=False)

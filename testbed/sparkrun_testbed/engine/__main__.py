@@ -1,0 +1,7 @@
+"""``python -m sparkrun_testbed.engine serve MODEL ...``."""
+
+import sys
+
+from . import main
+
+sys.exit(main())
