@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from sparkrun_operator.render import keys
-from sparkrun_operator.testbed.kubeapi import KubeApi
+from sparkrun_testbed.kubeapi import KubeApi
 from tests.operator.conftest import API, OperatorProcess, get_workload, wait_condition, workload
 
 Factory = Callable[..., OperatorProcess]
