@@ -74,6 +74,9 @@ JOBSETS: Final = Resource(keys.JOBSET_GROUP, keys.JOBSET_VERSION, keys.JOBSET_PL
 SERVICES: Final = Resource("", "v1", "services", True, "Service")
 PODS: Final = Resource("", "v1", "pods", True, "Pod")
 NODES: Final = Resource("", "v1", "nodes", False, "Node")
+JOBS: Final = Resource("batch", "v1", "jobs", True, "Job")
+CLAIMS: Final = Resource("", "v1", "persistentvolumeclaims", True, "PersistentVolumeClaim")
+VOLUMES: Final = Resource("", "v1", "persistentvolumes", False, "PersistentVolume")
 EVENTS: Final = Resource("events.k8s.io", "v1", "events", True, "Event")
 CRDS: Final = Resource(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition"
@@ -187,6 +190,30 @@ class Kube:
         if method != "GET" and self.on_write is not None:
             self.on_write(method, path)
         return json.loads(raw) if raw else None
+
+    async def log_tail(self, namespace: str, pod: str, *, container: str, lines: int = 20) -> str:
+        """The last ``lines`` lines of a container's log (``""`` when the pod or log is gone)."""
+        path = PODS.path(namespace=namespace, name=pod, subresource="log")
+        try:
+            response = await self.api.call_api(
+                path,
+                "GET",
+                query_params=_query({"container": container, "tailLines": lines}),
+                header_params={"Accept": "*/*"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+            try:
+                raw = await response.read()
+                ok = 200 <= response.status < 300
+            finally:
+                response.release()
+        except (TimeoutError, aiohttp.ClientError) as error:
+            raise errors.Unavailable(f"{type(error).__name__}: {error}", method="GET", path=path) from error
+        except k8s_client.ApiException:
+            return ""  # not found, not started yet, or the node cannot be reached: no progress
+        return raw.decode(errors="replace") if ok else ""
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """The object, or ``None`` when it does not exist."""

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from sparkrun_operator import __version__
 from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
 from sparkrun_operator.api.meta import API_VERSION, LabelSelector, Toleration
 from sparkrun_operator.api.workload import ENGINE_PORT, MASTER_PORT, SchedulingSpec
@@ -130,6 +131,10 @@ class RenderOptions:
 
     max_restarts: int = 5
     probes: ProbeTimings = field(default_factory=ProbeTimings)
+    #: Image of ModelCache download Jobs.
+    tools_image: str = f"{keys.TOOLS_IMAGE_REPOSITORY}:{__version__}"
+    #: Where a ModelCache's claim is mounted (download root; the engine's ``HF_HOME``).
+    cache_mount_path: str = keys.CACHE_MOUNT_PATH
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -275,7 +280,9 @@ def engine_env(
         env.append({"name": "VLLM_SERVER_DEV_MODE", "value": "1"})
     if cache is not None:
         env += [
-            {"name": "HF_HUB_CACHE", "value": keys.CACHE_MOUNT_PATH},
+            # NB: the downloader writes the HF layout under the cache root (<root>/hub/...), so
+            # the engine reads it as its own HF home, offline, at the pinned --revision.
+            {"name": "HF_HOME", "value": options.cache_mount_path},
             {"name": "HF_HUB_OFFLINE", "value": "1"},
         ]
     own = {e.name for e in spec.env}
@@ -358,7 +365,7 @@ def _engine_container(inputs: ServingInputs, options: RenderOptions) -> dict[str
     if inputs.cache is not None:
         mount: dict[str, Any] = {
             "name": keys.VOLUME_CACHE,
-            "mountPath": keys.CACHE_MOUNT_PATH,
+            "mountPath": options.cache_mount_path,
             "readOnly": True,
         }
         if inputs.cache.sub_path:
