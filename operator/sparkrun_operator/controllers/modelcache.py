@@ -112,10 +112,9 @@ async def execute(ctx: Context, p: CachePlan, body: Mapping[str, Any]) -> None:
     namespace = str(meta["namespace"])
     for doc in p.apply:
         resource = CLAIMS if doc["kind"] == "PersistentVolumeClaim" else JOBS
-        try:
+        # NB: AlreadyExists: made by the previous pass; the next one sees it.
+        with contextlib.suppress(errors.AlreadyExists):
             await ctx.kube.create(resource, doc)
-        except errors.AlreadyExists:
-            pass  # made by the previous pass; the next one sees it
     for job in p.delete_jobs:
         await ctx.kube.delete(JOBS, job.name, namespace, uid=job.uid, propagation="Background")
     if p.finalizer is not None:
@@ -220,7 +219,7 @@ def register(registry: kopf.OperatorRegistry) -> None:
 
         await common.run_loop(
             ctx,
-            key=_key(namespace, name),
+            key=_key(str(namespace), name),
             kind="ModelCache",
             stopped=stopped,
             logger=logger,
