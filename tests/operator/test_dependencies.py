@@ -199,6 +199,7 @@ def test_cache_gates_the_jobsets(kube: KubeApi, namespace: str, operator_factory
     obj = wait_condition(kube, namespace, "cached", "CacheReady", "False", reason="CacheNotReady", timeout=60)
     assert condition(obj, "Ready")["reason"] == "WaitingForCache"  # type: ignore[index]
     assert jobsets(kube, namespace, "cached") == []
+
     # the ModelCache controller says why: the claim does not exist (a real download to Ready and
     # a workload serving from it: tests/operator/test_modelcache.py)
     def storage() -> dict[str, Any] | None:

@@ -95,6 +95,8 @@ class CacheMount:
     claim_name: str
     path: str = "/"
     revision: str | None = None
+    #: The only node the cache's volume is reachable from: the pods are placed there.
+    node: str | None = None
 
     @property
     def sub_path(self) -> str:
@@ -106,6 +108,7 @@ class CacheMount:
             "claimName": self.claim_name,
             "path": self.path,
             "revision": self.revision,
+            **({"node": self.node} if self.node else {}),
         }
 
 
@@ -292,9 +295,21 @@ def engine_env(
 # -- pod and JobSet -----------------------------------------------------------------------
 
 
-def _node_affinity(placement: Placement | None) -> dict[str, Any] | None:
-    if placement is None:
+def _node_affinity(placement: Placement | None, cache_node: str | None = None) -> dict[str, Any] | None:
+    terms = _placement_terms(placement) if placement is not None else []
+    if cache_node is not None:
+        # NB: terms are ORed and the requirements inside one term ANDed: the cache's node is
+        # required in every term (or is the only term).
+        on_node = {"key": "metadata.name", "operator": "In", "values": [cache_node]}
+        terms = [{**t, "matchFields": [*t.get("matchFields", []), on_node]} for t in terms] or [
+            {"matchFields": [on_node]}
+        ]
+    if not terms:
         return None
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+def _placement_terms(placement: Placement) -> list[dict[str, Any]]:
     terms: list[dict[str, Any]] = []
     if placement.node_names:
         # NB: a node field selector takes exactly one value; terms are ORed, so one per node.
@@ -314,9 +329,7 @@ def _node_affinity(placement: Placement | None) -> dict[str, Any] | None:
             exprs.append(expr)
         if exprs:
             terms.append({"matchExpressions": exprs})
-    if not terms:
-        return None
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+    return terms
 
 
 def _tolerations(inputs: ServingInputs) -> list[dict[str, Any]]:
@@ -352,7 +365,7 @@ def _pod_spec(
         pod["tolerations"] = tolerations
     if inputs.scheduling.node_selector:
         pod["nodeSelector"] = dict(sorted(inputs.scheduling.node_selector.items()))
-    if affinity := _node_affinity(inputs.placement):
+    if affinity := _node_affinity(inputs.placement, inputs.cache.node if inputs.cache else None):
         pod["affinity"] = affinity
     if inputs.scheduling.priority_class_name:
         pod["priorityClassName"] = inputs.scheduling.priority_class_name
