@@ -234,3 +234,59 @@ def test_gated_without_and_with_a_token(
         seen.append(kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}/log").text)
     assert len(seen) > 3
     assert all(TOKEN not in text for text in seen)
+
+
+def test_a_killed_download_pod_resumes(
+    kube: KubeApi, namespace: str, operator_factory: Factory, pod_hub: Hub, tmp_path: Path, volumes: list[str]
+) -> None:
+    _operator(operator_factory, namespace)
+    _volume(kube, tmp_path, namespace, "resume", volumes)
+    lfs = f"{TINY}/model.safetensors"
+    size = pod_hub.repo(TINY).tree(pod_hub.repo(TINY).head)["model.safetensors"].file.size
+    pod_hub.slow("*model.safetensors", rate=size / 8)  # about 8 s for the big file
+    kube.apply(_cache("resume", namespace, pod_hub, TINY, "main"))
+
+    def midway() -> list[dict[str, Any]] | None:
+        served = pod_hub.bytes_served(lfs)
+        pods = kube.list_items(
+            "v1", "Pod", namespace=namespace, label_selector="sparkrun.dev/model-cache=resume"
+        )
+        running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+        return running if running and size / 4 < served < size * 3 / 4 else None
+
+    [first] = kube.wait(midway, timeout=90, what="the download half way through the big file")
+    status = (_get(kube, namespace, "resume") or {}).get("status") or {}
+    assert status.get("phase") in ("Resolving", "Downloading"), status
+    kube.request(
+        "DELETE",
+        f"/api/v1/namespaces/{namespace}/pods/{first['metadata']['name']}",
+        json={"gracePeriodSeconds": 0},
+    )
+    pod_hub.clear_faults()
+    cache = _wait_phase(kube, namespace, "resume", "Ready", timeout=120)
+    assert cache["status"]["resolvedRevision"] == pod_hub.repo(TINY).head
+    # the second pod continued the big file (Range) instead of fetching it again
+    assert pod_hub.bytes_served(lfs) < size * 1.5, (pod_hub.bytes_served(lfs), size)
+    pods = kube.list_items("v1", "Pod", namespace=namespace, label_selector="sparkrun.dev/model-cache=resume")
+    [second] = [p for p in pods if p["metadata"]["name"] != first["metadata"]["name"]]
+    log = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{second['metadata']['name']}/log").text
+    result = json.loads(next(line for line in log.splitlines() if '"event": "result"' in line))
+    assert result["how"].get("resumed") == 1, result["how"]  # the orphaned .incomplete, continued
+
+
+def test_an_unbound_claim_is_a_clear_condition(
+    kube: KubeApi, namespace: str, operator_factory: Factory, pod_hub: Hub
+) -> None:
+    _operator(operator_factory, namespace)
+    kube.apply(_cache("nowhere", namespace, pod_hub, TINY, "main"))  # no PersistentVolume for it
+
+    def storage() -> dict[str, Any] | None:
+        cond = condition(_get(kube, namespace, "nowhere"), "StorageReady")
+        return cond if cond and cond["reason"] == "ClaimPending" and "not bound" in cond["message"] else None
+
+    cond = kube.wait(storage, timeout=60, what="StorageReady=False ClaimPending")
+    assert cond["status"] == "False"
+    obj = _get(kube, namespace, "nowhere")
+    assert obj is not None
+    assert obj["status"]["phase"] == "Pending"
+    assert "claim" in obj["status"]["message"]
