@@ -23,6 +23,7 @@ from sparkrun_testbed.hfhub import TOKEN, Hub, default_repos
 from sparkrun_testbed.hfhub.fixtures import GATED, TAG, TINY
 from sparkrun_testbed.kubeapi import KubeApi
 from tests.operator.conftest import API, OperatorProcess, condition, jobsets, wait_condition, workload
+from tests.process.helpers import MARK_ENV, cmdline_of, environ_of, marked_pids
 
 Factory = Callable[..., OperatorProcess]
 MOUNT = "/run/sparkrun-cache"
@@ -61,7 +62,9 @@ def volumes(kube: KubeApi) -> Iterator[list[str]]:
         kube.delete("v1", "PersistentVolume", name)
 
 
-def _volume(kube: KubeApi, tmp_path: Path, namespace: str, claim: str, made: list[str]) -> Path:
+def _volume(
+    kube: KubeApi, tmp_path: Path, namespace: str, claim: str, made: list[str], mode: str = "ReadWriteOnce"
+) -> Path:
     path = tmp_path / f"pv-{claim}"
     made.append(f"{namespace}-{claim}")
     kube.create(
@@ -71,7 +74,7 @@ def _volume(kube: KubeApi, tmp_path: Path, namespace: str, claim: str, made: lis
             "metadata": {"name": f"{namespace}-{claim}"},
             "spec": {
                 "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
+                "accessModes": [mode],
                 "storageClassName": CLASS,
                 "persistentVolumeReclaimPolicy": "Retain",
                 "hostPath": {"path": str(path), "type": "DirectoryOrCreate"},
@@ -82,16 +85,16 @@ def _volume(kube: KubeApi, tmp_path: Path, namespace: str, claim: str, made: lis
     return path
 
 
-def _cache(name: str, namespace: str, hub: Hub, repo: str, revision: str, **source: Any) -> dict[str, Any]:
+def _cache(
+    name: str, namespace: str, hub: Hub, repo: str, revision: str, mode: str = "ReadWriteOnce", **source: Any
+) -> dict[str, Any]:
     return {
         "apiVersion": API,
         "kind": "ModelCache",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "source": {"huggingFace": {"repo": repo, "revision": revision, "endpoint": hub.url, **source}},
-            "storage": {
-                "create": {"size": "1Gi", "storageClassName": CLASS, "accessModes": ["ReadWriteOnce"]}
-            },
+            "storage": {"create": {"size": "1Gi", "storageClassName": CLASS, "accessModes": [mode]}},
             "verify": "sha256",
             "download": ON_PROCESS_NODES,
         },
@@ -290,3 +293,35 @@ def test_an_unbound_claim_is_a_clear_condition(
     assert obj is not None
     assert obj["status"]["phase"] == "Pending"
     assert "claim" in obj["status"]["message"]
+
+
+def test_every_rank_of_a_multi_node_workload_reads_the_same_revision(
+    kube: KubeApi, namespace: str, operator_factory: Factory, pod_hub: Hub, tmp_path: Path, volumes: list[str]
+) -> None:
+    _operator(operator_factory, namespace)
+    _volume(kube, tmp_path, namespace, "shared", volumes, mode="ReadWriteMany")
+    kube.apply(_cache("shared", namespace, pod_hub, TINY, "dev", mode="ReadWriteMany"))
+    mark = f"mc-{namespace}"
+    kube.apply(
+        workload(
+            "pair",
+            namespace,
+            model={"name": TINY, "servedName": "pair", "cacheRef": {"name": "shared"}},
+            engine={"env": [{"name": MARK_ENV, "value": mark}]},
+            topology={"nodes": 2, "gpusPerNode": 1, "tensorParallel": 2},
+            scheduling=ON_PROCESS_NODES,
+        )
+    )
+    cache = _wait_phase(kube, namespace, "shared", "Ready", timeout=120)
+    commit = pod_hub.repo(TINY).branches["dev"]
+    assert cache["status"]["resolvedRevision"] == commit
+    assert cache["status"].get("nodeName") is None  # ReadWriteMany: any node
+    wait_condition(kube, namespace, "pair", "Ready", timeout=150)
+    ranks = [pid for pid in marked_pids(mark) if environ_of(pid).get(MARK_ENV) == mark]
+    engines = [pid for pid in ranks if "--revision" in cmdline_of(pid)]
+    assert len(engines) == 2, [cmdline_of(pid) for pid in ranks]
+    for pid in engines:
+        argv = cmdline_of(pid)
+        assert argv[argv.index("--revision") + 1] == commit
+        assert environ_of(pid)["HF_HOME"] == MOUNT
+        assert environ_of(pid)["HF_HUB_OFFLINE"] == "1"
