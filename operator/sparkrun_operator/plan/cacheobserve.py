@@ -61,12 +61,16 @@ def pod_from(pod: Obj, log_tail: str = "") -> ObservedDownloadPod:
     status = pod.get("status") or {}
     exit_code: int | None = None
     reason = message = ""
+    final = ""
     for cs in status.get("containerStatuses") or []:
         if cs.get("name") != keys.CONTAINER_DOWNLOAD:
             continue
         state = cs.get("state") or {}
         if "terminated" in state:
             exit_code = int(state["terminated"].get("exitCode") or 0)
+            # NB: terminationMessagePolicy FallbackToLogsOnError: the log's end, when the
+            # log itself cannot be read (the node is gone).
+            final = str(state["terminated"].get("message") or "")
         elif "waiting" in state:
             reason = str(state["waiting"].get("reason") or "")
             message = str(state["waiting"].get("message") or "")
@@ -82,5 +86,5 @@ def pod_from(pod: Obj, log_tail: str = "") -> ObservedDownloadPod:
         exit_code=exit_code,
         waiting_reason=reason,
         waiting_message=message,
-        last_event=parse_log_tail(log_tail) if log_tail else None,
+        last_event=parse_log_tail(log_tail or final) if (log_tail or final) else None,
     )

@@ -258,3 +258,23 @@ def test_observed_records_from_raw_objects() -> None:
         "n1",
         {"event": "error", "reason": "AuthenticationRequired"},
     )
+    # without a readable log, the termination message (FallbackToLogsOnError) has the last line
+    gone = cacheobserve.pod_from(
+        {
+            "metadata": {"name": "p"},
+            "status": {
+                "containerStatuses": [
+                    {
+                        "name": "download",
+                        "state": {
+                            "terminated": {
+                                "exitCode": 4,
+                                "message": '{"event": "error", "reason": "RepositoryNotFound"}',
+                            }
+                        },
+                    }
+                ]
+            },
+        }
+    )
+    assert gone.last_event == {"event": "error", "reason": "RepositoryNotFound"}
