@@ -71,7 +71,15 @@ DEFAULT_RULES: tuple[ImageRule, ...] = (
     ImageRule("vllm/vllm-openai", entrypoint=("vllm", "serve"), env=_PYTHON_ENV),
     ImageRule("*/vllm/vllm-openai", entrypoint=("vllm", "serve"), env=_PYTHON_ENV),
     ImageRule("*/vllm-openai", entrypoint=("vllm", "serve"), env=_PYTHON_ENV),
-    # The project's own images (operator, gateway, shim, runtime, tools).
+    # The tools image: ModelCache download Jobs give the command (python -m
+    # sparkrun_operator.runtime.download ...); its CMD runs the downloader's help, as the image.
+    ImageRule(
+        "*/sparkrun-tools",
+        entrypoint=(),
+        cmd=("python", "-m", "sparkrun_operator.runtime.download"),
+        env=_PYTHON_ENV,
+    ),
+    # The project's own images (operator, gateway, shim, runtime).
     ImageRule("sparkrun*", entrypoint=("sparkrun-k8s",), env=_PYTHON_ENV),
     ImageRule("*/sparkrun*", entrypoint=("sparkrun-k8s",), env=_PYTHON_ENV),
     # General-purpose images that init containers and tests use for shell one-liners.

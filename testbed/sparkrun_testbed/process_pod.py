@@ -630,13 +630,16 @@ class PodWorker:
     async def _lookup(self, kind: str, name: str) -> Mapping[str, Any] | None:
         from kubernetes_asyncio.client.exceptions import ApiException
 
-        read = (
-            self.host.core.read_namespaced_config_map
-            if kind == "ConfigMap"
-            else self.host.core.read_namespaced_secret
-        )
+        core = self.host.core
+        reads = {
+            "ConfigMap": core.read_namespaced_config_map,
+            "Secret": core.read_namespaced_secret,
+            "PersistentVolumeClaim": core.read_namespaced_persistent_volume_claim,
+        }
         try:
-            return await call_json(read, name, self.namespace)
+            if kind == "PersistentVolume":  # cluster-scoped
+                return await call_json(core.read_persistent_volume, name)
+            return await call_json(reads[kind], name, self.namespace)
         except ApiException as e:
             if e.status == _NOT_FOUND:
                 return None

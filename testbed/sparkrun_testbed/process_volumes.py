@@ -7,6 +7,8 @@ namespace (see :mod:`.netns`), so nothing changes on the host's own filesystem v
 =========================  =======================================================================
 ``emptyDir``               a directory (``medium: Memory``: a tmpfs of ``sizeLimit``, one per container)
 ``hostPath``               the host path (must exist)
+``persistentVolumeClaim``  the ``hostPath``/``local`` path of the bound PersistentVolume (no provisioner:
+                           PVs are made by hand or by the test; ``DirectoryOrCreate`` is honoured)
 ``configMap``/``secret``   files written once at pod start (``items``, ``defaultMode``, ``optional``)
 ``downwardAPI``            files from ``fieldRef``/``resourceFieldRef``
 ``projected``              the above plus ``serviceAccountToken`` (TokenRequest, bound to the pod,
@@ -17,7 +19,7 @@ namespace (see :mod:`.netns`), so nothing changes on the host's own filesystem v
 
 A mount needs a mount point: ``mountPath`` must exist on this machine, or lie under ``/run``
 (``/var/run``), where the sandbox mounts a fresh tmpfs first and creates mount points freely.
-Other mounts, unsupported volume types (``persistentVolumeClaim``, CSI, ...) and missing
+Other mounts, unsupported volume types (CSI, ...) and missing
 sources are skipped; the runtime reports each as a Warning event on the pod.
 
 :func:`mount_script` turns mounts into the shell lines the sandbox runs before ``exec``.
@@ -64,6 +66,7 @@ class Volume:
     memory: bool = False
     size_limit: str | None = None
     problem: str | None = None
+    readonly: bool = False
     tokens: list[_Token] = field(default_factory=list)
 
 
@@ -153,6 +156,36 @@ async def prepare(
     return volumes
 
 
+async def _claim_path(lookup: process_env.Lookup, claim_name: str) -> tuple[Path | None, str | None]:
+    """The directory of a bound claim's volume (``hostPath`` or ``local``), or why there is none.
+
+    There is no storage provisioner on the testbed: a claim binds to a PersistentVolume someone
+    made (a test, or ``kubectl apply``), whose ``hostPath``/``local`` path holds the files, so every
+    pod of the claim (a download Job's, then an engine's) sees the same directory.
+    """
+    claim = await lookup("PersistentVolumeClaim", claim_name)
+    if claim is None:
+        return None, f'persistentvolumeclaim "{claim_name}" not found'
+    volume_name = (claim.get("spec") or {}).get("volumeName")
+    if (claim.get("status") or {}).get("phase") != "Bound" or not volume_name:
+        return None, f'persistentvolumeclaim "{claim_name}" is not bound'
+    pv = await lookup("PersistentVolume", volume_name)
+    source = (pv or {}).get("spec") or {}
+    path = (source.get("hostPath") or source.get("local") or {}).get("path")
+    if not path:
+        return (
+            None,
+            f"persistentvolume {volume_name} has no hostPath or local path (unsupported on process nodes)",
+        )
+    host = Path(path)
+    if not await asyncio.to_thread(host.is_dir):
+        if (source.get("hostPath") or {}).get("type") == "DirectoryOrCreate":
+            await asyncio.to_thread(host.mkdir, parents=True, exist_ok=True)
+        else:
+            return None, f"persistentvolume {volume_name}: {host} is not a directory on this machine"
+    return host, None
+
+
 async def _fill(
     volume: Volume,
     spec: Mapping[str, Any],
@@ -174,6 +207,11 @@ async def _fill(
         if not await asyncio.to_thread(host.exists):
             volume.problem = f"hostPath {host} does not exist on this machine"
         volume.path = host
+        return
+    if "persistentVolumeClaim" in spec:
+        source = spec["persistentVolumeClaim"]
+        volume.path, volume.problem = await _claim_path(lookup, source["claimName"])
+        volume.readonly = bool(source.get("readOnly"))
         return
     sources: list[Mapping[str, Any]]
     if "projected" in spec:
@@ -261,7 +299,7 @@ def mounts_for(container: Mapping[str, Any], volumes: Mapping[str, Volume]) -> t
                 "and paths under /run can be mount points on a process node)"
             )
             continue
-        readonly = bool(vm.get("readOnly"))
+        readonly = bool(vm.get("readOnly")) or volume.readonly
         if volume.memory and not vm.get("subPath"):
             mounts.append(
                 Mount(target=real, source=None, readonly=readonly, tmpfs_size=volume.size_limit or "")

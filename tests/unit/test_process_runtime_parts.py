@@ -508,6 +508,11 @@ async def test_volumes_are_prepared_from_their_sources(tmp_path: Path) -> None:
         ("Secret", "creds"): {
             "data": {"user": base64.b64encode(b"u").decode(), "pass": base64.b64encode(b"p").decode()}
         },
+        ("PersistentVolumeClaim", "bound"): {"spec": {"volumeName": "pv1"}, "status": {"phase": "Bound"}},
+        ("PersistentVolumeClaim", "waiting"): {"spec": {}, "status": {"phase": "Pending"}},
+        ("PersistentVolume", "pv1"): {
+            "spec": {"hostPath": {"path": str(tmp_path / "pv1"), "type": "DirectoryOrCreate"}}
+        },
     }
     issued: list[tuple[str, str | None, int]] = []
 
@@ -552,6 +557,8 @@ async def test_volumes_are_prepared_from_their_sources(tmp_path: Path) -> None:
                 },
                 {"name": "missing", "configMap": {"name": "nope"}},
                 {"name": "claim", "persistentVolumeClaim": {"claimName": "c"}},
+                {"name": "bound", "persistentVolumeClaim": {"claimName": "bound", "readOnly": True}},
+                {"name": "waiting", "persistentVolumeClaim": {"claimName": "waiting"}},
             ],
         },
     }
@@ -566,7 +573,12 @@ async def test_volumes_are_prepared_from_their_sources(tmp_path: Path) -> None:
     assert (api / "namespace").read_text() == "ns1"
     assert issued == [("runner", None, 3607)]
     assert volumes["missing"].problem == "volume 'missing': configmap \"nope\" not found"
-    assert volumes["claim"].problem == "volume type persistentVolumeClaim is not supported on process nodes"
+    assert volumes["claim"].problem == 'persistentvolumeclaim "c" not found'
+    # a bound claim is its PersistentVolume's hostPath (created: DirectoryOrCreate), read-only as asked
+    assert volumes["bound"].path == tmp_path / "pv1"
+    assert (tmp_path / "pv1").is_dir()
+    assert volumes["bound"].readonly
+    assert volumes["waiting"].problem == 'persistentvolumeclaim "waiting" is not bound'
     # Tokens are renewed after 80 % of their life.
     token = volumes["kube-api-access"].tokens[0]
     assert (

@@ -52,6 +52,8 @@ REASON_WAKING_UP: Final = "WakingUp"
 REASON_CACHE_NOT_FOUND: Final = "CacheNotFound"
 REASON_CACHE_NOT_READY: Final = "CacheNotReady"
 REASON_CACHE_READY: Final = "CacheReady"
+#: The cache's claim can be mounted on one node only, and the workload spans several.
+REASON_CACHE_NOT_SHAREABLE: Final = "CacheNotShareable"
 REASON_NO_CACHE: Final = "NoCacheConfigured"
 # RecipeResolved
 REASON_RECIPE_NOT_FOUND: Final = "RecipeNotFound"

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 
 from sparkrun_operator.api import cel
-from sparkrun_operator.api.meta import DNS_SUBDOMAIN, Condition, KubeModel, Quantity, SecretKeyRef
+from sparkrun_operator.api.meta import DNS_SUBDOMAIN, Condition, KubeModel, Quantity, SecretKeyRef, Toleration
 
 CachePhase = Literal["Pending", "Resolving", "Downloading", "Verifying", "Ready", "Failed"]
 AccessMode = Literal["ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"]
@@ -106,6 +106,15 @@ class RetentionSpec(KubeModel):
     )
 
 
+class DownloadScheduling(KubeModel):
+    """Where the download Job's pod may run (e.g. nodes with egress, or the node of a local volume)."""
+
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Node labels the pod must match.")
+    tolerations: list[Toleration] = Field(
+        default_factory=list, description="Tolerations of the download pod.", max_length=32
+    )
+
+
 class ModelCacheSpec(KubeModel):
     """Desired state of a cached model revision."""
 
@@ -123,6 +132,9 @@ class ModelCacheSpec(KubeModel):
         description="How files are checked after download: none, size, or sha256 (slow, exact).",
     )
     retention: RetentionSpec = Field(default_factory=RetentionSpec, description="Eviction policy.")
+    download: DownloadScheduling = Field(
+        default_factory=DownloadScheduling, description="Placement of the download Job's pod."
+    )
 
 
 class CacheManifest(KubeModel):
@@ -163,5 +175,15 @@ class ModelCacheStatus(KubeModel):
         default_factory=list, description="Files that failed verification.", max_length=1000
     )
     claims: list[str] = Field(default_factory=list, description="InferenceWorkloads using this cache.")
+    claim_name: str | None = Field(default=None, description="The PersistentVolumeClaim holding the files.")
+    access_modes: list[AccessMode] = Field(
+        default_factory=list, description="Access modes of the bound claim."
+    )
+    node_name: str | None = Field(
+        default=None,
+        description="The only node the files are reachable from: the node affinity of a node-local "
+        "volume, or the node that wrote a ReadWriteOnce claim. Workloads are placed there.",
+    )
+    message: str | None = Field(default=None, description="What is happening or what went wrong.")
     last_used: dt.datetime | None = Field(default=None, description="When a workload last used the cache.")
     last_verified: dt.datetime | None = Field(default=None, description="When the files were last verified.")

@@ -9,6 +9,8 @@ import os
 
 from sparkrun_operator.controllers.context import DEFAULT_DRIFT_SECONDS, OperatorConfig
 from sparkrun_operator.controllers.operator import PEERING_NAME, RunOptions, describe, run
+from sparkrun_operator.render import keys
+from sparkrun_operator.render.modelcache import DEFAULT_TOOLS_IMAGE
 from sparkrun_operator.render.workload import RenderOptions
 
 
@@ -65,6 +67,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--max-restarts", type=int, default=5, help="JobSet maxRestarts for new replicas (%(default)s)"
     )
     runner.add_argument(
+        "--tools-image",
+        default=DEFAULT_TOOLS_IMAGE,
+        help="image of ModelCache download Jobs (%(default)s)",
+    )
+    runner.add_argument(
+        "--cache-mount-path",
+        default=keys.CACHE_MOUNT_PATH,
+        help="where model caches are mounted in download and engine pods: HF_HOME (%(default)s)",
+    )
+    runner.add_argument(
         "--max-concurrent-passes",
         type=int,
         default=OperatorConfig.max_concurrent_passes,
@@ -101,7 +113,11 @@ def _run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         config=OperatorConfig(
             drift_seconds=args.drift_seconds,
-            render=RenderOptions(max_restarts=args.max_restarts),
+            render=RenderOptions(
+                max_restarts=args.max_restarts,
+                tools_image=args.tools_image,
+                cache_mount_path=args.cache_mount_path,
+            ),
             max_concurrent_passes=args.max_concurrent_passes,
             max_concurrent_status_passes=args.max_concurrent_status_passes,
             api_connections=max(32, 2 * args.max_concurrent_passes + args.max_concurrent_status_passes),

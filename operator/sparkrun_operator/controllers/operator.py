@@ -27,7 +27,7 @@ import httpx
 import kopf
 from prometheus_client import start_http_server
 
-from sparkrun_operator.controllers import cluster, daemonjob, indexes, recipe, workload
+from sparkrun_operator.controllers import cluster, daemonjob, indexes, modelcache, recipe, workload
 from sparkrun_operator.controllers.context import Context, Metrics, OperatorConfig
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.client import CLUSTER_PEERINGS, OPERATOR_MANAGER, PEERINGS, Kube, Resource, connect
@@ -88,6 +88,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     cluster.register(registry, drift_seconds=config.drift_seconds)
     recipe.register(registry)
     daemonjob.register(registry)
+    modelcache.register(registry)
 
     @kopf.on.login(id="login", registry=registry)
     async def login(*, memo: Any, **_: Any) -> kopf.ConnectionInfo:

@@ -42,7 +42,7 @@ from kubernetes_asyncio import config as k8s_config
 
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.resources import *  # noqa: F403  (the Resource table, re-exported)
-from sparkrun_operator.k8s.resources import Resource
+from sparkrun_operator.k8s.resources import PODS, Resource
 from sparkrun_operator.render import keys
 from sparkrun_operator.retry import Backoff, retry
 
@@ -317,6 +317,30 @@ class Kube:
             backoff=self.backoff_429,
             floor=lambda error: min(getattr(error, "retry_after", 0.0), self.backoff_429.maximum),
         )
+
+    async def log_tail(self, namespace: str, pod: str, *, container: str, lines: int = 20) -> str:
+        """The last ``lines`` lines of a container's log (``""`` when the pod or log is gone)."""
+        path = PODS.path(namespace=namespace, name=pod, subresource="log")
+        try:
+            response = await self.api.call_api(
+                path,
+                "GET",
+                query_params=_query({"container": container, "tailLines": lines}),
+                header_params={"Accept": "*/*"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+            try:
+                raw = await response.read()
+                ok = 200 <= response.status < 300
+            finally:
+                response.release()
+        except (TimeoutError, aiohttp.ClientError) as error:
+            raise errors.Unavailable(f"{type(error).__name__}: {error}", method="GET", path=path) from error
+        except k8s_client.ApiException:
+            return ""  # not found, not started yet, or the node cannot be reached: no progress
+        return raw.decode(errors="replace") if ok else ""
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """The object, or ``None`` when it does not exist."""

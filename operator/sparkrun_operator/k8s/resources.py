@@ -14,6 +14,7 @@ from sparkrun_operator.api.resources import Kind
 from sparkrun_operator.render import keys
 
 __all__ = [
+    "CLAIMS",
     "CLUSTER_PEERINGS",
     "CLUSTER_QUEUES",
     "CLUSTER_ROLES",
@@ -22,6 +23,7 @@ __all__ = [
     "CRDS",
     "ENDPOINT_SLICES",
     "EVENTS",
+    "JOBS",
     "JOBSETS",
     "KUEUE_GROUP",
     "LEASES",
@@ -34,6 +36,7 @@ __all__ = [
     "SECRETS",
     "SERVICES",
     "SERVICE_ACCOUNTS",
+    "VOLUMES",
     "Resource",
     "resource_of",
 ]
@@ -76,6 +79,9 @@ def resource_of(kind: Kind) -> Resource:
 NODES: Final = Resource("", "v1", "nodes", False, "Node")
 NAMESPACES: Final = Resource("", "v1", "namespaces", False, "Namespace")
 PODS: Final = Resource("", "v1", "pods", True, "Pod")
+JOBS: Final = Resource("batch", "v1", "jobs", True, "Job")
+CLAIMS: Final = Resource("", "v1", "persistentvolumeclaims", True, "PersistentVolumeClaim")
+VOLUMES: Final = Resource("", "v1", "persistentvolumes", False, "PersistentVolume")
 SERVICES: Final = Resource("", "v1", "services", True, "Service")
 SECRETS: Final = Resource("", "v1", "secrets", True, "Secret")
 CONFIG_MAPS: Final = Resource("", "v1", "configmaps", True, "ConfigMap")

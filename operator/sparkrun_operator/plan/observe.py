@@ -317,6 +317,8 @@ def cache_from(obj: Obj | None, *, name: str) -> ObservedCache:
         claim_name=str(claim) if claim else None,
         path=str(storage.get("path") or "/"),
         resolved_revision=status.get("resolvedRevision") or None,
+        node_name=status.get("nodeName") or None,
+        access_modes=tuple(str(m) for m in status.get("accessModes") or ()),
     )
 
 

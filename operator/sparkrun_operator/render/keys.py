@@ -102,3 +102,19 @@ PORT_NAME: Final = "http"
 VOLUME_SHM: Final = "dshm"
 VOLUME_CACHE: Final = "model-cache"
 CACHE_MOUNT_PATH: Final = "/models"
+
+# -- ModelCache ---------------------------------------------------------------------------
+#: Name of the ModelCache a download Job (and its pod) or a created claim belongs to.
+LABEL_MODEL_CACHE: Final = f"{PREFIX}/model-cache"
+#: The download key (hash of source, storage, verify) a download Job was rendered for.
+LABEL_CACHE_DOWNLOAD: Final = f"{PREFIX}/cache-download"
+#: On a ModelCache (any value): deletion proceeds although workloads still claim the cache.
+ANNOTATION_FORCE_DELETE: Final = f"{PREFIX}/force-delete"
+#: Finalizer that holds a claimed ModelCache's deletion.
+FINALIZER_MODEL_CACHE: Final = f"{PREFIX}/model-cache-in-use"
+CONTAINER_DOWNLOAD: Final = "download"
+VOLUME_HF_TOKEN: Final = "hf-token"
+#: Where the download pod finds the hub token (a Secret key mounted as a file, never env).
+HF_TOKEN_DIR: Final = "/var/run/secrets/sparkrun.dev/hf-token"
+#: The tools image (downloader, benchmark runners) the download Jobs run.
+TOOLS_IMAGE_REPOSITORY: Final = "ghcr.io/sparkrun/sparkrun-tools"

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from sparkrun_operator import __version__
 from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
 from sparkrun_operator.api.meta import API_VERSION, LabelSelector, Toleration
 from sparkrun_operator.api.workload import ENGINE_PORT, MASTER_PORT, SchedulingSpec
@@ -94,6 +95,8 @@ class CacheMount:
     claim_name: str
     path: str = "/"
     revision: str | None = None
+    #: The only node the cache's volume is reachable from: the pods are placed there.
+    node: str | None = None
 
     @property
     def sub_path(self) -> str:
@@ -105,6 +108,7 @@ class CacheMount:
             "claimName": self.claim_name,
             "path": self.path,
             "revision": self.revision,
+            **({"node": self.node} if self.node else {}),
         }
 
 
@@ -130,6 +134,10 @@ class RenderOptions:
 
     max_restarts: int = 5
     probes: ProbeTimings = field(default_factory=ProbeTimings)
+    #: Image of ModelCache download Jobs.
+    tools_image: str = f"{keys.TOOLS_IMAGE_REPOSITORY}:{__version__}"
+    #: Where a ModelCache's claim is mounted (download root; the engine's ``HF_HOME``).
+    cache_mount_path: str = keys.CACHE_MOUNT_PATH
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -275,7 +283,9 @@ def engine_env(
         env.append({"name": "VLLM_SERVER_DEV_MODE", "value": "1"})
     if cache is not None:
         env += [
-            {"name": "HF_HUB_CACHE", "value": keys.CACHE_MOUNT_PATH},
+            # NB: the downloader writes the HF layout under the cache root (<root>/hub/...), so
+            # the engine reads it as its own HF home, offline, at the pinned --revision.
+            {"name": "HF_HOME", "value": options.cache_mount_path},
             {"name": "HF_HUB_OFFLINE", "value": "1"},
         ]
     own = {e.name for e in spec.env}
@@ -285,9 +295,21 @@ def engine_env(
 # -- pod and JobSet -----------------------------------------------------------------------
 
 
-def _node_affinity(placement: Placement | None) -> dict[str, Any] | None:
-    if placement is None:
+def _node_affinity(placement: Placement | None, cache_node: str | None = None) -> dict[str, Any] | None:
+    terms = _placement_terms(placement) if placement is not None else []
+    if cache_node is not None:
+        # NB: terms are ORed and the requirements inside one term ANDed: the cache's node is
+        # required in every term (or is the only term).
+        on_node = {"key": "metadata.name", "operator": "In", "values": [cache_node]}
+        terms = [{**t, "matchFields": [*t.get("matchFields", []), on_node]} for t in terms] or [
+            {"matchFields": [on_node]}
+        ]
+    if not terms:
         return None
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+def _placement_terms(placement: Placement) -> list[dict[str, Any]]:
     terms: list[dict[str, Any]] = []
     if placement.node_names:
         # NB: a node field selector takes exactly one value; terms are ORed, so one per node.
@@ -307,9 +329,7 @@ def _node_affinity(placement: Placement | None) -> dict[str, Any] | None:
             exprs.append(expr)
         if exprs:
             terms.append({"matchExpressions": exprs})
-    if not terms:
-        return None
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+    return terms
 
 
 def _tolerations(inputs: ServingInputs) -> list[dict[str, Any]]:
@@ -345,7 +365,7 @@ def _pod_spec(
         pod["tolerations"] = tolerations
     if inputs.scheduling.node_selector:
         pod["nodeSelector"] = dict(sorted(inputs.scheduling.node_selector.items()))
-    if affinity := _node_affinity(inputs.placement):
+    if affinity := _node_affinity(inputs.placement, inputs.cache.node if inputs.cache else None):
         pod["affinity"] = affinity
     if inputs.scheduling.priority_class_name:
         pod["priorityClassName"] = inputs.scheduling.priority_class_name
@@ -358,7 +378,7 @@ def _engine_container(inputs: ServingInputs, options: RenderOptions) -> dict[str
     if inputs.cache is not None:
         mount: dict[str, Any] = {
             "name": keys.VOLUME_CACHE,
-            "mountPath": keys.CACHE_MOUNT_PATH,
+            "mountPath": options.cache_mount_path,
             "readOnly": True,
         }
         if inputs.cache.sub_path:

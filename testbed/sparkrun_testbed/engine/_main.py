@@ -11,6 +11,7 @@ from typing import Any
 from ._args import Knobs, ServeArgs, parse_args
 from ._cluster import Rendezvous, run_worker, stop_event
 from ._http import serve_http
+from ._offline import check as offline_check
 from ._server import Engine
 
 log = logging.getLogger("sparkrun.engine")
@@ -75,6 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.distributed_executor_backend,
         args.enable_sleep_mode,
     )
+    if problem := offline_check(args.model, args.revision):
+        log.error("%s; refusing to start", problem)
+        return 1
     if args.node_rank > 0 or args.headless:
         return asyncio.run(run_worker(args, knobs))
     return asyncio.run(run_leader(args, knobs))

@@ -398,6 +398,33 @@ def test_ready_cache_is_mounted() -> None:
     assert "cacheReady" in {e.stage for e in p.status.startup}
 
 
+def test_placement_follows_a_single_node_cache() -> None:
+    cache = ObservedCache(
+        name="qwen-cache",
+        ready=True,
+        claim_name="models",
+        resolved_revision="a" * 40,
+        node_name="node-3",
+        access_modes=("ReadWriteOnce",),
+    )
+    p = plan(_obs(_spec(**CACHED), cache=cache))
+    jobset = next(d for d in p.apply if d["kind"] == "JobSet")
+    pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-3"]}]}]
+    assert _cond(p, c.CACHE_READY) == ("True", c.REASON_CACHE_READY)
+
+
+def test_a_multi_node_workload_cannot_share_a_read_write_once_cache() -> None:
+    cache = ObservedCache(name="qwen-cache", ready=True, claim_name="models", access_modes=("ReadWriteOnce",))
+    p = plan(_obs(_spec(**CACHED, topology={"nodes": 2, "gpusPerNode": 1}), cache=cache))
+    assert _created(p) == []
+    assert _cond(p, c.CACHE_READY) == ("False", c.REASON_CACHE_NOT_SHAREABLE)
+    assert _cond(p, c.READY) == ("False", c.REASON_CACHE_NOT_SHAREABLE)
+
+
 RECIPE = RecipeSpec.model_validate({"model": "Qwen/Qwen3-8B", "defaults": {"tensor_parallel": 2}})
 
 

@@ -135,12 +135,29 @@ def _cache(
         msg += "; no pod starts until it is Ready"
         cond.set(c.CACHE_READY, False, c.REASON_CACHE_NOT_READY, msg)
         return None, (c.REASON_WAITING_FOR_CACHE, msg)
+    nodes = effective.topology.nodes if effective is not None else 1
+    if cache.single_node and nodes > 1:
+        where = f" (bound to node {cache.node_name})" if cache.node_name else ""
+        modes = ", ".join(cache.access_modes) or "node-local"
+        msg = (
+            f"ModelCache {cache_ref!r} is on a claim that only one node can mount ({modes}){where}, "
+            f"but this workload spans {nodes} nodes; use ReadWriteMany or ReadOnlyMany storage for "
+            "the cache, or one node"
+        )
+        cond.set(c.CACHE_READY, False, c.REASON_CACHE_NOT_SHAREABLE, msg)
+        return None, (c.REASON_CACHE_NOT_SHAREABLE, msg)
     mount = CacheMount(
-        cache=cache.name, claim_name=cache.claim_name, path=cache.path, revision=cache.resolved_revision
+        cache=cache.name,
+        claim_name=cache.claim_name,
+        path=cache.path,
+        revision=cache.resolved_revision,
+        node=cache.node_name,
     )
     msg = f"ModelCache {cache_ref!r} is Ready"
     if cache.resolved_revision:
         msg += f" at {cache.resolved_revision}"
+    if cache.node_name:
+        msg += f"; pods are placed on node {cache.node_name}, where its volume is"
     cond.set(c.CACHE_READY, True, c.REASON_CACHE_READY, msg)
     if status.startup is not None and not any(e.stage == "cacheReady" for e in status.startup):
         status.startup.append(StartupEvent(stage="cacheReady", time=obs.now))

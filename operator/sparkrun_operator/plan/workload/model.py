@@ -89,6 +89,15 @@ class ObservedCache:
     claim_name: str | None = None
     path: str = "/"
     resolved_revision: str | None = None
+    #: The only node the files are reachable from (node-local volume, or a ReadWriteOnce claim).
+    node_name: str | None = None
+    access_modes: tuple[str, ...] = ()
+
+    @property
+    def single_node(self) -> bool:
+        """Whether the claim can be mounted on one node only (ReadWriteOnce[Pod], or node-local)."""
+        shared = {"ReadWriteMany", "ReadOnlyMany"}
+        return self.node_name is not None or (bool(self.access_modes) and not shared & set(self.access_modes))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,280 @@
+"""The ModelCache planner (``plan/modelcache.py``): phases, conditions, reasons, claims, deletion."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from sparkrun_operator.api.modelcache import ModelCacheSpec, ModelCacheStatus
+from sparkrun_operator.plan import cacheobserve
+from sparkrun_operator.plan.modelcache import (
+    CacheObservation,
+    ObservedClaim,
+    ObservedDownloadPod,
+    ObservedJob,
+    claims_of,
+    job_name,
+    parse_log_tail,
+    plan,
+)
+
+NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
+SHA = "a" * 40
+SPEC = ModelCacheSpec.model_validate(
+    {
+        "source": {"huggingFace": {"repo": "org/m", "revision": "v1"}},
+        "storage": {"create": {"size": "1Gi", "accessModes": ["ReadWriteOnce"]}},
+    }
+)
+BOUND = ObservedClaim(name="m", phase="Bound", access_modes=("ReadWriteOnce",), created=NOW)
+
+
+def _obs(**over: Any) -> CacheObservation:
+    base: dict[str, Any] = {
+        "name": "m",
+        "namespace": "ns",
+        "uid": "u",
+        "generation": 2,
+        "spec": SPEC,
+        "status": ModelCacheStatus(),
+        "now": NOW,
+        "has_finalizer": True,
+        "claim": BOUND,
+    }
+    base.update(over)
+    return CacheObservation(**base)
+
+
+def _job(**over: Any) -> ObservedJob:
+    return ObservedJob(name=job_name(_obs()), uid="j", **over)
+
+
+def _cond(status: ModelCacheStatus, type_: str) -> Any:
+    return next(c for c in status.conditions if c.type == type_)
+
+
+def test_a_new_cache_gets_its_claim_job_and_finalizer() -> None:
+    p = plan(_obs(claim=None, has_finalizer=False))
+    kinds = [d["kind"] for d in p.apply]
+    assert kinds == ["PersistentVolumeClaim", "Job"]
+    assert p.finalizer == "add"
+    assert p.status.phase == "Pending"
+    assert _cond(p.status, "StorageReady").reason == "Creating"
+    assert _cond(p.status, "Ready").observed_generation == 2
+    assert p.status.claim_name == "m"
+
+
+def test_one_job_at_a_time_and_stale_ones_go() -> None:
+    stale = ObservedJob(name="m-download-00000000", uid="old")
+    p = plan(_obs(jobs=(_job(), stale)))
+    assert [d["kind"] for d in p.apply] == []
+    assert p.delete_jobs == [stale]
+
+
+@pytest.mark.parametrize(
+    ("event", "phase"),
+    [
+        (None, "Resolving"),
+        ({"event": "progress", "phase": "Resolving", "commit": None}, "Resolving"),
+        (
+            {"event": "progress", "phase": "Downloading", "commit": SHA, "bytes_done": 5, "bytes_total": 10},
+            "Downloading",
+        ),
+        (
+            {"event": "progress", "phase": "Verifying", "commit": SHA, "bytes_done": 10, "bytes_total": 10},
+            "Verifying",
+        ),
+    ],
+)
+def test_live_phases_come_from_the_pod_log(event: dict[str, Any] | None, phase: str) -> None:
+    pod = ObservedDownloadPod(name="p", phase="Running", node="n1", last_event=event)
+    p = plan(_obs(jobs=(_job(),), pods=(pod,)))
+    assert p.status.phase == phase
+    assert _cond(p.status, "Progressing").status == "True"
+    assert _cond(p.status, "Ready").status == "False"
+    if event and event.get("bytes_total"):
+        assert p.status.progress is not None
+        assert p.status.progress.bytes_total == 10
+        assert "bytes" in (p.status.message or "")
+
+
+def test_success_is_ready_with_the_commit_and_manifest_and_the_node_of_a_rwo_claim() -> None:
+    result = {"event": "result", "commit": SHA, "files": 6, "total_bytes": 1234}
+    pod = ObservedDownloadPod(name="p", phase="Succeeded", node="n1", exit_code=0, last_event=result)
+    p = plan(_obs(jobs=(_job(succeeded=True),), pods=(pod,), claims=("w1",)))
+    s = p.status
+    assert s.phase == "Ready"
+    assert s.resolved_revision == SHA
+    assert s.manifest is not None
+    assert (s.manifest.files, s.manifest.total_bytes) == (6, 1234)
+    assert s.node_name == "n1"  # ReadWriteOnce: workloads follow the files
+    assert s.claims == ["w1"]
+    assert s.last_used == NOW
+    assert s.last_verified == NOW
+    assert _cond(s, "Ready").status == "True"
+    assert _cond(s, "Progressing").status == "False"
+
+
+def test_ready_stays_ready_without_new_writes() -> None:
+    ready = plan(
+        _obs(
+            jobs=(_job(succeeded=True),),
+            pods=(
+                ObservedDownloadPod(
+                    name="p",
+                    phase="Succeeded",
+                    exit_code=0,
+                    last_event={"event": "result", "commit": SHA, "files": 1, "total_bytes": 1},
+                ),
+            ),
+        )
+    ).status
+    again = plan(_obs(status=ready, jobs=(_job(succeeded=True),)))
+    assert again.status == ready
+    assert again.apply == []
+
+
+@pytest.mark.parametrize(
+    ("code", "reason", "hint"),
+    [
+        (3, "AuthenticationRequired", "tokenSecretRef"),
+        (4, "RepositoryNotFound", "source.huggingFace.repo"),
+        (5, "RevisionNotFound", "source.huggingFace.revision"),
+        (9, "StorageError", "volume"),
+    ],
+)
+def test_failures_name_the_reason_and_what_to_do(code: int, reason: str, hint: str) -> None:
+    pod = ObservedDownloadPod(
+        name="p", phase="Failed", exit_code=code, last_event={"event": "error", "message": "boom"}
+    )
+    p = plan(_obs(jobs=(_job(failed=True, reason="PodFailurePolicy"),), pods=(pod,)))
+    ready = _cond(p.status, "Ready")
+    assert p.status.phase == "Failed"
+    assert ready.reason == reason
+    assert hint in ready.message
+    assert "boom" in ready.message
+    assert "to retry" in ready.message
+    assert p.apply == []
+
+
+def test_the_downloaders_own_reason_wins() -> None:
+    event = {"event": "error", "reason": "HubUnavailable", "message": "503 after retries"}
+    pod = ObservedDownloadPod(name="p", phase="Failed", exit_code=8, last_event=event)
+    p = plan(_obs(jobs=(_job(failed=True, reason="BackoffLimitExceeded"),), pods=(pod,)))
+    assert _cond(p.status, "Ready").reason == "HubUnavailable"
+
+
+def test_an_unbound_claim_says_so_with_the_schedulers_words() -> None:
+    claim = ObservedClaim(name="m", phase="Pending", created=NOW - dt.timedelta(minutes=5))
+    pod = ObservedDownloadPod(
+        name="p",
+        waiting_reason="Unschedulable",
+        waiting_message="pod has unbound immediate PersistentVolumeClaims",
+    )
+    p = plan(_obs(claim=claim, jobs=(_job(),), pods=(pod,)))
+    storage = _cond(p.status, "StorageReady")
+    assert storage.status == "False"
+    assert storage.reason == "ClaimUnbound"
+    assert "unbound immediate" in storage.message
+    assert "StorageClass" in storage.message
+    assert p.status.phase == "Pending"
+    assert "claim" in (p.status.message or "")
+
+
+def test_a_missing_existing_claim() -> None:
+    spec = SPEC.model_copy(
+        update={"storage": SPEC.storage.model_copy(update={"claim_name": "shared", "create": None})}
+    )
+    p = plan(_obs(spec=spec, claim=None))
+    assert _cond(p.status, "StorageReady").reason == "ClaimNotFound"
+    assert all(d["kind"] != "PersistentVolumeClaim" for d in p.apply)
+
+
+def test_deletion_waits_for_claims_unless_forced() -> None:
+    blocked = plan(_obs(deleting=True, claims=("w1",)))
+    assert blocked.finalizer is None
+    cond = _cond(blocked.status, "DeletionBlocked")
+    assert "w1" in cond.message
+    assert "sparkrun.dev/force-delete" in cond.message
+    assert plan(_obs(deleting=True, claims=("w1",), force_delete=True)).finalizer == "remove"
+    assert plan(_obs(deleting=True)).finalizer == "remove"
+    assert plan(_obs(deleting=True)).apply == []
+
+
+def test_claims_and_log_parsing() -> None:
+    workloads = [
+        {"metadata": {"name": "b"}, "spec": {"model": {"cacheRef": {"name": "m"}}}},
+        {"metadata": {"name": "a"}, "spec": {"model": {"cacheRef": {"name": "m"}}}},
+        {"metadata": {"name": "c"}, "spec": {"model": {"name": "x"}}},
+    ]
+    assert claims_of(workloads, "m") == ("a", "b")
+    tail = 'noise\n{"event": "progress", "phase": "Downloading"}\n{"event": "result", "commit": "x"}\nbye\n'
+    assert parse_log_tail(tail) == {"event": "result", "commit": "x"}
+    assert parse_log_tail("nothing here") is None
+
+
+def test_observed_records_from_raw_objects() -> None:
+    pv = {
+        "spec": {
+            "nodeAffinity": {
+                "required": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n7"]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
+    }
+    claim = cacheobserve.claim_from(
+        {"metadata": {"name": "m"}, "status": {"phase": "Bound", "accessModes": ["ReadWriteOnce"]}}, pv
+    )
+    assert (claim.phase, claim.node, claim.access_modes) == ("Bound", "n7", ("ReadWriteOnce",))
+    job = cacheobserve.job_from(
+        {
+            "metadata": {"name": "j", "uid": "u"},
+            "status": {"conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]},
+        }
+    )
+    assert (job.failed, job.reason) == (True, "DeadlineExceeded")
+    pod = cacheobserve.pod_from(
+        {
+            "metadata": {"name": "p"},
+            "spec": {"nodeName": "n1"},
+            "status": {
+                "phase": "Failed",
+                "containerStatuses": [{"name": "download", "state": {"terminated": {"exitCode": 3}}}],
+            },
+        },
+        '{"event": "error", "reason": "AuthenticationRequired"}\n',
+    )
+    assert (pod.exit_code, pod.node, pod.last_event) == (
+        3,
+        "n1",
+        {"event": "error", "reason": "AuthenticationRequired"},
+    )
+    # without a readable log, the termination message (FallbackToLogsOnError) has the last line
+    gone = cacheobserve.pod_from(
+        {
+            "metadata": {"name": "p"},
+            "status": {
+                "containerStatuses": [
+                    {
+                        "name": "download",
+                        "state": {
+                            "terminated": {
+                                "exitCode": 4,
+                                "message": '{"event": "error", "reason": "RepositoryNotFound"}',
+                            }
+                        },
+                    }
+                ]
+            },
+        }
+    )
+    assert gone.last_event == {"event": "error", "reason": "RepositoryNotFound"}
