@@ -319,28 +319,28 @@ class Kube:
         )
 
     async def log_tail(self, namespace: str, pod: str, *, container: str, lines: int = 20) -> str:
-        """The last ``lines`` lines of a container's log (``""`` when the pod or log is gone)."""
+        """The last ``lines`` lines of a container's log; ``""`` when there is none to read (the
+        pod or container is gone or not started, or its node cannot be reached). No answer at
+        all raises ``Unavailable`` like every call."""
         path = PODS.path(namespace=namespace, name=pod, subresource="log")
         try:
-            response = await self.api.call_api(
-                path,
-                "GET",
-                query_params=_query({"container": container, "tailLines": lines}),
-                header_params={"Accept": "*/*"},
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=self.timeout,
+            response = await self._open(
+                "GET", path, query={"container": container, "tailLines": lines}, accept="*/*"
             )
+        except errors.KubeError as error:
+            if isinstance(error, errors.Unavailable) and not error.status:
+                raise
+            return ""
+        try:
+            if not 200 <= response.status < 300:
+                return ""
             try:
                 raw = await response.read()
-                ok = 200 <= response.status < 300
-            finally:
-                response.release()
-        except (TimeoutError, aiohttp.ClientError) as error:
-            raise errors.Unavailable(f"{type(error).__name__}: {error}", method="GET", path=path) from error
-        except k8s_client.ApiException:
-            return ""  # not found, not started yet, or the node cannot be reached: no progress
-        return raw.decode(errors="replace") if ok else ""
+            except _TRANSPORT as error:
+                raise errors.from_transport(error, method="GET", path=path) from error
+        finally:
+            response.release()
+        return raw.decode(errors="replace")
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """The object, or ``None`` when it does not exist."""
