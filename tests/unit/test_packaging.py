@@ -115,7 +115,12 @@ def _copy_build_context(dest: Path) -> None:
 def test_the_image_installs_only_the_product() -> None:
     instructions = [ln for ln in DOCKERFILE.read_text().splitlines() if ln.strip() and ln[0] != "#"]
     assert any("pip install" in ln for ln in instructions)
-    assert not [ln for ln in instructions if "testbed" in ln]
+    copies = [ln for ln in instructions if ln.split()[0] in ("COPY", "ADD")]
+    assert copies
+    assert not [ln for ln in copies if "testbed" in ln]
+    assert not [ln for ln in instructions if "pip install" in ln and "testbed" in ln]
+    # The image's own check that neither the testbed nor dev tools are importable in it.
+    assert any("find_spec" in ln and "sparkrun_testbed" in ln for ln in instructions)
 
 
 def _build_wheel(source: Path, dist: Path) -> tuple[list[str], list[str]]:
