@@ -162,8 +162,9 @@ async def test_api_keys_come_from_labelled_secrets(k8s_api: Any, namespace: str)
         }
         await rest.create(SECRETS, secret, namespace)
         grant = await _eventually(lambda: keys.lookup("sk-team-a"))
-        assert grant.allows("qwen-test")
-        assert not grant.allows("other")
+        assert grant.allows("qwen-test", namespace)
+        assert not grant.allows("other", namespace)
+        assert not grant.allows("qwen-test", "elsewhere")
         await rest.delete(SECRETS, "team-a", namespace, propagation="Background")
         await _eventually(lambda: keys.lookup("sk-team-a") is None or None)
     finally:
