@@ -162,9 +162,56 @@ async def test_api_keys_come_from_labelled_secrets(k8s_api: Any, namespace: str)
         }
         await rest.create(SECRETS, secret, namespace)
         grant = await _eventually(lambda: keys.lookup("sk-team-a"))
-        assert grant.allows("qwen-test")
-        assert not grant.allows("other")
+        assert grant.allows("qwen-test", namespace)
+        assert not grant.allows("other", namespace)
+        assert not grant.allows("qwen-test", "elsewhere")
         await rest.delete(SECRETS, "team-a", namespace, propagation="Background")
         await _eventually(lambda: keys.lookup("sk-team-a") is None or None)
     finally:
         await keys.close()
+
+
+def _named(namespace: str, name: str, served: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "sparkrun.dev/v1alpha1",
+        "kind": "InferenceWorkload",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"model": {"name": "Qwen/Qwen3-0.6B", "servedName": served}},
+    }
+
+
+async def test_a_contested_name_freezes_nothing(k8s_api: Any, kube: Any, namespace: str) -> None:
+    """Issue 15: two workloads in two namespaces claim one name. The older keeps it; every
+    other change is still applied; a restarted gateway routes the winner at once."""
+    rest = Kube(k8s_api, field_manager="tests", owns_api=False)
+    other = f"{namespace}-b"
+    kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
+    dup, solo = f"dup-{namespace}", f"solo-{namespace}"
+    sources: list[KubeRoutingSource] = []
+    try:
+        await rest.create(WORKLOADS, _named(namespace, "first", dup), namespace)
+        await asyncio.sleep(1.1)  # creationTimestamp has one-second resolution
+        await rest.create(WORKLOADS, _named(other, "second", dup), other)
+        source = KubeRoutingSource(rest)  # every namespace, as the gateway runs by default
+        sources.append(source)
+        await source.start()
+        table = await _until(source, lambda t: t.lookup(dup) is not None)
+        assert table.lookup(dup).key == f"{namespace}/first"  # type: ignore[union-attr]
+        # A third, unrelated workload is routed while the conflict lasts (before: the table froze).
+        await rest.create(WORKLOADS, _named(namespace, "third", solo), namespace)
+        table = await _until(source, lambda t: t.lookup(solo) is not None)
+        assert table.lookup(dup).key == f"{namespace}/first"  # type: ignore[union-attr]
+        assert any(c.model == dup and c.loser == f"{other}/second" for c in table.conflicts)
+        # A restarted gateway (a fresh source) routes the winner (before: nothing at all).
+        restarted = KubeRoutingSource(rest)
+        sources.append(restarted)
+        await restarted.start()
+        table = await _until(restarted, lambda t: t.lookup(dup) is not None and t.lookup(solo) is not None)
+        assert table.lookup(dup).key == f"{namespace}/first"  # type: ignore[union-attr]
+        # The winner goes: the name passes to the other claim.
+        await rest.delete(WORKLOADS, "first", namespace, propagation="Background")
+        await _until(restarted, lambda t: (w := t.lookup(dup)) is not None and w.key == f"{other}/second")
+    finally:
+        for s in sources:
+            await s.close()
+        kube.delete("v1", "Namespace", other)

@@ -104,11 +104,21 @@ def test_key_secrets() -> None:
     key, grant = found
     assert key == "sk-1"
     assert grant.models == {"llama", "qwen", "mistral"}
-    assert grant.allows("qwen")
-    assert not grant.allows("gpt")
+    assert grant.allows("qwen", "ns")
+    assert not grant.allows("gpt", "ns")
+    # A key from a tenant's namespace grants at most that namespace's models.
+    assert not grant.allows("qwen", "other")
     everything = grant_of(_secret(key="sk-2"))
     assert everything is not None
     assert everything[1].models is None
+    assert everything[1].allows("anything", "ns")
+    assert not everything[1].allows("anything", "other")
+    assert not everything[1].admin
+    # ... unless the Secret lives in an administrator namespace.
+    admin = grant_of(_secret(key="sk-3"), admin_namespaces=["ns"])
+    assert admin is not None
+    assert admin[1].allows("anything", "other")
+    assert admin[1].admin
     assert grant_of(_secret(models="llama")) is None
     assert grant_of({"metadata": {"name": "bad"}, "data": {"key": "%%%not-base64"}}) is None
 

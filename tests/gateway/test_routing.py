@@ -7,14 +7,22 @@ table, least-outstanding choice, ejection backoff, bounded-load prefix affinity,
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from pathlib import Path
 
 import pytest
 
 from sparkrun_operator.gateway import StaticKeySource, StaticRoutingSource
-from sparkrun_operator.gateway.auth import extract_key
+from sparkrun_operator.gateway.auth import DigestTable, Grant, MergedKeySource, extract_key
 from sparkrun_operator.gateway.balancer import Balancer
-from sparkrun_operator.gateway.routing import RoutingError, RoutingTable, dump_document, parse_document
+from sparkrun_operator.gateway.routing import (
+    RoutingError,
+    RoutingTable,
+    Workload,
+    dump_document,
+    parse_document,
+)
+from sparkrun_operator.plan import names
 
 
 @pytest.mark.parametrize(
@@ -28,7 +36,6 @@ from sparkrun_operator.gateway.routing import RoutingError, RoutingTable, dump_d
         ("workloads: [{name: a, servedName: m, timeouts: {read: -1}}]", "timeouts.read must be a positive"),
         ("workloads: 3", "'workloads' must be a list"),
         ("[1]", "must be a mapping"),
-        ("workloads: [{name: a, servedName: m}, {name: b, servedName: x, aliases: [m]}]", "claimed by"),
     ],
 )
 def test_bad_documents_name_the_field(doc: str, needle: str) -> None:
@@ -124,11 +131,11 @@ def test_keys() -> None:
     keys = StaticKeySource.from_mapping({"sk-a": ["m"], "sk-all": ["*"]})
     grant = keys.lookup("sk-a")
     assert grant is not None
-    assert grant.allows("m")
-    assert not grant.allows("n")
+    assert grant.allows("m", "ml")
+    assert not grant.allows("n", "ml")
     all_grant = keys.lookup("sk-all")
     assert all_grant is not None
-    assert all_grant.allows("anything")
+    assert all_grant.allows("anything", "ml")
     assert keys.lookup("sk-b") is None
     assert extract_key({b"authorization": b"Bearer sk-a"}) == "sk-a"
     assert extract_key({b"x-api-key": b"sk-x", b"authorization": b"Bearer sk-a"}) == "sk-x"
@@ -146,3 +153,77 @@ def test_key_file(tmp_path: Path) -> None:
     path.write_text("keys:\n  - {models: [m]}\n")
     with pytest.raises(ValueError, match=r"keys\[0\] needs a non-empty 'key'"):
         StaticKeySource.from_file(path)
+
+
+def _wl(
+    ns: str, name: str, served: str, aliases: tuple[str, ...] = (), created: int | None = None
+) -> Workload:
+    when = (
+        dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=created)
+        if created is not None
+        else None
+    )
+    return Workload(namespace=ns, name=name, served_name=served, aliases=aliases, created=when)
+
+
+def test_the_oldest_claim_keeps_a_contested_name() -> None:
+    """Issue 15: a collision affects only the contested name; the rule is plan/names.py's."""
+    old = _wl("b", "old", "llama", aliases=("shared",), created=0)
+    new = _wl("a", "new", "qwen", aliases=("llama",), created=10)  # claims the older one's name
+    rival = _wl("c", "rival", "shared", created=5)  # a served name does not beat an older alias
+    other = _wl("d", "other", "mistral", created=20)
+    table = RoutingTable.build([new, old, rival, other], 1)  # order does not matter
+    assert table.lookup("llama") is old
+    assert table.lookup("qwen") is new  # the loser keeps its other names
+    assert table.lookup("shared") is old
+    assert table.lookup("mistral") is other
+    assert table.lookup("rival") is None
+    assert {(c.model, c.winner, c.loser) for c in table.conflicts} == {
+        ("llama", "b/old", "a/new"),
+        ("shared", "b/old", "c/rival"),
+    }
+    # Equal (or missing) timestamps: namespace, then name, decide.
+    tie = RoutingTable.build([_wl("z", "a", "m"), _wl("y", "b", "m")], 2)
+    assert tie.lookup("m") is not None
+    assert tie.lookup("m").key == "y/b"  # type: ignore[union-attr]
+    # One pure function decides for the gateway and the operator's planner.
+    lost = names.conflicts(rival.claim(), [old.claim(), new.claim(), rival.claim()])
+    assert [(c.model, c.winner.key, c.alias) for c in lost] == [("shared", "b/old", False)]
+    assert "served name 'shared' is served by b/old" in lost[0].describe()
+    assert names.conflicts(old.claim(), [old.claim(), new.claim(), rival.claim()]) == []
+
+
+async def test_a_conflict_in_a_routing_file_does_not_freeze_the_table(tmp_path: Path) -> None:
+    path = tmp_path / "routes.yaml"
+    path.write_text("workloads: [{name: a, servedName: m}, {name: b, servedName: x, aliases: [m]}]\n")
+    source = StaticRoutingSource(path, poll_interval=3600)
+    await source.start()  # before: RoutingError, nothing routed
+    try:
+        table = source.snapshot()
+        assert table.lookup("m") is not None
+        assert table.lookup("m").name == "a"  # type: ignore[union-attr]
+        assert table.lookup("x") is not None
+        path.write_text(
+            "workloads: [{name: a, servedName: m}, {name: b, servedName: x, aliases: [m]},\n"
+            "  {name: c, servedName: y}]\n"
+        )
+        assert await source.reload() is True  # later changes are applied while the conflict lasts
+        assert source.snapshot().lookup("y") is not None
+    finally:
+        await source.close()
+
+
+def test_key_lookup_is_by_digest() -> None:
+    table = DigestTable({f"sk-{i}": Grant(f"k{i}", None) for i in range(10_000)})
+    assert len(table) == 10_000
+    found = table.lookup("sk-9999")
+    assert found is not None
+    assert found.name == "k9999"
+    assert table.lookup("sk-10000") is None
+    assert table.lookup("") is None
+    # Stored by digest, never by the key itself.
+    assert all(isinstance(k, bytes) and len(k) == 32 for k in table._by_digest)
+    merged = MergedKeySource(StaticKeySource.from_mapping({"sk-file": ["*"]}), table)
+    assert merged.lookup("sk-file") is not None
+    assert merged.lookup("sk-5") is not None
+    assert merged.lookup("sk-none") is None

@@ -18,6 +18,7 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from sparkrun_operator.k8s.client import Kube
+from sparkrun_operator.plan.names import Claim
 from sparkrun_operator.render.workload import RenderOptions
 
 DEFAULT_DRIFT_SECONDS: Final = 300.0
@@ -163,6 +164,10 @@ class Context:
     dependencies: dict[tuple[str, str], tuple[str | None, str | None, str | None]] = field(
         default_factory=dict
     )
+
+    #: Workload key -> the model names it claimed at its last event, so that a change (or a
+    #: deletion) re-plans every workload that shares a name with it (``Routable``).
+    claims: dict[tuple[str, str], Claim] = field(default_factory=dict)
 
     def jitter(self, seconds: float) -> float:
         """``seconds`` +-10%, so that many objects' timers do not fire in lockstep."""

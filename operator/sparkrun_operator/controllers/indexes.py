@@ -15,6 +15,8 @@ id              key                                    value
 ``iw_clusters`` ``name``                               the InferenceCluster's metadata and spec
 ``iw_nodes``    node name                              :class:`~..plan.cluster.ObservedNode`
 ``iw_gpu_pods`` node name                              :class:`~..plan.cluster.ObservedGpuPod`
+``iw_names``    model name (served name or alias)      :class:`~..plan.names.Claim` of each
+                                                       workload claiming it (all namespaces)
 =============== ====================================== =========================================
 
 Values are small parsed records, not whole objects, to keep memory proportional to what is used.
@@ -26,13 +28,14 @@ from typing import Any, Final
 
 import kopf
 
-from sparkrun_operator.api.resources import INFERENCE_CLUSTER, MODEL_CACHE, RECIPE
-from sparkrun_operator.plan import observe
+from sparkrun_operator.api.resources import INFERENCE_CLUSTER, INFERENCE_WORKLOAD, MODEL_CACHE, RECIPE
+from sparkrun_operator.plan import names, observe
 from sparkrun_operator.render import keys
 
 RECIPE_ID: Final = (RECIPE.group, RECIPE.version, RECIPE.plural)
 CACHE_ID: Final = (MODEL_CACHE.group, MODEL_CACHE.version, MODEL_CACHE.plural)
 CLUSTER_ID: Final = (INFERENCE_CLUSTER.group, INFERENCE_CLUSTER.version, INFERENCE_CLUSTER.plural)
+WORKLOAD_NAMES_ID: Final = (INFERENCE_WORKLOAD.group, INFERENCE_WORKLOAD.version, INFERENCE_WORKLOAD.plural)
 JOBSET_ID: Final = (keys.JOBSET_GROUP, keys.JOBSET_VERSION, keys.JOBSET_PLURAL)
 OURS: Final = {keys.LABEL_WORKLOAD: kopf.PRESENT}
 NAMES: Final = (
@@ -44,6 +47,7 @@ NAMES: Final = (
     "iw_clusters",
     "iw_nodes",
     "iw_gpu_pods",
+    "iw_names",
 )
 
 
@@ -100,7 +104,30 @@ def register(registry: kopf.OperatorRegistry) -> None:
         parsed = observe.node_from(body)
         return {parsed.name: parsed} if parsed else None
 
+    @kopf.index(*WORKLOAD_NAMES_ID, id="iw_names", registry=registry)
+    async def iw_names(*, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
+        claim = claim_of(body)
+        return dict.fromkeys(claim.names, claim) if claim is not None else None
+
     @kopf.index("", "v1", "pods", id="iw_gpu_pods", registry=registry)
     async def iw_gpu_pods(*, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
         parsed = observe.gpu_pod_from(body)
         return {parsed.node: parsed} if parsed else None
+
+
+def claim_of(body: Any) -> names.Claim | None:
+    """The names a workload claims, as the gateway sees them (none while it is being deleted)."""
+    if (body.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    return names.claim_of(body)
+
+
+def rivals(index: Any, claim: names.Claim | None) -> list[names.Claim]:
+    """Every claim in the ``iw_names`` index sharing a name with ``claim`` (itself included)."""
+    if claim is None or index is None:
+        return []
+    out: dict[str, names.Claim] = {}
+    for model in claim.names:
+        for found in index.get(model, ()):
+            out.setdefault(found.key, found)
+    return list(out.values())

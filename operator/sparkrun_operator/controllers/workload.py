@@ -46,7 +46,7 @@ from sparkrun_operator.controllers.context import Context
 from sparkrun_operator.controllers.indexes import CACHE_ID, CLUSTER_ID, JOBSET_ID, OURS, RECIPE_ID
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.client import JOBSETS, SERVICES, Resource, resource_of
-from sparkrun_operator.plan import observe
+from sparkrun_operator.plan import names, observe
 from sparkrun_operator.plan.workload import (
     Observation,
     ObservedJobSet,
@@ -150,7 +150,12 @@ def observation(
             gpu_pods=indices.get("iw_gpu_pods"),
             gpu_resource=cluster.gpu_resource if cluster is not None else DEFAULT_GPU_RESOURCE,
         )
+    claim = indexes.claim_of(body)
     return Observation(
+        claim=claim,
+        name_conflicts=tuple(names.conflicts(claim, indexes.rivals(indices.get("iw_names"), claim)))
+        if claim is not None
+        else (),
         name=name,
         namespace=namespace,
         uid=str(meta.get("uid") or ""),
@@ -388,9 +393,14 @@ def _register_own_pokes(registry: kopf.OperatorRegistry, *, drift_seconds: float
     """Pokes from the workload itself, its JobSets and pods, and the drift timer."""
 
     @kopf.on.event(*WORKLOAD_ID, id="iw-changed", registry=registry)
-    async def iw_changed(*, namespace: str | None, name: str, body: kopf.Body, memo: Any, **_: Any) -> None:
+    async def iw_changed(
+        *, namespace: str | None, name: str, body: kopf.Body, type: str | None, memo: Any, **kwargs: Any
+    ) -> None:
         ctx: Context = memo.ctx
         meta = body.get("metadata") or {}
+        _poke_rivals(
+            ctx, (namespace or "", name), None if type == "DELETED" else body, kwargs.get("iw_names")
+        )
         # NB: the operator's own status writes come back as events too; a pass for those
         # would find nothing to do. Only a new generation (a spec change), a requested
         # reconcile (``workloads.reconcile``'s annotation) or a deletion counts.
@@ -417,6 +427,24 @@ def _register_own_pokes(registry: kopf.OperatorRegistry, *, drift_seconds: float
     )
     async def iw_drift(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
         memo.ctx.triggers.poke(_key(namespace or "", name))
+
+
+def _poke_rivals(ctx: Context, key: tuple[str, str], body: kopf.Body | None, index: Any) -> None:
+    """When the names a workload claims change (or it goes), re-plan every workload sharing an
+    old or new name with it: their ``Routable`` condition may change (plan/names.py)."""
+    claim = indexes.claim_of(body) if body is not None else None
+    before = ctx.claims.get(key)
+    if claim == before:
+        return
+    if claim is None:
+        ctx.claims.pop(key, None)
+    else:
+        ctx.claims[key] = claim
+    for old_or_new in (before, claim):
+        for rival in indexes.rivals(index, old_or_new):
+            if (rival.namespace, rival.name) != key:
+                ctx.triggers.poke(_status_key(rival.namespace, rival.name))
+                ctx.triggers.poke(_key(rival.namespace, rival.name))
 
 
 def _register_dependency_pokes(registry: kopf.OperatorRegistry) -> None:

@@ -21,7 +21,7 @@ application for embedding.
 """
 
 from .app import Gateway
-from .auth import Grant, KeySource, StaticKeySource
+from .auth import Grant, KeySource, MergedKeySource, StaticKeySource
 from .config import GatewaySettings
 from .metrics import GatewayMetrics
 from .routing import RoutingSource, RoutingTable, StaticRoutingSource, TablePublisher, Workload
@@ -34,6 +34,7 @@ __all__ = [
     "GatewaySettings",
     "Grant",
     "KeySource",
+    "MergedKeySource",
     "NoopWaker",
     "RoutingSource",
     "RoutingTable",

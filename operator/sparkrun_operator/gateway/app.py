@@ -33,7 +33,7 @@ import uuid
 from typing import Any
 
 from . import routes
-from .auth import Grant, KeySource, extract_key
+from .auth import Grant, KeySource, digest, extract_key
 from .balancer import Backend, Balancer
 from .config import GatewaySettings
 from .context import Cancelled, Ctx, Message, Receive, Scope, Send
@@ -71,7 +71,8 @@ class Gateway:
             source, waker or NoopWaker(), timeout=self.settings.wake_timeout, on_wake=self._on_wake
         )
         self._pool: UpstreamPool | None = None
-        self._inflight: dict[str, Ctx] = {}
+        #: In-flight requests by (caller, request id): ids are per caller (see :meth:`principal`).
+        self._inflight: dict[tuple[str, str], Ctx] = {}
         self._routes = routes.table()
         self._started = False
 
@@ -150,11 +151,13 @@ class Gateway:
             return
         ctx.task = asyncio.current_task()
         watcher: asyncio.Future[Message] | None = None
+        slot: tuple[str, str] | None = None
         try:
             if route.reads_body:
                 ctx.body = await ctx.read_body(self.settings)
             if route.inference:
-                self._inflight[rid] = ctx
+                slot = (self.principal(ctx), rid)
+                self._inflight[slot] = ctx
                 watcher = ctx.watch_disconnect()
             await route.handler(self, ctx)
         except GatewayError as exc:
@@ -175,16 +178,25 @@ class Gateway:
             if watcher is not None:
                 watcher.cancel()
             self.release(ctx)
-            self._inflight.pop(rid, None)
+            if slot is not None and self._inflight.get(slot) is ctx:
+                del self._inflight[slot]
             if route.name not in {"metrics", "health"}:
                 self.metrics.requests.labels(ctx.model_label, route.name, str(ctx.status)).inc()
                 self.metrics.duration.labels(ctx.model_label, route.name).observe(
                     time.perf_counter() - ctx.start
                 )
 
-    def cancel(self, command_id: str) -> bool:
-        """Cancel an in-flight request by its id; False when none is in flight."""
-        target = self._inflight.get(command_id)
+    def principal(self, ctx: Ctx) -> str:
+        """Who is calling, for the cancel registry: the digest of the key sent ("" when keys
+        are off, so then every caller is one). Only the same key can cancel a request."""
+        if self.keys is None:
+            return ""
+        key = extract_key(ctx.headers)
+        return digest(key).hex() if key else "-"
+
+    def cancel(self, caller: str, command_id: str) -> bool:
+        """Cancel ``caller``'s in-flight request ``command_id``; False when it has none."""
+        target = self._inflight.get((caller, command_id))
         if target is None or target.finished or target.task is None or target.cancel_reason is not None:
             return False
         target.cancel_reason = "cancelled"
@@ -224,7 +236,7 @@ class Gateway:
             raise bad_request("'model' is required and must be a non-empty string", param="model")
         grant = self.authorize(ctx)
         workload = self.source.snapshot().lookup(model)
-        if workload is None or (grant is not None and not grant.allows(model)):
+        if workload is None or (grant is not None and not grant.allows(model, workload.namespace)):
             raise no_instance(model)
         ctx.model_label = model
         if capability not in workload.capabilities:

@@ -9,7 +9,10 @@ absent from the authorized model catalog".
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import hmac
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -19,19 +22,82 @@ import yaml
 
 @dataclass(frozen=True)
 class Grant:
-    """What a key may use: ``models is None`` means every model."""
+    """What a key may use: ``models is None`` means every model; ``namespace`` (when set)
+    limits it to the workloads of that namespace (a key from a tenant's own Secret)."""
 
     name: str
     models: frozenset[str] | None
+    namespace: str | None = None
 
-    def allows(self, model: str) -> bool:
+    def allows(self, model: str, namespace: str) -> bool:
+        """Whether the key may use the name ``model`` of a workload in ``namespace``."""
+        if self.namespace is not None and namespace != self.namespace:
+            return False
         return self.models is None or model in self.models
+
+    @property
+    def admin(self) -> bool:
+        """Every model of every namespace (may read ``/metrics`` on the serving port)."""
+        return self.models is None and self.namespace is None
 
 
 class KeySource(Protocol):
     def lookup(self, key: str) -> Grant | None:
         """The grant of ``key``, or ``None`` when the key is unknown. Must not block."""
         ...
+
+
+def digest(key: str) -> bytes:
+    """The SHA-256 of a key: what key tables are indexed by (never the key itself)."""
+    return hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()
+
+
+class DigestTable:
+    """Grants by key digest: O(1) in the number of keys, and the final comparison is
+    constant-time (``hmac.compare_digest``), so timing tells nothing about stored keys."""
+
+    def __init__(self, grants: Mapping[str, Grant] | Iterable[tuple[str, Grant]] = ()) -> None:
+        items = grants.items() if isinstance(grants, Mapping) else grants
+        self._by_digest: dict[bytes, tuple[bytes, Grant]] = {}
+        for key, grant in items:
+            d = digest(key)
+            self._by_digest[d] = (d, grant)
+
+    def __len__(self) -> int:
+        return len(self._by_digest)
+
+    def lookup(self, key: str) -> Grant | None:
+        d = digest(key)
+        found = self._by_digest.get(d)
+        if found is None or not hmac.compare_digest(found[0], d):
+            return None
+        return found[1]
+
+
+class MergedKeySource:
+    """Several key sources as one (a static file and Secrets): the first that knows a key wins.
+    ``start``/``close`` are passed on to the sources that have them."""
+
+    def __init__(self, *sources: KeySource) -> None:
+        self.sources = sources
+
+    def lookup(self, key: str) -> Grant | None:
+        for source in self.sources:
+            grant = source.lookup(key)
+            if grant is not None:
+                return grant
+        return None
+
+    async def start(self) -> None:
+        for source in self.sources:
+            start = getattr(source, "start", None)
+            if start is not None:
+                await start()
+
+    async def close(self) -> None:
+        await asyncio.gather(
+            *(close() for source in self.sources if (close := getattr(source, "close", None)) is not None)
+        )
 
 
 class StaticKeySource:
@@ -45,10 +111,12 @@ class StaticKeySource:
             models: [llama, qwen]
           - key: sk-admin
             models: ["*"]
+          - key: sk-ml
+            namespace: ml       # optional: only workloads of namespace ml
     """
 
     def __init__(self, grants: dict[str, Grant]) -> None:
-        self._grants = dict(grants)
+        self._table = DigestTable(grants)
 
     @classmethod
     def from_mapping(cls, keys: dict[str, list[str]]) -> StaticKeySource:
@@ -67,20 +135,18 @@ class StaticKeySource:
             models = entry.get("models", ["*"])
             if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
                 raise ValueError(f"{path}: keys[{i}].models must be a list of model names")
-            grants[entry["key"]] = _grant(str(entry.get("name") or f"key-{i}"), models)
+            namespace = entry.get("namespace")
+            if namespace is not None and (not isinstance(namespace, str) or not namespace):
+                raise ValueError(f"{path}: keys[{i}].namespace must be a non-empty string")
+            grants[entry["key"]] = _grant(str(entry.get("name") or f"key-{i}"), models, namespace)
         return cls(grants)
 
     def lookup(self, key: str) -> Grant | None:
-        # Constant-time comparison per candidate, so response timing does not leak key prefixes.
-        found = None
-        for candidate, grant in self._grants.items():
-            if hmac.compare_digest(candidate.encode(), key.encode()):
-                found = grant
-        return found
+        return self._table.lookup(key)
 
 
-def _grant(name: str, models: list[str]) -> Grant:
-    return Grant(name, None if "*" in models else frozenset(models))
+def _grant(name: str, models: list[str], namespace: str | None = None) -> Grant:
+    return Grant(name, None if "*" in models else frozenset(models), namespace)
 
 
 def extract_key(headers: dict[bytes, bytes]) -> str | None:

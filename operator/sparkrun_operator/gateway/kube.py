@@ -8,7 +8,8 @@
   (a merge patch as field manager ``sparkrun-gateway``, ADR 0011; the operator does the rest).
 - :class:`SecretKeySource` serves API keys from Secrets labelled ``sparkrun.dev/gateway-key``:
   ``data.key`` is the key; ``data.models`` (optional) a comma- or newline-separated allowlist,
-  ``*`` or absent for every model.
+  ``*`` or absent for every model. A key grants at most the workloads of its Secret's own
+  namespace, unless that namespace is an administrator namespace (``--admin-key-namespace``).
 
 Routing state of a workload: ``spec.state`` when it is not Running; while the engine is still
 asleep after a wake (condition ``Sleeping=True``) it stays ``Sleeping``, so held requests are
@@ -20,7 +21,6 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
-import hmac
 import itertools
 import json
 import logging
@@ -28,11 +28,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from sparkrun_operator.api.resources import INFERENCE_WORKLOAD
-from sparkrun_operator.gateway.auth import Grant
+from sparkrun_operator.gateway.auth import DigestTable, Grant
 from sparkrun_operator.gateway.routing import (
     EMBEDDING,
     TEXT_GENERATION,
-    RoutingError,
     RoutingTable,
     State,
     TablePublisher,
@@ -47,6 +46,7 @@ from sparkrun_operator.k8s.client import (
     resource_of,
 )
 from sparkrun_operator.k8s.informer import Informer, drop_managed_fields
+from sparkrun_operator.plan.names import claim_of
 from sparkrun_operator.render import keys
 
 log = logging.getLogger("sparkrun.gateway.kube")
@@ -111,18 +111,19 @@ def ready_endpoints(slices: Iterable[dict[str, Any]]) -> tuple[str, ...]:
 
 def workload_entry(obj: dict[str, Any], slices: Iterable[dict[str, Any]]) -> Workload:
     """The routing entry of one InferenceWorkload and its Service's EndpointSlices."""
-    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
-    model = spec.get("model") or {}
-    served = status.get("servedName") or model.get("servedName") or model.get("name") or meta["name"]
+    spec = obj.get("spec") or {}
+    claim = claim_of(obj)
+    assert claim is not None, "an InferenceWorkload has a name"
     return Workload(
-        namespace=meta.get("namespace") or "default",
-        name=meta["name"],
-        served_name=str(served),
-        aliases=tuple(str(a) for a in model.get("aliases") or [] if a != served),
+        namespace=claim.namespace,
+        name=claim.name,
+        served_name=claim.served,
+        aliases=claim.aliases,
         state=routing_state(obj),
         capabilities=capabilities_of(spec),
         endpoints=ready_endpoints(slices),
         prefix_affinity=bool((spec.get("routing") or {}).get("prefixAffinity", False)),
+        created=claim.created,
     )
 
 
@@ -143,23 +144,27 @@ def imperative_aliases(config_maps: Iterable[dict[str, Any]]) -> dict[str, dict[
 
 
 def _with_imperative(entries: list[Workload], aliases: dict[str, dict[str, str]]) -> list[Workload]:
+    """Add the imperative aliases. A declared name (any namespace) always beats one, so the
+    operator, which sees only declared names, reports the same owners as the gateway routes;
+    between imperative aliases of two namespaces the first namespace (sorted) keeps it."""
     by_name = {(e.namespace, n): e for e in entries for n in e.names}
+    taken = {n for e in entries for n in e.names}
     extra: dict[str, list[str]] = {}
-    for namespace, table in aliases.items():
+    for namespace, table in sorted(aliases.items()):
         for alias, target in sorted(table.items()):
             owner = by_name.get((namespace, target))
             if owner is None:
                 continue  # the target is not served (yet): the alias resolves once it is
-            taken = by_name.get((namespace, alias))
-            if taken is not None and taken.key != owner.key:
-                log.warning("alias %r -> %r ignored: it is already a name of %s", alias, target, taken.key)
+            if alias in taken:
+                if alias not in owner.names:
+                    log.warning(
+                        "alias %r -> %r in %s ignored: the name is already taken", alias, target, namespace
+                    )
                 continue
+            taken.add(alias)
             extra.setdefault(owner.key, []).append(alias)
     return [
-        dataclasses.replace(e, aliases=(*e.aliases, *[a for a in extra[e.key] if a not in e.names]))
-        if e.key in extra
-        else e
-        for e in entries
+        dataclasses.replace(e, aliases=(*e.aliases, *extra[e.key])) if e.key in extra else e for e in entries
     ]
 
 
@@ -276,11 +281,8 @@ class KubeRoutingSource:
         entries = build_entries(
             workloads.objects.values(), slices.objects.values(), imperative_aliases(aliases.objects.values())
         )
-        try:
-            self._publisher.publish(entries)
-        except RoutingError as error:
-            # NB: two workloads claiming one name; keep serving the last consistent table.
-            log.error("routing table not updated: %s", error)
+        # NB: a contested name affects only that name (plan/names.py); the rest always updates.
+        self._publisher.publish(entries)
 
 
 class KubeWaker:
@@ -308,8 +310,9 @@ def _decode(secret: dict[str, Any], field: str) -> str | None:
         return None
 
 
-def grant_of(secret: dict[str, Any]) -> tuple[str, Grant] | None:
-    """``(key, grant)`` of a gateway-key Secret, or None when it holds no usable key."""
+def grant_of(secret: dict[str, Any], *, admin_namespaces: Iterable[str] = ()) -> tuple[str, Grant] | None:
+    """``(key, grant)`` of a gateway-key Secret, or None when it holds no usable key. The grant
+    is limited to the Secret's namespace unless it is one of ``admin_namespaces``."""
     meta = secret.get("metadata") or {}
     key = (_decode(secret, "key") or "").strip()
     if not key:
@@ -317,17 +320,26 @@ def grant_of(secret: dict[str, Any]) -> tuple[str, Grant] | None:
         return None
     raw_models = _decode(secret, "models")
     models = [m.strip() for m in (raw_models or "*").replace("\n", ",").split(",") if m.strip()]
-    name = f"{meta.get('namespace')}/{meta.get('name')}"
-    return key, Grant(name, None if not models or "*" in models else frozenset(models))
+    namespace = str(meta.get("namespace") or "")
+    name = f"{namespace}/{meta.get('name')}"
+    scope = None if namespace in set(admin_namespaces) else namespace
+    return key, Grant(name, None if not models or "*" in models else frozenset(models), scope)
 
 
 class SecretKeySource:
     """API keys from labelled Secrets, kept current by a watch (see module docs)."""
 
-    def __init__(self, conn: Kube | KubeConnection, *, namespace: str | None = None) -> None:
+    def __init__(
+        self,
+        conn: Kube | KubeConnection,
+        *,
+        namespace: str | None = None,
+        admin_namespaces: Iterable[str] = (),
+    ) -> None:
         self._conn = conn
         self._namespace = namespace
-        self._grants: dict[str, Grant] = {}
+        self.admin_namespaces = frozenset(admin_namespaces)
+        self._table = DigestTable()
         self._secrets: Informer | None = None
 
     async def start(self) -> None:
@@ -350,16 +362,11 @@ class SecretKeySource:
             self._secrets = None
 
     def _rebuild(self) -> None:
-        grants: dict[str, Grant] = {}
-        for secret in self._secrets.objects.values() if self._secrets is not None else ():
-            found = grant_of(secret)
-            if found is not None:
-                grants[found[0]] = found[1]
-        self._grants = grants
+        found = (
+            grant_of(secret, admin_namespaces=self.admin_namespaces)
+            for secret in (self._secrets.objects.values() if self._secrets is not None else ())
+        )
+        self._table = DigestTable([f for f in found if f is not None])
 
     def lookup(self, key: str) -> Grant | None:
-        found = None
-        for candidate, grant in self._grants.items():
-            if hmac.compare_digest(candidate.encode(), key.encode()):
-                found = grant
-        return found
+        return self._table.lookup(key)

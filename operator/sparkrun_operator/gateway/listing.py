@@ -15,15 +15,13 @@ if TYPE_CHECKING:
 
 
 def visible(gw: Gateway, ctx: Ctx) -> list[tuple[str, Workload]]:
-    """Every (name, workload) the caller's key may use, aliases included."""
+    """Every (name, workload) that routes and the caller's key may use, aliases included (a
+    name another workload keeps is not listed for the loser)."""
     grant = gw.authorize(ctx)
     table = gw.source.snapshot()
-    out = []
-    for wl in table.workloads:
-        for name in wl.names:
-            if grant is None or grant.allows(name):
-                out.append((name, wl))
-    return out
+    return [
+        (name, wl) for name, wl in table.by_name.items() if grant is None or grant.allows(name, wl.namespace)
+    ]
 
 
 async def models(gw: Gateway, ctx: Ctx) -> None:
@@ -63,7 +61,7 @@ async def ollama_show(gw: Gateway, ctx: Ctx) -> None:
         raise bad_request("name or model is required")
     grant = gw.authorize(ctx)
     wl = gw.source.snapshot().lookup(name)
-    if wl is None or (grant is not None and not grant.allows(name)):
+    if wl is None or (grant is not None and not grant.allows(name, wl.namespace)):
         raise GatewayError(404, f"model '{name}' not found")
     await ctx.respond(200, dumps(ollama_api.show(name, wl)))
 
@@ -90,13 +88,18 @@ async def ollama_root(gw: Gateway, ctx: Ctx) -> None:
 
 async def cancel(gw: Gateway, ctx: Ctx) -> None:
     command_id = ctx.scope["path"].removeprefix("/v1/cancel/")
-    gw.authorize(ctx)
-    if not gw.cancel(command_id):
+    gw.authorize(ctx)  # 401 without a valid key when keys are on
+    if not gw.cancel(gw.principal(ctx), command_id):
         raise GatewayError(404, "Command not found or already completed")
     await ctx.respond(200, dumps({"message": "Command cancelled.", "command_id": command_id}))
 
 
 async def metrics(gw: Gateway, ctx: Ctx) -> None:
+    """Prometheus text. With keys on, only an administrator key (every model of every namespace)
+    reads it here; scrapers use the key-less ``--metrics-port`` listener instead."""
+    grant = gw.authorize(ctx)
+    if grant is not None and not grant.admin:
+        raise GatewayError(403, "Metrics need an administrator key (or the --metrics-port listener)")
     await ctx.respond(200, gw.metrics.render(), b"text/plain; version=0.0.4; charset=utf-8")
 
 

@@ -26,6 +26,7 @@ def table() -> dict[tuple[str, str], Route]:
     routes["GET", "/metrics"] = Route(listing.metrics, "openai", "metrics", reads_body=False)
     routes["GET", "/healthz"] = Route(listing.health, "openai", "health", reads_body=False)
     routes["GET", "/readyz"] = Route(listing.health, "openai", "health", reads_body=False)
+    routes["GET", "/health"] = Route(listing.health, "openai", "health", reads_body=False)
     _ollama(routes)
     return routes
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import json
 import logging
 import os
@@ -36,6 +37,8 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import yaml
+
+from sparkrun_operator.plan.names import Claim, owners
 
 log = logging.getLogger("sparkrun.gateway.routing")
 
@@ -64,6 +67,8 @@ class Workload:
     prefix_affinity: bool = False
     connect_timeout: float | None = None
     read_timeout: float | None = None
+    #: ``metadata.creationTimestamp``: the oldest claim keeps a contested name (:mod:`..plan.names`).
+    created: dt.datetime | None = field(default=None, compare=False)
 
     @property
     def key(self) -> str:
@@ -79,6 +84,24 @@ class Workload:
         """Running with at least one ready endpoint."""
         return self.state == "Running" and bool(self.endpoints)
 
+    def claim(self) -> Claim:
+        return Claim(
+            namespace=self.namespace,
+            name=self.name,
+            served=self.served_name,
+            aliases=tuple(a for a in self.aliases if a != self.served_name),
+            created=self.created,
+        )
+
+
+@dataclass(frozen=True)
+class NameConflict:
+    """``model`` is claimed by ``loser`` too, but ``winner`` keeps it."""
+
+    model: str
+    winner: str
+    loser: str
+
 
 @dataclass(frozen=True)
 class RoutingTable:
@@ -87,19 +110,25 @@ class RoutingTable:
     workloads: tuple[Workload, ...] = ()
     version: int = 0
     by_name: Mapping[str, Workload] = field(default_factory=dict, compare=False)
+    conflicts: tuple[NameConflict, ...] = field(default=(), compare=False)
 
     @classmethod
     def build(cls, workloads: Iterable[Workload], version: int) -> RoutingTable:
-        """Index ``workloads`` by served name and alias; a name claimed twice is an error."""
+        """Index ``workloads`` by served name and alias. A name claimed by several workloads goes
+        to the oldest claim (:func:`~sparkrun_operator.plan.names.owners`); the others keep
+        their remaining names, and the table records the conflict. Never raises."""
         items = tuple(workloads)
+        won = owners(wl.claim() for wl in items)
         by_name: dict[str, Workload] = {}
+        lost: list[NameConflict] = []
         for wl in items:
             for name in wl.names:
-                other = by_name.get(name)
-                if other is not None and other.key != wl.key:
-                    raise RoutingError(f"model name {name!r} is claimed by {other.key} and {wl.key}")
-                by_name[name] = wl
-        return cls(items, version, by_name)
+                winner = won[name].key
+                if winner == wl.key:
+                    by_name.setdefault(name, wl)
+                else:
+                    lost.append(NameConflict(name, winner, wl.key))
+        return cls(items, version, by_name, tuple(lost))
 
     def lookup(self, model: str) -> Workload | None:
         return self.by_name.get(model)
@@ -134,8 +163,17 @@ class TablePublisher:
         return self._table
 
     def publish(self, workloads: Iterable[Workload]) -> RoutingTable:
-        """Replace the table (raises :class:`RoutingError` and keeps the old one on conflicts)."""
-        self._table = RoutingTable.build(workloads, self._table.version + 1)
+        """Replace the table; a contested name affects only itself (logged once per change)."""
+        table = RoutingTable.build(workloads, self._table.version + 1)
+        if table.conflicts != self._table.conflicts:
+            for c in table.conflicts:
+                log.warning(
+                    "model name %r stays with %s (the older claim); not routed to %s",
+                    c.model,
+                    c.winner,
+                    c.loser,
+                )
+        self._table = table
         event, self._changed = self._changed, asyncio.Event()
         event.set()
         return self._table

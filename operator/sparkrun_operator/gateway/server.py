@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import socket
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -21,7 +22,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .app import Gateway
-from .auth import StaticKeySource
+from .auth import KeySource, MergedKeySource, StaticKeySource
 from .config import GatewaySettings
 from .routing import StaticRoutingSource
 
@@ -81,7 +82,51 @@ def protocol_class(header_timeout: float) -> type[HeaderDeadlineProtocol]:
     return type("GatewayHttpProtocol", (HeaderDeadlineProtocol,), {"header_timeout": header_timeout})
 
 
-def uvicorn_config(app: Gateway, *, host: str, port: int, log_level: str = "info") -> uvicorn.Config:
+_OPS_PATHS = {"/metrics", "/healthz", "/readyz", "/health"}
+
+
+class MetricsListener:
+    """The gateway, plus a second port (``--metrics-port``) that serves only ``/metrics`` and the
+    health routes, without a key: for Prometheus (a ServiceMonitor on its own port) and probes.
+    Requests are told apart by the local port they arrived on (ASGI ``scope["server"]``)."""
+
+    def __init__(self, gateway: Gateway, metrics_port: int) -> None:
+        self.gateway = gateway
+        self.settings = gateway.settings
+        self.metrics_port = metrics_port
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        server = scope.get("server") or (None, None)
+        if scope["type"] != "http" or server[1] != self.metrics_port:
+            await self.gateway(scope, receive, send)
+            return
+        path, method = scope["path"], scope["method"]
+        if method != "GET" or path not in _OPS_PATHS:
+            status, body, kind = 404, b'{"error":"only /metrics and health here"}', b"application/json"
+        elif path == "/metrics":
+            status, body, kind = (
+                200,
+                self.gateway.metrics.render(),
+                b"text/plain; version=0.0.4; charset=utf-8",
+            )
+        else:
+            status, body, kind = 200, b'{"status":"ok"}', b"application/json"
+        headers = [(b"content-type", kind), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket (uvicorn serves several when given them)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host, port), family=family, backlog=4096)
+    sock.set_inheritable(True)
+    return sock
+
+
+def uvicorn_config(
+    app: Gateway | MetricsListener, *, host: str, port: int, log_level: str = "info"
+) -> uvicorn.Config:
     """The uvicorn configuration the gateway runs with (uvloop when installed, no access log)."""
     try:
         import uvloop  # noqa: F401
@@ -119,10 +164,24 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--secret-keys",
         action="store_true",
-        help="with --kubernetes: require API keys, read from Secrets labelled sparkrun.dev/gateway-key",
+        help="with --kubernetes: require API keys, read from Secrets labelled sparkrun.dev/gateway-key "
+        "(merged with --keys); a key grants at most its Secret's namespace",
+    )
+    p.add_argument(
+        "--admin-key-namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="keys from Secrets in NS may grant models of every namespace (repeatable; default: none)",
     )
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=8080)
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        help="also listen here for /metrics and health only, without a key (for Prometheus); "
+        "with keys on, /metrics on --port needs an administrator key",
+    )
     p.add_argument("--keys", help="API keys file (YAML); without it the gateway is open")
     p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes)
     p.add_argument("--header-timeout", type=float, default=d.header_timeout)
@@ -150,14 +209,18 @@ def build(argv: Sequence[str]) -> tuple[Gateway, argparse.Namespace]:
         from .kube import KubeConnection, KubeRoutingSource, KubeWaker, SecretKeySource
 
         conn = KubeConnection(kubeconfig=ns.kubeconfig)
-        kube_keys = SecretKeySource(conn, namespace=ns.namespace) if ns.secret_keys else None
-        static_keys = StaticKeySource.from_file(ns.keys) if ns.keys else None
+        sources: list[KeySource] = []
+        if ns.keys:
+            sources.append(StaticKeySource.from_file(ns.keys))
+        if ns.secret_keys:
+            admins = [n for arg in ns.admin_key_namespace for n in arg.split(",") if n]
+            sources.append(SecretKeySource(conn, namespace=ns.namespace, admin_namespaces=admins))
         return (
             Gateway(
                 KubeRoutingSource(conn, namespace=ns.namespace),
                 settings=settings,
                 waker=KubeWaker(conn),
-                keys=kube_keys or static_keys,
+                keys=MergedKeySource(*sources) if sources else None,
             ),
             ns,
         )
@@ -170,6 +233,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the gateway until SIGINT/SIGTERM; returns the exit status."""
     gateway, ns = build(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=ns.log_level.upper(), format="%(levelname)s %(asctime)s %(name)s %(message)s")
-    server = uvicorn.Server(uvicorn_config(gateway, host=ns.host, port=ns.port, log_level=ns.log_level))
-    server.run()
+    if ns.metrics_port is None:
+        server = uvicorn.Server(uvicorn_config(gateway, host=ns.host, port=ns.port, log_level=ns.log_level))
+        server.run()
+        return 0 if server.started else 1
+    app = MetricsListener(gateway, ns.metrics_port)
+    server = uvicorn.Server(uvicorn_config(app, host=ns.host, port=ns.port, log_level=ns.log_level))
+    server.run(sockets=[listen(ns.host, ns.port), listen(ns.host, ns.metrics_port)])
     return 0 if server.started else 1

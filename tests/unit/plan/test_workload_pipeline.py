@@ -10,7 +10,7 @@ from typing import Any
 from sparkrun_operator.api import conditions as c
 from sparkrun_operator.api.meta import find_condition
 from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus
-from sparkrun_operator.plan import observe
+from sparkrun_operator.plan import names, observe
 from sparkrun_operator.plan.cluster import ObservedGpuPod, ObservedNode
 from sparkrun_operator.plan.workload import (
     Observation,
@@ -153,3 +153,19 @@ def test_needs_capacity_and_recipe_of() -> None:
     assert observe.recipe_of({"model": "Qwen/Qwen3-0.6B"}, name="r").spec is not None
     broken = observe.recipe_of({"model": 7, "defaults": "no"}, name="r")
     assert (broken.exists, broken.spec) == (True, None)
+
+
+def test_routable_names_the_older_workload_that_keeps_a_contested_name() -> None:
+    """Issue 15: the loser of a name says so (Routable=False, NameConflict, naming the winner);
+    the rule is the gateway's (plan/names.py)."""
+    mine = names.Claim(namespace="ns", name="qwen", served="qwen", aliases=("small",), created=NOW)
+    older = names.Claim(namespace="other", name="first", served="small", created=NOW - dt.timedelta(days=1))
+    lost = tuple(names.conflicts(mine, [mine, older]))
+    status = plan(_obs(claim=mine, name_conflicts=lost)).status
+    routable = next(cond for cond in status.conditions if cond.type == c.ROUTABLE)
+    assert (routable.status, routable.reason) == ("False", c.REASON_NAME_CONFLICT)
+    assert "alias 'small' is served by other/first" in routable.message
+    assert "routes this workload as 'qwen' only" in routable.message
+    fine = plan(_obs(claim=mine)).status
+    ok = next(cond for cond in fine.conditions if cond.type == c.ROUTABLE)
+    assert (ok.status, ok.reason) == ("True", c.REASON_NAMES_ACCEPTED)

@@ -64,6 +64,7 @@ def report(
     )
     _degraded(cond, counts, status)
     _sleeping(cond, sleep)
+    _routable(obs, cond)
     rolling = bool(counts.old) or any(js.deleting for js in obs.jobsets)
     _progressing(obs, out, cond, counts, blocked=blocked, rolling=rolling, status=status)
     status.phase = _ready(obs, cond, counts, blocked=blocked, rolling=rolling, sleep=sleep)
@@ -117,6 +118,25 @@ def _sleeping(cond: Conditions, sleep: Sleep) -> None:
         cond.set(c.SLEEPING, False, c.REASON_WAKING_UP, f"waking {plural(sleep.asleep, 'replica')}")
     else:
         cond.set(c.SLEEPING, False, c.REASON_AWAKE, "engines awake")
+
+
+def _routable(obs: Observation, cond: Conditions) -> None:
+    """``Routable``: whether the gateway routes every name the workload claims (plan/names.py:
+    the oldest claim keeps a contested name)."""
+    if obs.claim is None:
+        return
+    if obs.name_conflicts:
+        lost = {conflict.model for conflict in obs.name_conflicts}
+        kept = [n for n in obs.claim.names if n not in lost]
+        message = "; ".join(conflict.describe() for conflict in obs.name_conflicts) + (
+            f"; the gateway routes this workload as {', '.join(repr(n) for n in kept)} only"
+            if kept
+            else "; the gateway does not route this workload"
+        )
+        cond.set(c.ROUTABLE, False, c.REASON_NAME_CONFLICT, message)
+        return
+    names = ", ".join(repr(n) for n in obs.claim.names)
+    cond.set(c.ROUTABLE, True, c.REASON_NAMES_ACCEPTED, f"the gateway routes {names}")
 
 
 def _progressing(

@@ -15,6 +15,7 @@ from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
 from sparkrun_operator.api.meta import Condition, LabelSelector, Toleration, set_condition
 from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.api.workload import FailureRecord, InferenceWorkloadSpec, InferenceWorkloadStatus
+from sparkrun_operator.plan.names import Claim, Conflict
 from sparkrun_operator.recipe.resolve import EffectiveSpec
 from sparkrun_operator.render.workload import RenderOptions
 
@@ -158,6 +159,10 @@ class Observation:
     #: Replica-slot leader -> engine asleep (True/False), from ``/is_sleeping``; absent: unknown.
     asleep: Mapping[str, bool] = field(default_factory=dict)
     options: RenderOptions = field(default_factory=RenderOptions)
+    #: The model names this workload claims (``None``: unknown, no ``Routable`` condition).
+    claim: Claim | None = None
+    #: Its names another workload keeps (:func:`~sparkrun_operator.plan.names.conflicts`).
+    name_conflicts: tuple[Conflict, ...] = ()
 
 
 # -- actions ------------------------------------------------------------------------------

@@ -1,0 +1,119 @@
+"""Who serves a model name: the one rule the gateway and the workload planner share.
+
+Every InferenceWorkload claims model names: its served name (``spec.model.servedName``, else
+``spec.model.name``, else the workload's name) and its ``spec.model.aliases``. Names are global
+(clients send only ``model``), so two workloads, in any namespaces, may claim one name. Then:
+
+**the oldest claim keeps the name** — the workload with the earliest
+``metadata.creationTimestamp``; equal (or missing) timestamps are ordered by namespace, then
+name. A served name and an alias rank alike: a newer workload can never take a name that an older
+one already routes, whichever kind of name it is, so no tenant can divert another's traffic by
+creating a workload. A claim without a timestamp (a routing file) ranks after every timestamped
+one.
+
+The loser keeps every name it does win; the gateway routes it by those, and the planner reports
+the lost ones on the workload's ``Routable`` condition (reason ``NameConflict``, naming the
+winner). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+_LAST = dt.datetime.max.replace(tzinfo=dt.UTC)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """The model names one workload claims."""
+
+    namespace: str
+    name: str
+    served: str
+    aliases: tuple[str, ...] = ()
+    created: dt.datetime | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.served, *self.aliases)
+
+    def rank(self) -> tuple[dt.datetime, str, str]:
+        """Smaller wins (see the module docs)."""
+        return (self.created or _LAST, self.namespace, self.name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Conflict:
+    """A name ``loser`` claims that ``winner`` keeps."""
+
+    model: str
+    alias: bool
+    winner: Claim
+
+    def describe(self) -> str:
+        kind = "alias" if self.alias else "served name"
+        return f"{kind} {self.model!r} is served by {self.winner.key} (older claim)"
+
+
+def _time(value: Any) -> dt.datetime | None:
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+def claim_of(obj: Mapping[str, Any]) -> Claim | None:
+    """The claim of a raw InferenceWorkload (``None`` without a name). A workload being deleted
+    still claims: callers that ignore such workloads skip them."""
+    meta = obj.get("metadata") or {}
+    if not meta.get("name"):
+        return None
+    spec = obj.get("spec") or {}
+    model = spec.get("model") or {}
+    served = str(model.get("servedName") or model.get("name") or meta["name"])
+    aliases: list[str] = []
+    for alias in model.get("aliases") or []:
+        if str(alias) != served and str(alias) not in aliases:
+            aliases.append(str(alias))
+    return Claim(
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta["name"]),
+        served=served,
+        aliases=tuple(aliases),
+        created=_time(meta.get("creationTimestamp")),
+    )
+
+
+def owners(claims: Iterable[Claim]) -> dict[str, Claim]:
+    """Model name -> the claim that keeps it."""
+    out: dict[str, Claim] = {}
+    for claim in claims:
+        for model in claim.names:
+            held = out.get(model)
+            if held is None or (held.key != claim.key and claim.rank() < held.rank()):
+                out[model] = claim
+    return out
+
+
+def conflicts(claim: Claim, rivals: Iterable[Claim]) -> list[Conflict]:
+    """The names of ``claim`` that another of ``rivals`` keeps (``rivals`` may include ``claim``)."""
+    others = [r for r in rivals if r.key != claim.key]
+    won = owners([claim, *others])
+    out = []
+    for model in claim.names:
+        winner = won[model]
+        if winner.key != claim.key:
+            out.append(Conflict(model=model, alias=model != claim.served, winner=winner))
+    return out
