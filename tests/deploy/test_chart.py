@@ -99,8 +99,11 @@ def test_commands_parse_with_the_products_own_parsers(default: Rendered) -> None
 
 def test_probes_drain_and_security(default: Rendered) -> None:
     gateway = default.container("sparkrun-gateway")
-    assert gateway["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
-    assert gateway["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    # The gateway's metrics listener (no API key there): probes and the ServiceMonitor use it.
+    assert gateway["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert gateway["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert "--metrics-port=9090" in gateway["args"]
+    assert {"name": "metrics", "containerPort": 9090, "protocol": "TCP"} in gateway["ports"]
     pod = default.get("Deployment", "sparkrun-gateway")["spec"]["template"]["spec"]
     sleep = gateway["lifecycle"]["preStop"]["sleep"]["seconds"]
     assert 0 < sleep < pod["terminationGracePeriodSeconds"]
@@ -284,11 +287,14 @@ def _metric_families() -> set[str]:
 def test_service_monitors_and_dashboard(helm_bin: str, tmp_path: Path) -> None:
     values = {"metrics": {"serviceMonitor": {"enabled": True}, "dashboard": {"enabled": True}}}
     out = render(helm_bin, tmp_path, values)
-    for name, port in (("sparkrun-operator", "metrics"), ("sparkrun-gateway", "http")):
+    for name, port, service_name in (
+        ("sparkrun-operator", "metrics", "sparkrun-operator"),
+        ("sparkrun-gateway", "metrics", "sparkrun-gateway-metrics"),  # no API key on that port
+    ):
         monitor = out.get("ServiceMonitor", name)
         (endpoint,) = monitor["spec"]["endpoints"]
         assert (endpoint["port"], endpoint["path"]) == (port, "/metrics")
-        service = out.get("Service", name)
+        service = out.get("Service", service_name)
         assert port in {p["name"] for p in service["spec"]["ports"]}
         assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     dashboard = out.get("ConfigMap", "sparkrun-dashboard")
