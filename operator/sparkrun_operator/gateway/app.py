@@ -66,7 +66,12 @@ class Gateway:
         self.settings = settings or GatewaySettings()
         self.keys = keys
         self.metrics = metrics or GatewayMetrics()
-        self.balancer = Balancer(eject_base=self.settings.eject_base, eject_max=self.settings.eject_max)
+        self.balancer = Balancer(
+            eject_base=self.settings.eject_base,
+            eject_max=self.settings.eject_max,
+            consecutive=self.settings.consecutive_failures,
+            max_ejected_percent=self.settings.max_ejected_percent,
+        )
         self.wakes = WakeCoordinator(
             source, waker or NoopWaker(), timeout=self.settings.wake_timeout, on_wake=self._on_wake
         )
@@ -255,6 +260,7 @@ class Gateway:
         read_timeout = workload.read_timeout or self.settings.read_timeout
         headers = b"x-request-id: " + ctx.rid.encode() + b"\r\n"
         last = ""
+        ctx.endpoints = workload.endpoints
         for _ in range(self.settings.max_attempts):
             backend = self.balancer.pick(
                 workload.endpoints, affinity_key=affinity if workload.prefix_affinity else None, exclude=tried
@@ -273,21 +279,21 @@ class Gateway:
                     read_timeout=read_timeout,
                 )
             except ConnectFailed as exc:
-                self._fail(backend, "connect")
+                self._fail(backend, "connect", workload.endpoints)
                 self.release(ctx)
                 last = str(exc)
                 log.warning("request %s: %s; trying another backend", ctx.rid, last)
                 continue
             except UpstreamTimeout:
-                self._fail(backend, "timeout")
+                self._fail(backend, "timeout", workload.endpoints)
                 self.release(ctx)
                 raise GatewayError(504, f"Upstream {backend.url} timed out before answering") from None
             except UpstreamError as exc:
-                self._fail(backend, "read")
+                self._fail(backend, "read", workload.endpoints)
                 self.release(ctx)
                 raise GatewayError(502, f"Upstream {backend.url} failed: {exc}") from None
             if response.status >= 500:
-                self._fail(backend, "status")
+                self._fail(backend, "status", workload.endpoints)
             else:
                 self.balancer.success(backend)
             return response
@@ -304,11 +310,12 @@ class Gateway:
             backend.outstanding -= 1
             self.metrics.in_flight.labels(backend.url).dec()
 
-    def _fail(self, backend: Backend, kind: str) -> None:
+    def _fail(self, backend: Backend, kind: str, endpoints: tuple[str, ...]) -> None:
         self.metrics.upstream_errors.labels(backend.url, kind).inc()
-        backoff = self.balancer.failure(backend)
-        self.metrics.ejections.labels(backend.url).inc()
-        log.warning("backend %s ejected for %.1fs after a %s failure", backend.url, backoff, kind)
+        backoff = self.balancer.failure(backend, endpoints, at_once=kind == "connect")
+        if backoff is not None:
+            self.metrics.ejections.labels(backend.url).inc()
+            log.warning("backend %s ejected for %.1fs after a %s failure", backend.url, backoff, kind)
 
     def upstream_failed(self, ctx: Ctx, exc: BaseException) -> str:
         """Record a failure after the upstream answered; returns a message for the client."""
@@ -316,7 +323,7 @@ class Gateway:
         if backend is None:
             return "upstream failed"
         kind = exc.kind if isinstance(exc, UpstreamError) else "read"
-        self._fail(backend, kind)
+        self._fail(backend, kind, ctx.endpoints)
         what = "timed out" if kind == "timeout" else "went away"
         return f"Upstream {backend.url} {what} in the middle of the response"
 

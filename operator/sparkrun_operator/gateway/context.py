@@ -54,6 +54,8 @@ class Ctx:
     finished: bool = False
     cancel_reason: str | None = None
     backend: Backend | None = None
+    endpoints: tuple[str, ...] = ()
+    """The endpoints of the workload the request went to (for the ejection cap)."""
     stream_end: Callable[[str], bytes] | None = None
     """Bytes that end the current stream with an in-band error in the family's protocol."""
 
