@@ -38,6 +38,7 @@ from .balancer import Backend, Balancer
 from .config import GatewaySettings
 from .context import Cancelled, Ctx, Message, Receive, Scope, Send
 from .errors import Family, GatewayError, bad_request, lacks_capability, no_instance
+from .limits import ByteBudget, InFlight
 from .metrics import GatewayMetrics
 from .routing import TEXT_GENERATION, RoutingSource, Workload
 from .upstream import ConnectFailed, UpstreamError, UpstreamPool, UpstreamResponse, UpstreamTimeout
@@ -75,6 +76,8 @@ class Gateway:
         self.wakes = WakeCoordinator(
             source, waker or NoopWaker(), timeout=self.settings.wake_timeout, on_wake=self._on_wake
         )
+        self.in_flight = InFlight(self.settings.max_in_flight, self.settings.max_in_flight_per_key)
+        self.bodies = ByteBudget(self.settings.max_buffered_body_bytes)
         self._pool: UpstreamPool | None = None
         self._inflight: dict[str, Ctx] = {}
         self._routes = routes.table()
@@ -155,9 +158,14 @@ class Gateway:
             return
         ctx.task = asyncio.current_task()
         watcher: asyncio.Future[Message] | None = None
+        counted: tuple[str | None] | None = None
         try:
+            if route.inference:
+                key = extract_key(headers) if self.keys is not None else None
+                self.in_flight.enter(key)
+                counted = (key,)
             if route.reads_body:
-                ctx.body = await ctx.read_body(self.settings)
+                ctx.body = await ctx.read_body(self.settings, self.bodies)
             if route.inference:
                 self._inflight[rid] = ctx
                 watcher = ctx.watch_disconnect()
@@ -179,6 +187,10 @@ class Gateway:
         finally:
             if watcher is not None:
                 watcher.cancel()
+            if counted is not None:
+                self.in_flight.leave(counted[0])
+            if ctx.reserved:
+                self.bodies.release(ctx.reserved)
             self.release(ctx)
             self._inflight.pop(rid, None)
             if route.name not in {"metrics", "health"}:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .balancer import Backend
 from .config import GatewaySettings
 from .errors import Family, GatewayError, bad_request, render
+from .limits import ByteBudget
 
 if TYPE_CHECKING:
     from .app import Gateway
@@ -54,6 +55,8 @@ class Ctx:
     finished: bool = False
     cancel_reason: str | None = None
     backend: Backend | None = None
+    reserved: int = 0
+    """Body bytes this request holds in the gateway's :class:`~.limits.ByteBudget`."""
     endpoints: tuple[str, ...] = ()
     """The endpoints of the workload the request went to (for the ejection cap)."""
     stream_end: Callable[[str], bytes] | None = None
@@ -81,10 +84,15 @@ class Ctx:
             extra = ((b"retry-after", str(round(exc.retry_after)).encode()),)
         await self.respond(exc.status, exc.body(self.family), extra=extra)
 
-    async def read_body(self, settings: GatewaySettings) -> bytes:
-        """The request body: 413 above ``max_body_bytes``, 408 when not read in ``body_timeout``."""
+    async def read_body(self, settings: GatewaySettings, budget: ByteBudget | None = None) -> bytes:
+        """The request body: 413 above ``max_body_bytes``, 408 when not read in ``body_timeout``.
+
+        With ``budget``, the declared size (else ``max_body_bytes``) is reserved first and held in
+        ``reserved`` until whoever owns the request releases it.
+        """
         limit = settings.max_body_bytes
         declared = self.headers.get(b"content-length")
+        size = limit
         if declared is not None:
             try:
                 size = int(declared)
@@ -92,6 +100,8 @@ class Ctx:
                 raise bad_request("Invalid Content-Length header") from None
             if size > limit:
                 raise GatewayError(413, f"Request body of {size} bytes exceeds the limit of {limit} bytes")
+        if budget is not None and size:
+            self.reserved = await budget.reserve(size, settings.body_timeout)
         parts: list[bytes] = []
         total = 0
         try:
