@@ -184,9 +184,13 @@ class Gateway:
             ctx.task.uncancel()
             if ctx.cancel_reason == "cancelled" and not ctx.finished:
                 await ctx.cancelled_response()
+            elif ctx.cancel_reason == "deadline" and not ctx.finished:
+                await ctx.deadline_response()
         finally:
             if watcher is not None:
                 watcher.cancel()
+            if ctx.deadline is not None:
+                ctx.deadline.cancel()
             if counted is not None:
                 self.in_flight.leave(counted[0])
             if ctx.reserved:
@@ -273,6 +277,9 @@ class Gateway:
         headers = b"x-request-id: " + ctx.rid.encode() + b"\r\n"
         last = ""
         ctx.endpoints = workload.endpoints
+        if ctx.deadline is None and ctx.task is not None:
+            total = workload.total_timeout or self.settings.total_timeout
+            ctx.deadline = asyncio.get_running_loop().call_later(total, ctx.expire)
         for _ in range(self.settings.max_attempts):
             backend = self.balancer.pick(
                 workload.endpoints, affinity_key=affinity if workload.prefix_affinity else None, exclude=tried

@@ -55,6 +55,8 @@ class Ctx:
     finished: bool = False
     cancel_reason: str | None = None
     backend: Backend | None = None
+    deadline: asyncio.TimerHandle | None = None
+    """The total deadline's timer (armed when the request goes upstream)."""
     reserved: int = 0
     """Body bytes this request holds in the gateway's :class:`~.limits.ByteBudget`."""
     endpoints: tuple[str, ...] = ()
@@ -138,6 +140,22 @@ class Ctx:
 
         watcher.add_done_callback(on_done)
         return watcher
+
+    def expire(self) -> None:
+        """The total deadline passed: stop the request (answered by :meth:`deadline_response`)."""
+        if self.finished or self.task is None or self.cancel_reason is not None:
+            return
+        self.cancel_reason = "deadline"
+        self.task.cancel()
+
+    async def deadline_response(self) -> None:
+        message = "The request exceeded the gateway's total deadline"
+        if not self.started:
+            await self.error(GatewayError(504, message, code="deadline_exceeded"))
+        elif self.stream_end is not None:
+            await self.body_part(self.stream_end(message), more=False)
+        else:
+            await self.body_part(b"", more=False)
 
     async def cancelled_response(self) -> None:
         # Seed 004: a cancelled stream ends with an error event (then [DONE]); a non-streamed
