@@ -8,9 +8,13 @@ Request path (pure ASGI, no middleware stack):
 3. resolve the model in the routing snapshot; hold the request while a Sleeping/Stopped workload
    wakes;
 4. connect to a backend (least outstanding / prefix affinity; another backend on connect errors);
-5. relay: OpenAI responses pass through byte for byte (streams are cut only at event boundaries so
-   an in-band error can always follow a complete event); Anthropic and Ollama responses are
-   translated. A dead upstream ends every stream with an in-band error in the client's protocol.
+5. relay: OpenAI responses pass through byte for byte (streams are cut at event boundaries so
+   an in-band error follows a complete event, unless an event is too large to hold); Anthropic
+   and Ollama responses are translated. A dead upstream ends every stream with an in-band error
+   in the client's protocol.
+
+Bounds (``GatewaySettings``, :mod:`.limits`): requests in flight in all and per key, the request
+head's size, the bodies buffered by all requests together, a total deadline per request.
 
 A client disconnect, or ``POST /v1/cancel/{id}``, cancels the request's task, which closes the
 upstream response (and with it the upstream connection, which makes vLLM abort the request).

@@ -1,8 +1,9 @@
 """OpenAI routes: validation, prefix affinity and the byte-for-byte relay of the answer.
 
 Chat/text completions, Responses and embeddings go to the engine as they came (re-encoded only
-when the model is an alias). Streams are cut only at event boundaries so that an in-band error
-can always follow a complete event.
+when the model is an alias). Streams are cut at event boundaries (LF, CRLF or CR framing) so that
+an in-band error follows a complete event, as long as an unfinished event stays under
+``HOLD_BYTES``; a larger event passes through as it arrives, so no event is ever held whole.
 """
 
 from __future__ import annotations
