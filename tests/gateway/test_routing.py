@@ -103,15 +103,37 @@ def test_least_outstanding_and_rotation() -> None:
 def test_ejection_backs_off_and_recovers() -> None:
     now = [100.0]
     bal = Balancer(eject_base=1.0, eject_max=4.0, clock=lambda: now[0])
+    urls = ["http://bad", "http://good"]
     bad = bal.backend("http://bad")
-    assert [bal.failure(bad) for _ in range(4)] == [1.0, 2.0, 4.0, 4.0]
-    picked = {bal.pick(["http://bad", "http://good"]).url for _ in range(5)}  # type: ignore[union-attr]
+    backoffs = []
+    for _ in range(4):
+        backoffs.append(bal.failure(bad, urls, at_once=True))
+        now[0] += 10  # the ejection ran out; the backend failed again
+    assert backoffs == [1.0, 2.0, 4.0, 4.0]
+    bal.failure(bad, urls, at_once=True)
+    picked = {bal.pick(urls).url for _ in range(5)}  # type: ignore[union-attr]
     assert picked == {"http://good"}
     only = bal.pick(["http://bad"])  # all ejected: try anyway
     assert only is bad
     now[0] += 5
     bal.success(bad)
     assert bad.healthy(now[0])
+    assert bad.failures == bad.ejections == 0
+
+
+def test_ejection_needs_consecutive_failures_and_keeps_half_the_pool() -> None:
+    bal = Balancer(consecutive=5, max_ejected_percent=50, clock=lambda: 100.0)
+    urls = [f"http://b{i}" for i in range(4)]
+    b0, b1, b2 = (bal.backend(u) for u in urls[:3])
+    assert [bal.failure(b0, urls) for _ in range(5)] == [None, None, None, None, 1.0]
+    bal.success(b1)
+    assert [bal.failure(b1, urls) for _ in range(5)][-1] == 1.0
+    assert [bal.failure(b2, urls) for _ in range(9)] == [None] * 9  # 2 of 4 are out: no more
+    assert bal.failure(b2, urls, at_once=True) is None
+    assert sum(1 for u in urls if not bal.backend(u).healthy(100.0)) == 2
+    lone = Balancer(clock=lambda: 100.0)  # one endpoint: it may still be ejected
+    solo = lone.backend("http://solo")
+    assert lone.failure(solo, ["http://solo"], at_once=True) == 1.0
 
 
 def test_prefix_affinity_is_sticky_but_bounded() -> None:

@@ -186,6 +186,29 @@ class RoutingSpec(KubeModel):
         description="Send requests sharing a prompt prefix to the same replica (consistent hashing with "
         "bounded load), so vLLM's prefix cache hits more often.",
     )
+    connect_timeout_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=300,
+        description="Seconds the gateway waits to connect to a replica before trying another. "
+        "Unset: the gateway's --connect-timeout (5).",
+    )
+    read_timeout_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=86400,
+        description="Longest silence, in seconds, the gateway accepts from a replica (before the "
+        "response head and between two bytes of the response); then 504 or an in-band stream error. "
+        "Unset: the gateway's --read-timeout (600).",
+    )
+    total_timeout_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=86400,
+        description="Longest a whole request may take at the gateway, from connecting to the replica to "
+        "the last byte of the response; then 504 or an in-band stream error. Unset: the gateway's "
+        "--total-timeout (1800).",
+    )
 
 
 class RecipeRef(KubeModel):

@@ -8,9 +8,13 @@ Request path (pure ASGI, no middleware stack):
 3. resolve the model in the routing snapshot; hold the request while a Sleeping/Stopped workload
    wakes;
 4. connect to a backend (least outstanding / prefix affinity; another backend on connect errors);
-5. relay: OpenAI responses pass through byte for byte (streams are cut only at event boundaries so
-   an in-band error can always follow a complete event); Anthropic and Ollama responses are
-   translated. A dead upstream ends every stream with an in-band error in the client's protocol.
+5. relay: OpenAI responses pass through byte for byte (streams are cut at event boundaries so
+   an in-band error follows a complete event, unless an event is too large to hold); Anthropic
+   and Ollama responses are translated. A dead upstream ends every stream with an in-band error
+   in the client's protocol.
+
+Bounds (``GatewaySettings``, :mod:`.limits`): requests in flight in all and per key, the request
+head's size, the bodies buffered by all requests together, a total deadline per request.
 
 A client disconnect, or ``POST /v1/cancel/{id}``, cancels the request's task, which closes the
 upstream response (and with it the upstream connection, which makes vLLM abort the request).
@@ -38,6 +42,7 @@ from .balancer import Backend, Balancer
 from .config import GatewaySettings
 from .context import Cancelled, Ctx, Message, Receive, Scope, Send
 from .errors import Family, GatewayError, bad_request, lacks_capability, no_instance
+from .limits import ByteBudget, InFlight
 from .metrics import GatewayMetrics
 from .routing import TEXT_GENERATION, RoutingSource, Workload
 from .upstream import ConnectFailed, UpstreamError, UpstreamPool, UpstreamResponse, UpstreamTimeout
@@ -66,10 +71,17 @@ class Gateway:
         self.settings = settings or GatewaySettings()
         self.keys = keys
         self.metrics = metrics or GatewayMetrics()
-        self.balancer = Balancer(eject_base=self.settings.eject_base, eject_max=self.settings.eject_max)
+        self.balancer = Balancer(
+            eject_base=self.settings.eject_base,
+            eject_max=self.settings.eject_max,
+            consecutive=self.settings.consecutive_failures,
+            max_ejected_percent=self.settings.max_ejected_percent,
+        )
         self.wakes = WakeCoordinator(
             source, waker or NoopWaker(), timeout=self.settings.wake_timeout, on_wake=self._on_wake
         )
+        self.in_flight = InFlight(self.settings.max_in_flight, self.settings.max_in_flight_per_key)
+        self.bodies = ByteBudget(self.settings.max_buffered_body_bytes)
         self._pool: UpstreamPool | None = None
         #: In-flight requests by (caller, request id): ids are per caller (see :meth:`principal`).
         self._inflight: dict[tuple[str, str], Ctx] = {}
@@ -152,9 +164,14 @@ class Gateway:
         ctx.task = asyncio.current_task()
         watcher: asyncio.Future[Message] | None = None
         slot: tuple[str, str] | None = None
+        counted: tuple[str | None] | None = None
         try:
+            if route.inference:
+                key = extract_key(headers) if self.keys is not None else None
+                self.in_flight.enter(key)
+                counted = (key,)
             if route.reads_body:
-                ctx.body = await ctx.read_body(self.settings)
+                ctx.body = await ctx.read_body(self.settings, self.bodies)
             if route.inference:
                 slot = (self.principal(ctx), rid)
                 self._inflight[slot] = ctx
@@ -174,9 +191,17 @@ class Gateway:
             ctx.task.uncancel()
             if ctx.cancel_reason == "cancelled" and not ctx.finished:
                 await ctx.cancelled_response()
+            elif ctx.cancel_reason == "deadline" and not ctx.finished:
+                await ctx.deadline_response()
         finally:
             if watcher is not None:
                 watcher.cancel()
+            if ctx.deadline is not None:
+                ctx.deadline.cancel()
+            if counted is not None:
+                self.in_flight.leave(counted[0])
+            if ctx.reserved:
+                self.bodies.release(ctx.reserved)
             self.release(ctx)
             if slot is not None and self._inflight.get(slot) is ctx:
                 del self._inflight[slot]
@@ -267,6 +292,10 @@ class Gateway:
         read_timeout = workload.read_timeout or self.settings.read_timeout
         headers = b"x-request-id: " + ctx.rid.encode() + b"\r\n"
         last = ""
+        ctx.endpoints = workload.endpoints
+        if ctx.deadline is None and ctx.task is not None:
+            total = workload.total_timeout or self.settings.total_timeout
+            ctx.deadline = asyncio.get_running_loop().call_later(total, ctx.expire)
         for _ in range(self.settings.max_attempts):
             backend = self.balancer.pick(
                 workload.endpoints, affinity_key=affinity if workload.prefix_affinity else None, exclude=tried
@@ -285,21 +314,21 @@ class Gateway:
                     read_timeout=read_timeout,
                 )
             except ConnectFailed as exc:
-                self._fail(backend, "connect")
+                self._fail(backend, "connect", workload.endpoints)
                 self.release(ctx)
                 last = str(exc)
                 log.warning("request %s: %s; trying another backend", ctx.rid, last)
                 continue
             except UpstreamTimeout:
-                self._fail(backend, "timeout")
+                self._fail(backend, "timeout", workload.endpoints)
                 self.release(ctx)
                 raise GatewayError(504, f"Upstream {backend.url} timed out before answering") from None
             except UpstreamError as exc:
-                self._fail(backend, "read")
+                self._fail(backend, "read", workload.endpoints)
                 self.release(ctx)
                 raise GatewayError(502, f"Upstream {backend.url} failed: {exc}") from None
             if response.status >= 500:
-                self._fail(backend, "status")
+                self._fail(backend, "status", workload.endpoints)
             else:
                 self.balancer.success(backend)
             return response
@@ -316,11 +345,12 @@ class Gateway:
             backend.outstanding -= 1
             self.metrics.in_flight.labels(backend.url).dec()
 
-    def _fail(self, backend: Backend, kind: str) -> None:
+    def _fail(self, backend: Backend, kind: str, endpoints: tuple[str, ...]) -> None:
         self.metrics.upstream_errors.labels(backend.url, kind).inc()
-        backoff = self.balancer.failure(backend)
-        self.metrics.ejections.labels(backend.url).inc()
-        log.warning("backend %s ejected for %.1fs after a %s failure", backend.url, backoff, kind)
+        backoff = self.balancer.failure(backend, endpoints, at_once=kind == "connect")
+        if backoff is not None:
+            self.metrics.ejections.labels(backend.url).inc()
+            log.warning("backend %s ejected for %.1fs after a %s failure", backend.url, backoff, kind)
 
     def upstream_failed(self, ctx: Ctx, exc: BaseException) -> str:
         """Record a failure after the upstream answered; returns a message for the client."""
@@ -328,7 +358,7 @@ class Gateway:
         if backend is None:
             return "upstream failed"
         kind = exc.kind if isinstance(exc, UpstreamError) else "read"
-        self._fail(backend, kind)
+        self._fail(backend, kind, ctx.endpoints)
         what = "timed out" if kind == "timeout" else "went away"
         return f"Upstream {backend.url} {what} in the middle of the response"
 

@@ -7,10 +7,13 @@
   (consistent hashing over virtual nodes), unless that backend already carries more than
   ``load_factor`` times its fair share; then the walk continues round the ring (consistent hashing
   with bounded loads, Mirrokni et al. 2018). Keeps vLLM's prefix cache warm without hot spots.
-- **Passive health**: a connect error, a timeout or a 5xx ejects a backend for a backoff that
-  doubles with consecutive failures (``eject_base`` .. ``eject_max`` seconds); a success resets
-  it. When every endpoint is ejected, all are tried anyway (better a likely failure than a
-  certain 503).
+- **Passive health** (outlier ejection as Envoy does it): ``consecutive`` failures in a row (a
+  5xx, a timeout, a broken response) eject a backend for a backoff that doubles with each
+  ejection (``eject_base`` .. ``eject_max`` seconds); a refused connection ejects at once (it is
+  never the request's fault); a success resets both. At most ``max_ejected_percent`` of a
+  workload's endpoints are ejected at once (at least one may be), so one request that crashes
+  every replica cannot empty the pool. When every endpoint is ejected, all are tried anyway
+  (better a likely failure than a certain 503).
 
 State lives per endpoint URL and survives routing-table updates.
 """
@@ -32,6 +35,9 @@ class Backend:
     url: str
     outstanding: int = 0
     failures: int = 0
+    """Failures in a row."""
+    ejections: int = 0
+    """Ejections since the last success (the backoff doubles with each)."""
     ejected_until: float = 0.0
     last_pick: int = 0
 
@@ -69,12 +75,16 @@ class Balancer:
         *,
         eject_base: float = 1.0,
         eject_max: float = 30.0,
+        consecutive: int = 5,
+        max_ejected_percent: int = 50,
         load_factor: float = 1.25,
         vnodes: int = 64,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.eject_base = eject_base
         self.eject_max = eject_max
+        self.consecutive = consecutive
+        self.max_ejected_percent = max_ejected_percent
         self.load_factor = load_factor
         self.vnodes = vnodes
         self.clock = clock
@@ -125,13 +135,29 @@ class Balancer:
         return min(healthy, key=lambda b: (b.outstanding, b.last_pick))
 
     def success(self, backend: Backend) -> None:
-        if backend.failures:
-            backend.failures = 0
+        if backend.failures or backend.ejections:
+            backend.failures = backend.ejections = 0
             backend.ejected_until = 0.0
 
-    def failure(self, backend: Backend) -> float:
-        """Eject ``backend``; returns the backoff in seconds."""
+    def failure(
+        self, backend: Backend, endpoints: Sequence[str] = (), *, at_once: bool = False
+    ) -> float | None:
+        """Count a failure of ``backend`` (one of ``endpoints``); returns the backoff when ejected.
+
+        ``at_once``: the failure cannot be the request's (a refused connection), so it ejects
+        without waiting for ``consecutive`` failures in a row.
+        """
         backend.failures += 1
-        backoff = min(self.eject_max, self.eject_base * 2.0 ** (backend.failures - 1))
-        backend.ejected_until = self.clock() + backoff
+        if not at_once and backend.failures < self.consecutive:
+            return None
+        now = self.clock()
+        if not backend.healthy(now):
+            return None  # already ejected (a request that was in flight when it was)
+        urls = [u for u in endpoints if u != backend.url]
+        allowed = max(1, (len(urls) + 1) * self.max_ejected_percent // 100)
+        if sum(1 for u in urls if not self.backend(u).healthy(now)) >= allowed:
+            return None
+        backend.ejections += 1
+        backoff = min(self.eject_max, self.eject_base * 2.0 ** (backend.ejections - 1))
+        backend.ejected_until = now + backoff
         return backoff

@@ -24,7 +24,28 @@ class GatewaySettings:
     max_attempts: int = 3
     """Distinct backends tried when connecting fails (never retried after the first byte)."""
     eject_base: float = 1.0
+    """First ejection of a failing backend, in seconds (doubles per ejection up to ``eject_max``)."""
     eject_max: float = 30.0
+    consecutive_failures: int = 5
+    """A backend is ejected after this many failures in a row (5xx, timeout, broken response);
+    a refused connection ejects at once (it cannot be the request's fault)."""
+    max_ejected_percent: int = 50
+    """At most this share of a workload's endpoints is ejected at once (at least one may be)."""
+    max_in_flight: int = 1024
+    """Inference requests in flight at once; more are refused with 503 and ``Retry-After``."""
+    max_in_flight_per_key: int = 256
+    """Inference requests in flight at once per API key (when keys are configured); 429 beyond."""
+    max_header_bytes: int = 32 * 1024
+    """A request head (request line and headers) larger than this is refused with 431."""
+    max_buffered_body_bytes: int = 256 * 1024 * 1024
+    """Request-body bytes buffered by all requests together; a request waits (at most
+    ``body_timeout``, then 503) until its declared size fits."""
+    max_event_bytes: int = 4 * 1024 * 1024
+    """Largest SSE event a translated stream (Anthropic, Ollama) parses; larger ends the stream
+    with an error. OpenAI streams pass through without holding whole events."""
+    total_timeout: float = 1800.0
+    """The whole upstream exchange of one request, from connecting to the last byte (a
+    workload's ``timeouts.total`` overrides it); then 504, or an in-band error in a stream."""
     max_upstream_body_bytes: int = 64 * 1024 * 1024
     """Largest non-streamed upstream body the gateway buffers."""
     version: str = "0.1.0"

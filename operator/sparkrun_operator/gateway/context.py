@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .balancer import Backend
 from .config import GatewaySettings
 from .errors import Family, GatewayError, bad_request, render
+from .limits import ByteBudget
 
 if TYPE_CHECKING:
     from .app import Gateway
@@ -54,6 +55,12 @@ class Ctx:
     finished: bool = False
     cancel_reason: str | None = None
     backend: Backend | None = None
+    deadline: asyncio.TimerHandle | None = None
+    """The total deadline's timer (armed when the request goes upstream)."""
+    reserved: int = 0
+    """Body bytes this request holds in the gateway's :class:`~.limits.ByteBudget`."""
+    endpoints: tuple[str, ...] = ()
+    """The endpoints of the workload the request went to (for the ejection cap)."""
     stream_end: Callable[[str], bytes] | None = None
     """Bytes that end the current stream with an in-band error in the family's protocol."""
 
@@ -79,10 +86,15 @@ class Ctx:
             extra = ((b"retry-after", str(round(exc.retry_after)).encode()),)
         await self.respond(exc.status, exc.body(self.family), extra=extra)
 
-    async def read_body(self, settings: GatewaySettings) -> bytes:
-        """The request body: 413 above ``max_body_bytes``, 408 when not read in ``body_timeout``."""
+    async def read_body(self, settings: GatewaySettings, budget: ByteBudget | None = None) -> bytes:
+        """The request body: 413 above ``max_body_bytes``, 408 when not read in ``body_timeout``.
+
+        With ``budget``, the declared size (else ``max_body_bytes``) is reserved first and held in
+        ``reserved`` until whoever owns the request releases it.
+        """
         limit = settings.max_body_bytes
         declared = self.headers.get(b"content-length")
+        size = limit
         if declared is not None:
             try:
                 size = int(declared)
@@ -90,6 +102,8 @@ class Ctx:
                 raise bad_request("Invalid Content-Length header") from None
             if size > limit:
                 raise GatewayError(413, f"Request body of {size} bytes exceeds the limit of {limit} bytes")
+        if budget is not None and size:
+            self.reserved = await budget.reserve(size, settings.body_timeout)
         parts: list[bytes] = []
         total = 0
         try:
@@ -126,6 +140,22 @@ class Ctx:
 
         watcher.add_done_callback(on_done)
         return watcher
+
+    def expire(self) -> None:
+        """The total deadline passed: stop the request (answered by :meth:`deadline_response`)."""
+        if self.finished or self.task is None or self.cancel_reason is not None:
+            return
+        self.cancel_reason = "deadline"
+        self.task.cancel()
+
+    async def deadline_response(self) -> None:
+        message = "The request exceeded the gateway's total deadline"
+        if not self.started:
+            await self.error(GatewayError(504, message, code="deadline_exceeded"))
+        elif self.stream_end is not None:
+            await self.body_part(self.stream_end(message), more=False)
+        else:
+            await self.body_part(b"", more=False)
 
     async def cancelled_response(self) -> None:
         # Seed 004: a cancelled stream ends with an error event (then [DONE]); a non-streamed

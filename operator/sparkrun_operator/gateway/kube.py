@@ -124,7 +124,18 @@ def workload_entry(obj: dict[str, Any], slices: Iterable[dict[str, Any]]) -> Wor
         endpoints=ready_endpoints(slices),
         prefix_affinity=bool((spec.get("routing") or {}).get("prefixAffinity", False)),
         created=claim.created,
+        connect_timeout=_seconds(spec, "connectTimeoutSeconds"),
+        read_timeout=_seconds(spec, "readTimeoutSeconds"),
+        total_timeout=_seconds(spec, "totalTimeoutSeconds"),
     )
+
+
+def _seconds(spec: dict[str, Any], field: str) -> float | None:
+    """``spec.routing.<field>`` as seconds (the CRD bounds it; anything else is ignored)."""
+    value = (spec.get("routing") or {}).get(field)
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return None
 
 
 def imperative_aliases(config_maps: Iterable[dict[str, Any]]) -> dict[str, dict[str, str]]:

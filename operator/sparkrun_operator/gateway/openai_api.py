@@ -1,8 +1,9 @@
 """OpenAI routes: validation, prefix affinity and the byte-for-byte relay of the answer.
 
 Chat/text completions, Responses and embeddings go to the engine as they came (re-encoded only
-when the model is an alias). Streams are cut only at event boundaries so that an in-band error
-can always follow a complete event.
+when the model is an alias). Streams are cut at event boundaries (LF, CRLF or CR framing) so that
+an in-band error follows a complete event, as long as an unfinished event stays under
+``HOLD_BYTES``; a larger event passes through as it arrives, so no event is ever held whole.
 """
 
 from __future__ import annotations
@@ -109,34 +110,61 @@ async def relay(gw: Gateway, ctx: Ctx, response: UpstreamResponse, path: str) ->
     tail = b""
     last = b""
     first = True
+    passing = False  # part of an unfinished event already went out (it was over HOLD_BYTES)
     try:
         async for chunk in response.chunks():
             if first:
                 gw.first_byte(ctx)
                 first = False
             data = tail + chunk if tail else chunk
-            cut = data.rfind(b"\n\n")
-            if cut < 0:
+            end = event_end(data)
+            if end == len(data):
+                out, tail, passing = data, b"", False
+            elif end >= 0 and len(data) - end <= HOLD_BYTES:
+                out, tail, passing = data[:end], data[end:], False
+            elif end < 0 and not passing and len(data) <= HOLD_BYTES:
                 tail = data
                 continue
-            if cut + 2 == len(data):
-                out, tail = data, b""
-            else:
-                out, tail = data[: cut + 2], data[cut + 2 :]
+            else:  # an event too large to hold: pass its bytes on as they come
+                out, tail, passing = data, b"", True
             last = out
             if opening:
                 out, opening = opening + out, b""
             await ctx.body_part(out)
     except UpstreamError as exc:
         message = gw.upstream_failed(ctx, exc)
-        await ctx.body_part(opening + ctx.stream_end(message), more=False)
+        await ctx.body_part(opening + _after(passing) + ctx.stream_end(message), more=False)
         return
-    if tail.strip():
+    if tail.strip() or passing:
         message = "Upstream ended the stream in the middle of an event"
-        await ctx.body_part(opening + ctx.stream_end(message), more=False)
+        await ctx.body_part(opening + _after(passing) + ctx.stream_end(message), more=False)
         return
     gw.record_usage(ctx, last[-1024:])
     await ctx.body_part(opening, more=False)
+
+
+HOLD_BYTES = 64 * 1024
+"""The longest unfinished SSE event the relay holds back (to cut streams at event ends only)."""
+
+_SEPARATORS = (b"\n\n", b"\r\n\r\n", b"\r\r")
+
+
+def event_end(data: bytes) -> int:
+    """The offset just after the last SSE event separator in ``data`` (LF, CRLF or CR), or -1."""
+    end = data.rfind(b"\n\n")
+    if end >= 0:
+        end += 2
+    if b"\r" in data:
+        for sep in _SEPARATORS[1:]:
+            i = data.rfind(sep)
+            if i >= 0:
+                end = max(end, i + len(sep))
+    return end
+
+
+def _after(passing: bool) -> bytes:
+    # NB: ends the unfinished event that went out, so the error is an event of its own.
+    return b"\n\n" if passing else b""
 
 
 def openai_stream_error(message: str) -> bytes:

@@ -20,7 +20,7 @@ File format (``docs/gateway.md`` has the long form)::
         capabilities: [text-generation]   # and/or: embedding
         endpoints: [http://10.0.0.7:8000]  # ready leader URLs
         prefixAffinity: false
-        timeouts: {connect: 5, read: 600}  # seconds, per backend
+        timeouts: {connect: 5, read: 600, total: 1800}  # seconds, per backend
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ class Workload:
     read_timeout: float | None = None
     #: ``metadata.creationTimestamp``: the oldest claim keeps a contested name (:mod:`..plan.names`).
     created: dt.datetime | None = field(default=None, compare=False)
+    total_timeout: float | None = None
 
     @property
     def key(self) -> str:
@@ -240,6 +241,7 @@ def parse_workload(raw: Any, index: int) -> Workload:
         prefix_affinity=bool(raw.get("prefixAffinity", False)),
         connect_timeout=seconds("connect"),
         read_timeout=seconds("read"),
+        total_timeout=seconds("total"),
     )
 
 
@@ -273,7 +275,8 @@ def dump_document(workloads: Iterable[Workload]) -> str:
             "endpoints": list(wl.endpoints),
             "prefixAffinity": wl.prefix_affinity,
         }
-        timeouts = {k: v for k, v in (("connect", wl.connect_timeout), ("read", wl.read_timeout)) if v}
+        pairs = (("connect", wl.connect_timeout), ("read", wl.read_timeout), ("total", wl.total_timeout))
+        timeouts = {k: v for k, v in pairs if v}
         if timeouts:
             item["timeouts"] = timeouts
         out.append(item)

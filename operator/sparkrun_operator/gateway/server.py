@@ -3,9 +3,10 @@
 ``python -m sparkrun_operator.gateway --routes FILE [--host H] [--port P] [--keys FILE] ...``
 
 uvicorn has no limit on how long a client may take to send its request head (a slow-loris client
-holds a connection forever), so the HTTP protocol is uvicorn's httptools protocol plus a timer:
-a connection whose request head is not complete ``header_timeout`` seconds after the connection
-(or after the first byte of a later request) gets ``408`` and is closed.
+holds a connection forever), nor on its size, so the HTTP protocol is uvicorn's httptools
+protocol plus a timer and a byte count: a connection whose request head is not complete
+``header_timeout`` seconds after the connection (or after the first byte of a later request) gets
+``408``, one whose head exceeds ``max_header_bytes`` gets ``431``; both are then closed.
 """
 
 from __future__ import annotations
@@ -29,21 +30,56 @@ from .routing import StaticRoutingSource
 log = logging.getLogger("sparkrun.gateway")
 
 
-_TIMEOUT_BODY = b'{"error":{"message":"request head not received in time","type":"timeout_error","code":408}}'
-_TIMEOUT_RESPONSE = (
-    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
-    b"content-length: %d\r\n\r\n%s" % (len(_TIMEOUT_BODY), _TIMEOUT_BODY)
+def _refusal(status: bytes, message: bytes, kind: bytes) -> bytes:
+    code = status.split(b" ")[0]
+    body = b'{"error":{"message":"%s","type":"%s","code":%s}}' % (message, kind, code)
+    return (
+        b"HTTP/1.1 %s\r\ncontent-type: application/json\r\nconnection: close\r\n"
+        b"content-length: %d\r\n\r\n%s" % (status, len(body), body)
+    )
+
+
+_TIMEOUT_RESPONSE = _refusal(b"408 Request Timeout", b"request head not received in time", b"timeout_error")
+_TOO_LARGE_RESPONSE = _refusal(
+    b"431 Request Header Fields Too Large", b"request head too large", b"invalid_request_error"
 )
+_HEAD_ENDS = (b"\r\n\r\n", b"\n\n")
 
 
 class HeaderDeadlineProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a deadline for each request head."""
+    """uvicorn's httptools protocol with a deadline and a size limit for each request head."""
 
     header_timeout: float = 10.0
+    max_header_bytes: int = 32 * 1024
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head_timer: asyncio.TimerHandle | None = None
+        self._in_head = True
+        self._head_bytes = 0
+        self._head_tail = b""
+
+    def data_received(self, data: bytes) -> None:
+        if self._in_head and not self._head_fits(data):
+            self._refuse(_TOO_LARGE_RESPONSE)
+            return
+        super().data_received(data)
+
+    def _head_fits(self, data: bytes) -> bool:
+        window = self._head_tail + data
+        ends = [i + len(sep) for sep in _HEAD_ENDS if (i := window.find(sep)) >= 0]
+        if ends:
+            size = self._head_bytes - len(self._head_tail) + min(ends)
+        else:
+            size = self._head_bytes = self._head_bytes + len(data)
+            self._head_tail = window[-3:]
+        return size <= self.max_header_bytes
+
+    def _refuse(self, response: bytes) -> None:
+        self._disarm()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(response)
+            self.transport.close()
 
     def _arm(self) -> None:
         if self._head_timer is None:
@@ -56,9 +92,7 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 
     def _head_expired(self) -> None:
         self._head_timer = None
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(_TIMEOUT_RESPONSE)
-            self.transport.close()
+        self._refuse(_TIMEOUT_RESPONSE)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -70,16 +104,24 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._disarm()
+        self._in_head = False
+        self._head_bytes = 0
+        self._head_tail = b""
         super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._in_head = True  # whatever follows is the head of the next request
+        super().on_message_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
 
 
-def protocol_class(header_timeout: float) -> type[HeaderDeadlineProtocol]:
-    """A protocol class bound to ``header_timeout`` (uvicorn instantiates it per connection)."""
-    return type("GatewayHttpProtocol", (HeaderDeadlineProtocol,), {"header_timeout": header_timeout})
+def protocol_class(header_timeout: float, max_header_bytes: int = 32 * 1024) -> type[HeaderDeadlineProtocol]:
+    """A protocol class bound to the head limits (uvicorn instantiates it per connection)."""
+    limits = {"header_timeout": header_timeout, "max_header_bytes": max_header_bytes}
+    return type("GatewayHttpProtocol", (HeaderDeadlineProtocol,), limits)
 
 
 _OPS_PATHS = {"/metrics", "/healthz", "/readyz", "/health"}
@@ -138,7 +180,7 @@ def uvicorn_config(
         app,
         host=host,
         port=port,
-        http=protocol_class(app.settings.header_timeout),
+        http=protocol_class(app.settings.header_timeout, app.settings.max_header_bytes),
         loop=loop,
         lifespan="on",
         access_log=False,
@@ -189,6 +231,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--connect-timeout", type=float, default=d.connect_timeout)
     p.add_argument("--read-timeout", type=float, default=d.read_timeout)
     p.add_argument("--wake-timeout", type=float, default=d.wake_timeout)
+    p.add_argument("--total-timeout", type=float, default=d.total_timeout)
+    p.add_argument("--max-header-bytes", type=int, default=d.max_header_bytes)
+    p.add_argument("--max-in-flight", type=int, default=d.max_in_flight)
+    p.add_argument("--max-in-flight-per-key", type=int, default=d.max_in_flight_per_key)
+    p.add_argument("--max-buffered-body-bytes", type=int, default=d.max_buffered_body_bytes)
+    p.add_argument("--max-event-bytes", type=int, default=d.max_event_bytes)
+    p.add_argument("--consecutive-failures", type=int, default=d.consecutive_failures)
+    p.add_argument("--max-ejected-percent", type=int, default=d.max_ejected_percent)
     p.add_argument("--poll-interval", type=float, default=1.0, help="seconds between routing-file checks")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     return p
@@ -204,6 +254,14 @@ def build(argv: Sequence[str]) -> tuple[Gateway, argparse.Namespace]:
         connect_timeout=ns.connect_timeout,
         read_timeout=ns.read_timeout,
         wake_timeout=ns.wake_timeout,
+        total_timeout=ns.total_timeout,
+        max_header_bytes=ns.max_header_bytes,
+        max_in_flight=ns.max_in_flight,
+        max_in_flight_per_key=ns.max_in_flight_per_key,
+        max_buffered_body_bytes=ns.max_buffered_body_bytes,
+        max_event_bytes=ns.max_event_bytes,
+        consecutive_failures=ns.consecutive_failures,
+        max_ejected_percent=ns.max_ejected_percent,
     )
     if ns.kubernetes:
         from .kube import KubeConnection, KubeRoutingSource, KubeWaker, SecretKeySource

@@ -105,7 +105,7 @@ async def relay(gw: Gateway, ctx: Ctx, response: UpstreamResponse, translator: A
     opening = translator.start()
     if opening:
         await ctx.body_part(opening)
-    parser = SSEParser()
+    parser = SSEParser(gw.settings.max_event_bytes)
     first = True
     done = False
     try:

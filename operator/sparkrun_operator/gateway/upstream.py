@@ -11,8 +11,12 @@ Contract:
 - :meth:`UpstreamPool.request` sends one request and returns once the response head arrived.
   It raises :class:`ConnectFailed` when no connection could be made (safe to try another
   backend), :class:`UpstreamTimeout` when the head did not come within the read timeout, and
-  :class:`UpstreamError` when the connection broke before the head. A reused keep-alive
-  connection that turns out closed before answering is retried once on a fresh connection.
+  :class:`UpstreamError` when the connection broke before the head, or the head is over
+  ``MAX_HEAD_BYTES`` / ``MAX_HEADERS``. A pooled connection is checked before it is reused (one
+  ``select``: an idle connection with anything to read was closed by the server) and a closed one
+  is replaced by a fresh connection; once a byte of the request was written it is never retried,
+  because the engine may have received it.
+- A body without length (HTTP/1.0 style, delimited by the connection closing) completes on close.
 - :meth:`UpstreamResponse.chunks` yields body bytes as they arrive (read timeout between bytes);
   :meth:`UpstreamResponse.close` returns a fully read connection to the pool and closes any other
   (which is how an abandoned request is aborted upstream).
@@ -21,6 +25,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import select
 import ssl
 from collections.abc import AsyncIterator
 from typing import cast
@@ -30,6 +35,10 @@ import httptools
 
 _HIGH_WATER = 1 << 20
 _MAX_IDLE_PER_BACKEND = 512
+MAX_HEAD_BYTES = 64 * 1024
+"""An upstream response head larger than this is a protocol error (502)."""
+MAX_HEADERS = 128
+"""An upstream response with more header lines than this is a protocol error (502)."""
 
 
 class UpstreamError(Exception):
@@ -64,6 +73,8 @@ class _Conn(asyncio.Protocol):
         self.complete = False
         self.keep_alive = True
         self.paused = False
+        self.head_bytes = 0
+        self.header_count = 0
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -76,11 +87,15 @@ class _Conn(asyncio.Protocol):
             self.close()
             return
         self.got_bytes = True
+        if not self.head_done:
+            self.head_bytes += len(data)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self.error = exc
+            self.error = self.error or exc
             self.close()
+        if not self.head_done and self.head_bytes > MAX_HEAD_BYTES:
+            self.fail(f"response head exceeds {MAX_HEAD_BYTES} bytes")
         if len(self.buf) > _HIGH_WATER and not self.paused and self.transport is not None:
             self.transport.pause_reading()
             self.paused = True
@@ -91,6 +106,8 @@ class _Conn(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self.head_done and not self.complete and exc is None and self._close_delimited():
+            self.complete = True  # HTTP/1.0 style: the body ends where the connection does
         if exc is not None and self.error is None:
             self.error = exc
         self._wake()
@@ -98,7 +115,21 @@ class _Conn(asyncio.Protocol):
     # -- httptools callbacks ----------------------------------------------------------------
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self.header_count += 1
+        if self.header_count > MAX_HEADERS:
+            self.error = UpstreamError(f"response has more than {MAX_HEADERS} header lines")
+            raise self.error
         self.headers[name.lower()] = value
+
+    def _close_delimited(self) -> bool:
+        if b"content-length" in self.headers or b"chunked" in self.headers.get(b"transfer-encoding", b""):
+            return False
+        return self.status >= 200 and self.status not in (204, 304)
+
+    def fail(self, message: str) -> None:
+        """Give up on the connection with an error (seen by whoever waits on it)."""
+        self.error = self.error or UpstreamError(message)
+        self.close()
 
     def on_headers_complete(self) -> None:
         assert self._parser is not None
@@ -120,6 +151,7 @@ class _Conn(asyncio.Protocol):
         self.headers = {}
         self.buf.clear()
         self.got_bytes = self.head_done = self.complete = False
+        self.head_bytes = self.header_count = 0
 
     def take(self) -> bytes:
         data = bytes(self.buf)
@@ -150,6 +182,21 @@ class _Conn(asyncio.Protocol):
         self.closed = True
         if self.transport is not None:
             self.transport.close()
+
+
+def _still_open(conn: _Conn) -> bool:
+    """False when an idle connection has something to read: the server closed it (or misbehaves)."""
+    transport = conn.transport
+    if transport is None or transport.is_closing():
+        return False
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return True
+    try:
+        readable, _, _ = select.select([sock.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    return not readable
 
 
 def _expire(waiter: asyncio.Future[None]) -> None:
@@ -251,8 +298,9 @@ class UpstreamPool:
         idle = self._idle.get(key)
         while idle:
             conn = idle.pop()
-            if not conn.closed:
+            if not conn.closed and _still_open(conn):
                 return conn
+            conn.close()
         return None
 
     async def request(
@@ -272,32 +320,26 @@ class UpstreamPool:
             b"POST %s HTTP/1.1\r\nhost: %s:%d\r\ncontent-type: application/json\r\naccept: */*\r\n"
             b"content-length: %d\r\n%s\r\n" % (path.encode(), host.encode(), port, len(body), headers)
         )
-        error: BaseException | None = None
-        for _attempt in range(2):
-            conn = self._reuse(key)
-            reused = conn is not None
-            if conn is None:
-                conn = await self._connect(key, connect_timeout)
-            conn.begin()
-            assert conn.transport is not None
-            conn.transport.write(head + body)
-            try:
-                while not conn.head_done and not conn.closed:
-                    await conn.wait(read_timeout)
-            except TimeoutError:
-                conn.close()
-                raise UpstreamTimeout(f"no response head within {read_timeout}s") from None
-            except BaseException:
-                conn.close()  # cancelled while waiting: abort the request upstream
-                raise
-            if conn.head_done:
-                return UpstreamResponse(self, conn, read_timeout)
+        conn = self._reuse(key)
+        if conn is None:
+            conn = await self._connect(key, connect_timeout)
+        conn.begin()
+        assert conn.transport is not None
+        # NB: from here on the engine may see the request: whatever happens, it is not re-sent.
+        conn.transport.writelines((head, body))
+        try:
+            while not conn.head_done and not conn.closed:
+                await conn.wait(read_timeout)
+        except TimeoutError:
             conn.close()
-            error = conn.error
-            if not (reused and not conn.got_bytes):
-                break
-            # A pooled connection the server had closed: retry once on a fresh one.
-        raise UpstreamError(f"connection closed before the response ({error or 'no data'})")
+            raise UpstreamTimeout(f"no response head within {read_timeout}s") from None
+        except BaseException:
+            conn.close()  # cancelled while waiting: abort the request upstream
+            raise
+        if conn.head_done:
+            return UpstreamResponse(self, conn, read_timeout)
+        conn.close()
+        raise UpstreamError(f"connection closed before the response ({conn.error or 'no data'})")
 
     async def aclose(self) -> None:
         for idle in self._idle.values():

@@ -1,0 +1,108 @@
+"""Admission limits: requests in flight (global and per API key) and buffered request bodies.
+
+- :class:`InFlight` counts inference requests; above ``max_in_flight`` a request is refused at
+  once with 503 and ``Retry-After`` (the client backs off; nothing queues in the gateway), and
+  above ``max_in_flight_per_key`` for one API key with 429 and ``Retry-After``.
+- :class:`ByteBudget` bounds the request bodies all requests hold together. A request reserves
+  its declared size (``max_body_bytes`` when it declares none) before its body is read and gives
+  it back when it ends; a reservation is all or nothing and granted in arrival order, so waiting
+  requests cannot deadlock each other. A request that does not get its reservation within the
+  body timeout is refused with 503. Meanwhile its body is not read: TCP holds the client back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from .errors import GatewayError
+
+RETRY_AFTER = 1.0
+
+
+class InFlight:
+    """Counts of inference requests in flight, in all and per key."""
+
+    def __init__(self, limit: int, per_key: int) -> None:
+        self.limit = limit
+        self.per_key = per_key
+        self.total = 0
+        self._by_key: dict[str, int] = {}
+
+    def enter(self, key: str | None) -> None:
+        """Count one more request (of ``key``); raises 503/429 instead when over a limit."""
+        if self.total >= self.limit:
+            raise GatewayError(
+                503,
+                f"The gateway is at its limit of {self.limit} requests in flight; retry shortly",
+                code="overloaded",
+                retry_after=RETRY_AFTER,
+            )
+        if key is not None:
+            held = self._by_key.get(key, 0)
+            if held >= self.per_key:
+                raise GatewayError(
+                    429,
+                    f"This API key has {held} requests in flight, its limit; retry shortly",
+                    code="too_many_requests",
+                    retry_after=RETRY_AFTER,
+                )
+            self._by_key[key] = held + 1
+        self.total += 1
+
+    def leave(self, key: str | None) -> None:
+        self.total -= 1
+        if key is not None:
+            held = self._by_key.pop(key, 1) - 1
+            if held:
+                self._by_key[key] = held
+
+
+class ByteBudget:
+    """Bytes reserved by the request bodies being read or held, at most ``limit``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+
+    async def reserve(self, size: int, wait: float) -> int:
+        """Reserve ``size`` bytes (at most ``limit``), waiting ``wait`` seconds at most; returns what
+        to :meth:`release`."""
+        size = min(size, self.limit)
+        if not self._waiters and self.used + size <= self.limit:
+            self.used += size
+            return size
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (size, fut)
+        self._waiters.append(entry)
+        try:
+            async with asyncio.timeout(wait):
+                await fut
+        except BaseException as exc:
+            if fut.done() and not fut.cancelled():
+                self.release(size)  # granted just as the wait ended: give it back
+            else:
+                fut.cancel()
+                self._waiters.remove(entry)
+                self._grant()
+            if isinstance(exc, TimeoutError):
+                raise GatewayError(
+                    503,
+                    "The gateway is buffering as many request bodies as it may; retry shortly",
+                    code="overloaded",
+                    retry_after=RETRY_AFTER,
+                ) from None
+            raise
+        return size
+
+    def release(self, size: int) -> None:
+        self.used -= size
+        self._grant()
+
+    def _grant(self) -> None:
+        while self._waiters and self.used + self._waiters[0][0] <= self.limit:
+            size, fut = self._waiters.popleft()
+            if not fut.done():
+                self.used += size
+                fut.set_result(None)
