@@ -25,7 +25,7 @@ SHARED_NAMES = {
 NOT_A_KEY = {
     ("cli/demo.py", "sparkrun-gateway"),
     ("cli/demo.py", "sparkrun-shim"),
-    ("shim/app.py", "sparkrun-shim"),  # the default controller id /v1/info reports
+    ("shim/state.py", "sparkrun-shim"),  # the default controller id /v1/info reports (ShimConfig)
 }
 
 

@@ -438,45 +438,9 @@ def render_jobset(
     name = names.jobset_name(workload=workload, replica=replica, revision=rev)
     labels = replica_labels(workload=workload, replica=replica, revision=rev)
 
-    leader = _engine_container(inputs, opts)
-    leader["command"] = ["vllm", "serve"]
-    leader["args"] = leader_args(spec=spec, cache=inputs.cache, jobset=name)
-    leader["ports"] = [{"name": keys.PORT_NAME, "containerPort": ENGINE_PORT, "protocol": "TCP"}]
-    probes = opts.probes
-    leader["startupProbe"] = _probe(probes.startup_period, probes.startup_failures)
-    leader["readinessProbe"] = _probe(probes.readiness_period, probes.readiness_failures)
-    leader["livenessProbe"] = _probe(probes.liveness_period, probes.liveness_failures)
-    replicated = [
-        {
-            "name": keys.ROLE_LEADER,
-            "replicas": 1,
-            "template": _job(
-                completions=1,
-                pod_labels={**labels, keys.LABEL_ROLE: keys.ROLE_LEADER},
-                pod=_pod_spec(inputs=inputs, containers=[_order(leader)]),
-            ),
-        }
-    ]
+    replicated = [_leader_job(inputs, opts, jobset=name, labels=labels)]
     if nodes > 1:
-        worker = _engine_container(inputs, opts)
-        worker["command"] = ["/bin/sh", "-c"]
-        worker["args"] = [worker_script(spec=spec, cache=inputs.cache, jobset=name)]
-        wait = {
-            "name": keys.CONTAINER_WAIT_LEADER,
-            "image": spec.image,
-            "command": ["python3", "-c", wait_leader_script(jobset=name)],
-        }
-        replicated.append(
-            {
-                "name": keys.ROLE_WORKER,
-                "replicas": 1,
-                "template": _job(
-                    completions=nodes - 1,
-                    pod_labels={**labels, keys.LABEL_ROLE: keys.ROLE_WORKER},
-                    pod=_pod_spec(inputs=inputs, containers=[_order(worker)], init_containers=[wait]),
-                ),
-            }
-        )
+        replicated.append(_worker_job(inputs, opts, jobset=name, labels=labels))
 
     js_labels = dict(labels)
     if queue := inputs.queue_name:
@@ -510,6 +474,54 @@ def render_jobset(
             },
             "replicatedJobs": replicated,
         },
+    }
+
+
+def _leader_job(
+    inputs: ServingInputs, opts: RenderOptions, *, jobset: str, labels: dict[str, str]
+) -> dict[str, Any]:
+    """The leader replicated job: ``vllm serve`` with the engine port and its probes."""
+    spec = inputs.spec
+    leader = _engine_container(inputs, opts)
+    leader["command"] = ["vllm", "serve"]
+    leader["args"] = leader_args(spec=spec, cache=inputs.cache, jobset=jobset)
+    leader["ports"] = [{"name": keys.PORT_NAME, "containerPort": ENGINE_PORT, "protocol": "TCP"}]
+    probes = opts.probes
+    leader["startupProbe"] = _probe(probes.startup_period, probes.startup_failures)
+    leader["readinessProbe"] = _probe(probes.readiness_period, probes.readiness_failures)
+    leader["livenessProbe"] = _probe(probes.liveness_period, probes.liveness_failures)
+    return {
+        "name": keys.ROLE_LEADER,
+        "replicas": 1,
+        "template": _job(
+            completions=1,
+            pod_labels={**labels, keys.LABEL_ROLE: keys.ROLE_LEADER},
+            pod=_pod_spec(inputs=inputs, containers=[_order(leader)]),
+        ),
+    }
+
+
+def _worker_job(
+    inputs: ServingInputs, opts: RenderOptions, *, jobset: str, labels: dict[str, str]
+) -> dict[str, Any]:
+    """The worker replicated job (nodes - 1 completions), each pod waiting for the leader first."""
+    spec = inputs.spec
+    worker = _engine_container(inputs, opts)
+    worker["command"] = ["/bin/sh", "-c"]
+    worker["args"] = [worker_script(spec=spec, cache=inputs.cache, jobset=jobset)]
+    wait = {
+        "name": keys.CONTAINER_WAIT_LEADER,
+        "image": spec.image,
+        "command": ["python3", "-c", wait_leader_script(jobset=jobset)],
+    }
+    return {
+        "name": keys.ROLE_WORKER,
+        "replicas": 1,
+        "template": _job(
+            completions=spec.topology.nodes - 1,
+            pod_labels={**labels, keys.LABEL_ROLE: keys.ROLE_WORKER},
+            pod=_pod_spec(inputs=inputs, containers=[_order(worker)], init_containers=[wait]),
+        ),
     }
 
 

@@ -29,49 +29,40 @@ operation lookup (404), permission (403), arguments against the request schema (
 availability (403 ``FeatureDisabled``), per-request trust (403), maintenance (409), then a job
 (202) or an inline query (200). The application holds no state that a restart would lose: jobs
 are DaemonJobs, read through a watch-backed cache.
+
+This module holds the route table and dispatch; the handlers live in one mixin per route family
+(:mod:`.routes_info`, :mod:`.routes_ops`, :mod:`.routes_jobs`, :mod:`.routes_events`,
+:mod:`.routes_admin`) over :class:`~sparkrun_operator.shim.state.ShimState`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import re
-import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from importlib import metadata
-from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sparkrun_operator.k8s.auth import RequestHeaderConfig
-from sparkrun_operator.k8s.client import CONFIG_MAPS, Kube
+from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.k8s.daemonjobs import JobCache
-from sparkrun_operator.ops import jobs as joblib
-from sparkrun_operator.ops.catalog import Catalog, Operation
-from sparkrun_operator.ops.context import Executor, OperationContext, Settings
-from sparkrun_operator.ops.errors import (
-    Conflict,
-    DaemonError,
-    FeatureDisabled,
-    Forbidden,
-    Invalid,
-    NotFound,
-)
+from sparkrun_operator.ops.catalog import Catalog
+from sparkrun_operator.ops.context import Executor
 from sparkrun_operator.ops.jobstore import JobService
-from sparkrun_operator.ops.runner import run_query
-from sparkrun_operator.ops.schema import parse_json_object, request_validator
-from sparkrun_operator.shim import docs, openapi
-from sparkrun_operator.shim.boundary import CALLER, Boundary, Errors, json_response
-from sparkrun_operator.shim.identity import Caller, Gate
-from sparkrun_operator.shim.sse import HEARTBEAT, EventStream, Subscriptions, frame
+from sparkrun_operator.shim import docs
+from sparkrun_operator.shim.boundary import Boundary, Errors, json_response
+from sparkrun_operator.shim.identity import Gate
+from sparkrun_operator.shim.routes_admin import AdminRoutes
+from sparkrun_operator.shim.routes_events import EventRoutes
+from sparkrun_operator.shim.routes_info import InfoRoutes
+from sparkrun_operator.shim.routes_jobs import JobRoutes
+from sparkrun_operator.shim.routes_ops import OperationRoutes
+from sparkrun_operator.shim.sse import Subscriptions
+from sparkrun_operator.shim.state import Handler, QueryCache, ShimConfig
 from sparkrun_operator.shim.streams import Streams
 
 __all__ = ["Shim", "ShimConfig"]
-
-PROTOCOL = 1
 
 
 def _version() -> str:
@@ -81,65 +72,12 @@ def _version() -> str:
         return "0+unknown"
 
 
-@dataclass
-class ShimConfig:
-    """Knobs of one shim process."""
-
-    settings: Settings = field(default_factory=Settings)
-    controller_id: str = "sparkrun-shim"
-    allow_request_trust: bool = False
-    max_streams: int = 64
-    max_queued_queries: int = 32
-    query_cache_ttl: float = 2.0
-    query_cache_size: int = 128
-    body_limit: int = 1024 * 1024
-    body_timeout: float = 30.0
-    snapshot_interval: float = 2.0
-    heartbeat: float = 10.0
-    #: URL prefix under which the aggregated API serves the same routes.
-    aggregated_prefix: str = "/apis/daemon.sparkrun.dev/v1alpha1"
-
-
-class _QueryCache:
-    """The daemon's short query cache: only for ``cacheable`` operations, cleared by any job."""
-
-    def __init__(self, ttl: float, size: int) -> None:
-        self.ttl, self.size = ttl, size
-        self.values: dict[tuple[str, ...], tuple[float, bytes]] = {}
-
-    def get(self, key: tuple[str, ...]) -> bytes | None:
-        found = self.values.get(key)
-        if found is None:
-            return None
-        if time.monotonic() - found[0] >= self.ttl:
-            self.values.pop(key, None)
-            return None
-        return found[1]
-
-    def put(self, key: tuple[str, ...], value: bytes) -> None:
-        if len(self.values) >= self.size:
-            self.values.pop(next(iter(self.values)))
-        self.values[key] = (time.monotonic(), value)
-
-    def clear(self) -> None:
-        self.values.clear()
-
-
-def _json(body: Any, status: int = 200) -> Response:
-    return Response(
-        json.dumps(body, separators=(",", ":"), allow_nan=False).encode(),
-        status_code=status,
-        media_type="application/json",
-    )
-
-
-Handler = Callable[..., Awaitable[Response | ASGIApp]]
 _JOB_PATH = re.compile(r"^/v1/jobs/(?P<identifier>[^/]+)(?P<rest>/input|/events|/artifacts/diagnostics)?$")
 _RECONCILE = re.compile(r"^/v1/reservations/(?P<owner>[^/]+)/reconcile$")
 
 
-class Shim:
-    """The application and everything its handlers share."""
+class Shim(InfoRoutes, OperationRoutes, JobRoutes, EventRoutes, AdminRoutes):
+    """The application: its routes and dispatch (handlers live in the route-family mixins)."""
 
     def __init__(
         self,
@@ -165,7 +103,7 @@ class Shim:
         self.on_shutdown = on_shutdown
         self.draining = False
         self.queries_in_flight = 0
-        self.query_cache = _QueryCache(config.query_cache_ttl, config.query_cache_size)
+        self.query_cache = QueryCache(config.query_cache_ttl, config.query_cache_size)
         self.subscriptions = Subscriptions(config.max_streams)
         self.streams = Streams(rest=rest, settings=config.settings)
         self.version = _version()
@@ -184,8 +122,6 @@ class Shim:
         }
         for path, op in catalog.paths.items():
             self._routes[path] = {"POST": self._alias(op.name)}
-
-    # -- ASGI -----------------------------------------------------------------------------
 
     def app(self) -> ASGIApp:
         """The complete ASGI application (error envelopes, authentication, routes)."""
@@ -242,417 +178,6 @@ class Shim:
         request = Request(scope, receive)
         response = await handler(request, **params)
         await response(scope, receive, send)
-
-    # -- helpers --------------------------------------------------------------------------
-
-    @staticmethod
-    def caller(request: Request) -> Caller:
-        caller: Caller = request.scope[CALLER]
-        return caller
-
-    async def _body(self, request: Request) -> dict[str, Any]:
-        return parse_json_object(await request.body())
-
-    async def _job_access(self, request: Request, identifier: str) -> tuple[dict[str, Any], Operation | None]:
-        """The job, if the caller may see it: owner or admin, and the operation's scope."""
-        caller = self.caller(request)
-        await self.gate.require(caller, "read")
-        obj = await self.jobs.find(identifier)
-        if obj is None:
-            raise NotFound("'Unknown job'", type_name="KeyError")
-        owner = (obj.get("spec", {}).get("principal") or {}).get("username")
-        if owner != caller.principal and not await self.gate.is_admin(caller):
-            raise Forbidden("Job belongs to another principal")
-        op = self.catalog.find(obj.get("spec", {}).get("operation", ""))
-        scope = op.scope if op else "admin"
-        if not await self.gate.allows(caller, scope):
-            raise Forbidden("Job requires its operation permission")
-        return obj, op
-
-    def _public(self, obj: dict[str, Any]) -> dict[str, Any]:
-        op = self.catalog.find(obj.get("spec", {}).get("operation", ""))
-        return joblib.public_job(obj, scope=op.scope if op else "admin")
-
-    async def _visible_jobs(self, caller: Caller, *, state: str | None, limit: int) -> list[dict[str, Any]]:
-        admin = await self.gate.is_admin(caller)
-        rows = self.jobs.listing(principal=None if admin else caller.principal, state=state, limit=limit)
-        out = []
-        allowed: dict[str, bool] = {}
-        for obj in rows:
-            op = self.catalog.find(obj.get("spec", {}).get("operation", ""))
-            scope = op.scope if op else "admin"
-            if scope not in allowed:
-                allowed[scope] = await self.gate.allows(caller, scope)
-            if allowed[scope]:
-                out.append(self._public(obj))
-        return out
-
-    # -- infrastructure routes ------------------------------------------------------------
-
-    async def health(self, request: Request) -> Response:
-        return _json({"status": "ok", "protocol": PROTOCOL})
-
-    async def info(self, request: Request) -> Response:
-        caller = self.caller(request)
-        await self.gate.require(caller, "read")
-        settings = self.config.settings
-        return _json(
-            {
-                "profile": "kubernetes",
-                "binding": settings.namespace,
-                "config_path": "",
-                "controller": {
-                    "schema_version": 1,
-                    "application": {
-                        "id": "sparkrun-operator",
-                        "command": "sparkrun-k8s",
-                        "package": "sparkrun-operator",
-                        "resource_namespace": settings.namespace,
-                    },
-                    "controller_id": self.config.controller_id,
-                },
-                "protocol": PROTOCOL,
-                "runtime": {
-                    "version": self.version,
-                    "package": "sparkrun-operator",
-                    "kubernetes": {"server": self.rest.host, "namespace": settings.namespace},
-                    "principal": caller.principal,
-                    "identity": caller.via,
-                },
-                "restart_required": self.draining,
-                "manager": caller.manager,
-            }
-        )
-
-    async def operations(self, request: Request) -> Response:
-        caller = self.caller(request)
-        await self.gate.require(caller, "read")
-        rows = []
-        for op in self.catalog:
-            if op.enabled and await self.gate.allows(caller, op.scope, secret=op.secret):
-                rows.append(op.discovery())
-        return _json(rows)
-
-    async def openapi(self, request: Request) -> Response:
-        if self._openapi is None:
-            self._openapi = json.dumps(openapi.build(self.catalog, version=self.version)).encode()
-        return Response(self._openapi, media_type="application/json")
-
-    async def docs(self, request: Request) -> Response:
-        await self.gate.require(self.caller(request), "read")
-        return docs.index()
-
-    async def docs_asset(self, request: Request, asset: str) -> Response:
-        await self.gate.require(self.caller(request), "read")
-        return docs.asset(asset)
-
-    # -- operations -----------------------------------------------------------------------
-
-    def _alias(self, name: str) -> Handler:
-        async def alias(request: Request) -> Response:
-            return await self._operate(name, await self._body(request), request)
-
-        return alias
-
-    async def operation(self, request: Request, name: str) -> Response:
-        return await self._operate(name, await self._body(request), request)
-
-    async def _operate(self, name: str, arguments: dict[str, Any], request: Request) -> Response:
-        op = self.catalog.find(name)
-        if op is None:
-            raise NotFound(f"Unknown operation: {name}")
-        caller = self.caller(request)
-        await self.gate.require(caller, op.scope, secret=op.secret)
-        request_validator(op.name, op.version, op.request_schema).check_request(arguments)
-        if not op.enabled:
-            availability = op.availability
-            raise FeatureDisabled(
-                availability.describe(op.name),
-                attrs={
-                    "reason": availability.code,
-                    "alternative": availability.alternative,
-                    "feature_flag": op.feature_flag,
-                },
-            )
-        if arguments.get("trust") and not self.config.allow_request_trust:
-            raise Forbidden("Per-request trust is disabled for this listener")
-        if self.draining:
-            raise Conflict("Daemon is draining or needs restart before accepting operations")
-        if op.kind == "stream":
-            raise Invalid("Use a stream endpoint for this operation")
-        if op.kind == "job":
-            self.query_cache.clear()
-            key = request.headers.get("idempotency-key") or None
-            job_id = await self.jobs.submit(
-                op,
-                arguments,
-                user=caller.user,
-                manager=caller.manager,
-                client=request.headers.get("x-sparkrun-client"),
-                key=key,
-            )
-            return _json({"job_id": job_id, "events_url": f"/v1/jobs/{job_id}/events"}, 202)
-        return await self._query(op, arguments, caller)
-
-    async def _query(self, op: Operation, arguments: dict[str, Any], caller: Caller) -> Response:
-        cache_key = (op.name, json.dumps(arguments, sort_keys=True), caller.principal, caller.manager)
-        if op.cacheable:
-            cached = self.query_cache.get(cache_key)
-            if cached is not None:
-                return Response(cached, media_type="application/json")
-        if self.queries_in_flight >= self.config.max_queued_queries:
-            raise Conflict("Query admission limit reached", retryable=True)
-        self.queries_in_flight += 1
-        try:
-            ctx = OperationContext(
-                rest=self.rest,
-                settings=self.config.settings,
-                principal=caller.principal,
-                manager=caller.manager,
-                operation=op.name,
-            )
-            result = await run_query(
-                op, arguments, ctx, self.executors, limit=self.config.settings.query_timeout
-            )
-        finally:
-            self.queries_in_flight -= 1
-        body = json.dumps(result, separators=(",", ":"), allow_nan=False).encode()
-        if op.cacheable:
-            self.query_cache.put(cache_key, body)
-        return Response(body, media_type="application/json")
-
-    # -- jobs -----------------------------------------------------------------------------
-
-    async def list_jobs(self, request: Request) -> Response:
-        caller = self.caller(request)
-        await self.gate.require(caller, "read")
-        state = request.query_params.get("state")
-        raw_limit = request.query_params.get("limit", "200")
-        try:
-            limit = int(raw_limit)
-        except ValueError:
-            return _json(
-                {
-                    "detail": [
-                        {
-                            "type": "int_parsing",
-                            "loc": ["query", "limit"],
-                            "msg": "Input should be a valid integer, unable to parse string as an integer",
-                            "input": raw_limit,
-                        }
-                    ]
-                },
-                422,
-            )
-        return _json(await self._visible_jobs(caller, state=state, limit=min(max(limit, 1), 1000)))
-
-    async def get_job(self, request: Request, identifier: str) -> Response:
-        obj, _ = await self._job_access(request, identifier)
-        return _json(self._public(obj))
-
-    async def cancel_job(self, request: Request, identifier: str) -> Response:
-        obj, _ = await self._job_access(request, identifier)
-        await self.gate.require(self.caller(request), "operate")
-        return _json(self._public(await self.jobs.cancel(obj)))
-
-    async def answer(self, request: Request, identifier: str) -> Response:
-        obj, op = await self._job_access(request, identifier)
-        data = await self._body(request)
-        if set(data) != {"prompt_id", "value"} or not isinstance(data["prompt_id"], str):
-            raise Invalid("Expected prompt_id and value")
-        prompt = (obj.get("status") or {}).get("prompt") or {}
-        if prompt.get("id") != data["prompt_id"]:
-            answered = any(
-                a.get("promptId") == data["prompt_id"] for a in obj.get("spec", {}).get("answers") or ()
-            )
-            if not answered:
-                raise Conflict("Prompt expired or unavailable")
-        secret = prompt.get("kind") == "secret"
-        await self.gate.require(self.caller(request), op.scope if op else "admin", secret=secret)
-        await self.jobs.answer(obj, data["prompt_id"], data["value"])
-        return _json({})
-
-    async def diagnostics(self, request: Request, identifier: str) -> Response:
-        obj, _ = await self._job_access(request, identifier)
-        if joblib.state_of(obj) not in joblib.TERMINAL:
-            raise Conflict("Diagnostic bundle is available after the job finishes")
-        found = await self.rest.get(CONFIG_MAPS, f"{identifier}-diagnostics", self.config.settings.namespace)
-        if found is None:
-            return _json({"detail": "Diagnostic bundle not found"}, 404)
-        from sparkrun_operator.ops.executors.diagnostics import read_bundle
-
-        return Response(
-            read_bundle(found),
-            media_type="application/x-ndjson",
-            headers={"content-disposition": f'attachment; filename="diagnostics-{identifier}.ndjson"'},
-        )
-
-    async def job_events(self, request: Request, identifier: str) -> ASGIApp:
-        obj, _ = await self._job_access(request, identifier)
-        raw = request.headers.get("last-event-id", "0").strip() or "0"
-        try:
-            after = int(raw)
-        except ValueError as error:
-            raise Invalid("Invalid event cursor") from error
-        if after < 0:
-            raise Invalid("Invalid event cursor")
-        _, first = joblib.events(obj)
-        if after and after < first - 1:
-            raise _gone(first)
-        release = self.subscriptions.acquire()
-        return EventStream(self._follow(request, identifier, after), release=release)
-
-    async def _follow(self, request: Request, identifier: str, after: int) -> AsyncGenerator[bytes, None]:
-        while True:
-            obj, _ = await self._job_access(request, identifier)
-            events, first = joblib.events(obj)
-            if after and after < first - 1:
-                yield frame({"type": "gap", "detail": str(_gone(first).detail)})
-                return
-            for event in events:
-                if event["id"] > after:
-                    after = event["id"]
-                    yield frame(event)
-            if joblib.state_of(obj) in joblib.TERMINAL and after >= joblib.last_event_id(obj):
-                return
-            if not await self.cache.changed(self.config.heartbeat):
-                yield HEARTBEAT
-
-    async def global_events(self, request: Request) -> ASGIApp:
-        caller = self.caller(request)
-        await self.gate.require(caller, "read")
-        release = self.subscriptions.acquire()
-
-        async def snapshots() -> AsyncIterator[bytes]:
-            while True:
-                await self.gate.require(caller, "read")
-                yield frame(
-                    {"type": "snapshot", "jobs": await self._visible_jobs(caller, state=None, limit=200)}
-                )
-                await asyncio.sleep(self.config.snapshot_interval)
-
-        return EventStream(snapshots(), release=release)
-
-    # -- streams, snapshots, administration -----------------------------------------------
-
-    async def stream(self, request: Request, kind: str) -> ASGIApp:
-        caller = self.caller(request)
-        await self.gate.require(caller, "read")
-        if kind not in ("logs", "monitor"):
-            raise NotFound("Unknown stream")
-        params = dict(request.query_params)
-        producer = (
-            self.streams.logs(params, lambda: self.gate.require(caller, "read"))
-            if kind == "logs"
-            else self.streams.monitor(params, lambda: self.gate.require(caller, "read"))
-        )
-        try:
-            first = await producer.__anext__()  # validates parameters before any header is sent
-            release = self.subscriptions.acquire()
-        except BaseException:
-            await producer.aclose()
-            raise
-
-        async def chained() -> AsyncIterator[bytes]:
-            try:
-                if first:
-                    yield first
-                async for chunk in producer:
-                    yield chunk
-            finally:
-                await producer.aclose()
-
-        return EventStream(chained(), release=release)
-
-    async def snapshot(self, request: Request, name: str) -> Response:
-        caller = self.caller(request)
-        await self.gate.require(caller, "read")
-        if name != "discovery.snapshot":
-            raise NotFound("Unknown snapshot")
-        op = self.catalog.get("discovery.snapshot")
-        ctx = OperationContext(
-            rest=self.rest, settings=self.config.settings, principal=caller.principal, manager=caller.manager
-        )
-        cache_key = ("snapshot", name)
-        cached = self.query_cache.get(cache_key)
-        if cached is not None:
-            return Response(cached, media_type="application/json")
-        result = await run_query(
-            op, {"metadata_only": True}, ctx, self.executors, limit=self.config.settings.query_timeout
-        )
-        body = json.dumps(result, separators=(",", ":")).encode()
-        self.query_cache.put(cache_key, body)
-        return Response(body, media_type="application/json")
-
-    async def reservations(self, request: Request) -> Response:
-        await self.gate.require(self.caller(request), "admin")
-        claims: dict[str, dict[str, Any]] = {}
-        for obj in self.cache.values():
-            if joblib.state_of(obj) not in joblib.ACTIVE:
-                continue
-            executor = (obj.get("status") or {}).get("executor") or "unknown"
-            op = self.catalog.find(obj.get("spec", {}).get("operation", ""))
-            entry = claims.setdefault(executor, {"owner": executor, "alive": None, "claims": []})
-            entry["claims"].append(
-                {
-                    "job_id": obj["metadata"]["name"],
-                    "operation": obj.get("spec", {}).get("operation"),
-                    "policy": op.resources if op else "auto",
-                    "state": joblib.state_of(obj),
-                }
-            )
-        leases = await self._executor_leases()
-        for owner, entry in claims.items():
-            entry["alive"] = leases.get(owner)
-        return _json(sorted(claims.values(), key=lambda e: e["owner"]))
-
-    async def _executor_leases(self) -> dict[str, bool]:
-        from sparkrun_operator.ops.leases import executor_liveness
-
-        return await executor_liveness(self.rest, self.config.settings.namespace)
-
-    async def reconcile(self, request: Request, owner: str) -> Response:
-        await self.gate.require(self.caller(request), "admin")
-        data = await self._body(request)
-        if set(data) != {"acknowledge_effects"} or data["acknowledge_effects"] is not True:
-            raise Invalid("Explicit acknowledgement of reconciled effects is required")
-        leases = await self._executor_leases()
-        if leases.get(owner):
-            raise Conflict(f"Owner {owner} is alive; only a dead owner's claims can be released")
-        released = 0
-        from sparkrun_operator.ops.leases import mark_lost
-
-        for obj in self.cache.values():
-            status = obj.get("status") or {}
-            if joblib.state_of(obj) in joblib.ACTIVE and status.get("executor") == owner:
-                await self.cache.observe(await mark_lost(self.jobs.daemonjobs, obj))
-                released += 1
-        if not released and owner not in leases:
-            raise NotFound(f"No claims of owner {owner}")
-        return _json({"released": owner, "jobs": released})
-
-    async def maintenance(self, request: Request) -> Response:
-        await self.gate.require(self.caller(request), "admin")
-        data = await self._body(request)
-        if set(data) != {"drain"} or type(data["drain"]) is not bool:
-            raise Invalid("Expected boolean drain")
-        self.draining = data["drain"]
-        return _json({"draining": self.draining})
-
-    async def shutdown(self, request: Request) -> Response:
-        await self.gate.require(self.caller(request), "admin")
-        if await self._body(request) != {}:
-            raise Invalid("Expected an empty shutdown object")
-        if self.on_shutdown is None:
-            raise Conflict("Server shutdown is unavailable")
-        asyncio.get_running_loop().call_later(0.1, self.on_shutdown)
-        return _json({"stopping": True, "workers_continue": True})
-
-
-def _gone(first: int) -> DaemonError:
-    from sparkrun_operator.ops.errors import Gone
-
-    return Gone(f"Event cursor expired; retained events start at {first}")
 
 
 class _Prefix:

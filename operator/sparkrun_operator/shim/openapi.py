@@ -119,233 +119,183 @@ def _operation_path(op: Operation) -> dict[str, Any]:
     return {"post": body}
 
 
-def _infrastructure() -> dict[str, Any]:
-    ok = {"description": "Successful response", "content": _json({})}
-    job_array = {"type": "array", "items": _ref("DaemonJob")}
-    empty_object = {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
-    sse = {"text/event-stream": {"schema": {"type": "string"}}}
+def _route(
+    summary: str,
+    operation_id: str,
+    responses: dict[str, Any],
+    *,
+    parameters: list[dict[str, Any]] | None = None,
+    body: dict[str, Any] | None = None,
+    security: list[Any] | None = None,
+) -> dict[str, Any]:
+    """One operation object, its keys in the document's order."""
+    route: dict[str, Any] = {"summary": summary, "operationId": operation_id}
+    if parameters is not None:
+        route["parameters"] = parameters
+    if body is not None:
+        route["requestBody"] = {"required": True, "content": _json(body)}
+    route["responses"] = responses
+    if security is not None:
+        route["security"] = security
+    return route
+
+
+def _path_param(name: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": schema or {"type": "string"}}
+
+
+def _ok(schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"description": "Successful response", "content": _json({} if schema is None else schema)}
+
+
+def _closed(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """A closed object schema (no additional properties)."""
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+def _sse(description: str, event_schema: str | None = None) -> dict[str, Any]:
+    response: dict[str, Any] = {
+        "description": description,
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+    if event_schema is not None:
+        response["x-sparkrun-event-schema"] = _ref(event_schema)
+    return response
+
+
+def _info_routes() -> dict[str, Any]:
+    """Health, info and the generic operation routes."""
+    errors = _error_responses("401", "403", "404", "409", "413", "422")
     return {
-        "/v1/health": {
-            "get": {"summary": "Health", "operationId": "health", "responses": {"200": ok}, "security": []}
-        },
-        "/v1/info": {
-            "get": {
-                "summary": "Info",
-                "operationId": "info",
-                "responses": {
-                    "200": {"description": "Successful response", "content": _json(_ref("DaemonInfo"))}
-                },
-            }
-        },
-        "/v1/ops": {"get": {"summary": "Operations", "operationId": "operations", "responses": {"200": ok}}},
+        "/v1/health": {"get": _route("Health", "health", {"200": _ok()}, security=[])},
+        "/v1/info": {"get": _route("Info", "info", {"200": _ok(_ref("DaemonInfo"))})},
+        "/v1/ops": {"get": _route("Operations", "operations", {"200": _ok()})},
         "/v1/ops/{name}": {
-            "post": {
-                "summary": "Operation",
-                "operationId": "operation",
-                "parameters": [
-                    {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
-                ],
-                "requestBody": {"required": True, "content": _json({"type": "object"})},
-                "responses": {"200": ok, **_error_responses("401", "403", "404", "409", "413", "422")},
-            }
-        },
-        "/v1/jobs": {
-            "get": {
-                "summary": "Jobs",
-                "operationId": "jobs",
-                "parameters": [
-                    {"name": "state", "in": "query", "required": False, "schema": {"type": "string"}},
-                    {
-                        "name": "limit",
-                        "in": "query",
-                        "required": False,
-                        "schema": {"type": "integer", "default": 200},
-                    },
-                ],
-                "responses": {"200": {"description": "Successful response", "content": _json(job_array)}},
-            }
-        },
-        "/v1/jobs/{identifier}": {
-            "get": {
-                "summary": "Job",
-                "operationId": "job",
-                "parameters": [_identifier()],
-                "responses": {
-                    "200": {"description": "Successful response", "content": _json(_ref("DaemonJob"))},
-                    **_error_responses("403", "404"),
-                },
-            },
-            "delete": {
-                "summary": "Cancel",
-                "operationId": "cancel",
-                "parameters": [_identifier()],
-                "responses": {
-                    "200": {"description": "Successful response", "content": _json(_ref("DaemonJob"))},
-                    **_error_responses("403", "404", "409"),
-                },
-            },
-        },
-        "/v1/jobs/{identifier}/input": {
-            "post": {
-                "summary": "Answer",
-                "operationId": "answer",
-                "parameters": [_identifier()],
-                "requestBody": {
-                    "required": True,
-                    "content": _json(
-                        {
-                            "type": "object",
-                            "properties": {"prompt_id": {"type": "string"}, "value": {}},
-                            "required": ["prompt_id", "value"],
-                            "additionalProperties": False,
-                        }
-                    ),
-                },
-                "responses": {
-                    "200": {"description": "Successful response", "content": _json(empty_object)},
-                    **_error_responses("403", "404", "409", "422"),
-                },
-            }
-        },
-        "/v1/jobs/{identifier}/artifacts/diagnostics": {
-            "get": {
-                "summary": "Diagnostic Bundle",
-                "operationId": "diagnostic_bundle",
-                "parameters": [_identifier()],
-                "responses": {
-                    "200": {
-                        "description": "Redacted NDJSON diagnostic bundle. Download after the job finishes; "
-                        "retained with job history.",
-                        "content": {
-                            "application/x-ndjson": {"schema": {"type": "string", "format": "binary"}}
-                        },
-                    },
-                    **_error_responses("403", "404", "409"),
-                },
-            }
-        },
-        "/v1/jobs/{identifier}/events": {
-            "get": {
-                "summary": "Events",
-                "operationId": "events",
-                "parameters": [
-                    _identifier(),
-                    {
-                        "name": "Last-Event-ID",
-                        "in": "header",
-                        "required": False,
-                        "schema": {"type": "string"},
-                    },
-                ],
-                "responses": {
-                    "200": {
-                        "description": "Server-sent events; each data frame follows the declared envelope.",
-                        "content": sse,
-                        "x-sparkrun-event-schema": _ref("DaemonEvent"),
-                    },
-                    **_error_responses("403", "404", "410", "422"),
-                },
-            }
-        },
-        "/v1/events": {
-            "get": {
-                "summary": "Global Events",
-                "operationId": "global_events",
-                "responses": {
-                    "200": {
-                        "description": "Server-sent events; each data frame follows the declared envelope.",
-                        "content": sse,
-                        "x-sparkrun-event-schema": _ref("DaemonJobSnapshot"),
-                    }
-                },
-            }
-        },
-        "/v1/streams/{kind}": {
-            "get": {
-                "summary": "Stream",
-                "operationId": "stream",
-                "parameters": [
-                    {
-                        "name": "kind",
-                        "in": "path",
-                        "required": True,
-                        "schema": {"type": "string", "enum": ["logs", "monitor"]},
-                    }
-                ],
-                "responses": {
-                    "200": {"description": "Server-sent events.", "content": sse},
-                    **_error_responses("404", "422"),
-                },
-            }
-        },
-        "/v1/reservations": {
-            "get": {"summary": "Reservations", "operationId": "reservations", "responses": {"200": ok}}
-        },
-        "/v1/reservations/{owner}/reconcile": {
-            "post": {
-                "summary": "Reconcile",
-                "operationId": "reconcile",
-                "parameters": [
-                    {"name": "owner", "in": "path", "required": True, "schema": {"type": "string"}}
-                ],
-                "requestBody": {
-                    "required": True,
-                    "content": _json(
-                        {
-                            "type": "object",
-                            "properties": {"acknowledge_effects": {"enum": [True]}},
-                            "required": ["acknowledge_effects"],
-                            "additionalProperties": False,
-                        }
-                    ),
-                },
-                "responses": {"200": ok, **_error_responses("403", "404", "409", "422")},
-            }
-        },
-        "/v1/snapshots/{name}": {
-            "get": {
-                "summary": "Snapshot",
-                "operationId": "snapshot",
-                "parameters": [
-                    {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
-                ],
-                "responses": {"200": ok, **_error_responses("404")},
-            }
-        },
-        "/v1/maintenance": {
-            "post": {
-                "summary": "Maintenance",
-                "operationId": "maintenance",
-                "requestBody": {
-                    "required": True,
-                    "content": _json(
-                        {
-                            "type": "object",
-                            "properties": {"drain": {"type": "boolean"}},
-                            "required": ["drain"],
-                            "additionalProperties": False,
-                        }
-                    ),
-                },
-                "responses": {"200": ok, **_error_responses("403", "422")},
-            }
-        },
-        "/v1/shutdown": {
-            "post": {
-                "summary": "Shutdown",
-                "operationId": "shutdown",
-                "requestBody": {"required": True, "content": _json(empty_object)},
-                "responses": {"200": ok, **_error_responses("403", "422")},
-            }
-        },
-        "/docs": {
-            "get": {
-                "summary": "Docs",
-                "operationId": "docs",
-                "responses": {"200": {"description": "Swagger UI"}},
-            }
+            "post": _route(
+                "Operation",
+                "operation",
+                {"200": _ok(), **errors},
+                parameters=[_path_param("name")],
+                body={"type": "object"},
+            )
         },
     }
+
+
+def _job_routes() -> dict[str, Any]:
+    """The job history, one job, its cancellation, its prompt answers and its diagnostic bundle."""
+    job_array = {"type": "array", "items": _ref("DaemonJob")}
+    limit = {"type": "integer", "default": 200}
+    query = [
+        {"name": "state", "in": "query", "required": False, "schema": {"type": "string"}},
+        {"name": "limit", "in": "query", "required": False, "schema": limit},
+    ]
+    one = [_identifier()]
+    job = {"200": _ok(_ref("DaemonJob"))}
+    answer = _closed({"prompt_id": {"type": "string"}, "value": {}}, ["prompt_id", "value"])
+    bundle = {
+        "description": "Redacted NDJSON diagnostic bundle. Download after the job finishes; "
+        "retained with job history.",
+        "content": {"application/x-ndjson": {"schema": {"type": "string", "format": "binary"}}},
+    }
+    return {
+        "/v1/jobs": {"get": _route("Jobs", "jobs", {"200": _ok(job_array)}, parameters=query)},
+        "/v1/jobs/{identifier}": {
+            "get": _route("Job", "job", {**job, **_error_responses("403", "404")}, parameters=one),
+            "delete": _route(
+                "Cancel", "cancel", {**job, **_error_responses("403", "404", "409")}, parameters=one
+            ),
+        },
+        "/v1/jobs/{identifier}/input": {
+            "post": _route(
+                "Answer",
+                "answer",
+                {"200": _ok(_closed({}, [])), **_error_responses("403", "404", "409", "422")},
+                parameters=one,
+                body=answer,
+            )
+        },
+        "/v1/jobs/{identifier}/artifacts/diagnostics": {
+            "get": _route(
+                "Diagnostic Bundle",
+                "diagnostic_bundle",
+                {"200": bundle, **_error_responses("403", "404", "409")},
+                parameters=one,
+            )
+        },
+    }
+
+
+def _event_routes() -> dict[str, Any]:
+    """Server-sent event streams: one job's events, all jobs' snapshots, logs and monitor."""
+    framed = "Server-sent events; each data frame follows the declared envelope."
+    last_event = {"name": "Last-Event-ID", "in": "header", "required": False, "schema": {"type": "string"}}
+    kind = _path_param("kind", {"type": "string", "enum": ["logs", "monitor"]})
+    return {
+        "/v1/jobs/{identifier}/events": {
+            "get": _route(
+                "Events",
+                "events",
+                {"200": _sse(framed, "DaemonEvent"), **_error_responses("403", "404", "410", "422")},
+                parameters=[_identifier(), last_event],
+            )
+        },
+        "/v1/events": {
+            "get": _route("Global Events", "global_events", {"200": _sse(framed, "DaemonJobSnapshot")})
+        },
+        "/v1/streams/{kind}": {
+            "get": _route(
+                "Stream",
+                "stream",
+                {"200": _sse("Server-sent events."), **_error_responses("404", "422")},
+                parameters=[kind],
+            )
+        },
+    }
+
+
+def _control_routes() -> dict[str, Any]:
+    """Reservations, snapshots, maintenance, shutdown and the docs page."""
+    acknowledge = _closed({"acknowledge_effects": {"enum": [True]}}, ["acknowledge_effects"])
+    return {
+        "/v1/reservations": {"get": _route("Reservations", "reservations", {"200": _ok()})},
+        "/v1/reservations/{owner}/reconcile": {
+            "post": _route(
+                "Reconcile",
+                "reconcile",
+                {"200": _ok(), **_error_responses("403", "404", "409", "422")},
+                parameters=[_path_param("owner")],
+                body=acknowledge,
+            )
+        },
+        "/v1/snapshots/{name}": {
+            "get": _route(
+                "Snapshot",
+                "snapshot",
+                {"200": _ok(), **_error_responses("404")},
+                parameters=[_path_param("name")],
+            )
+        },
+        "/v1/maintenance": {
+            "post": _route(
+                "Maintenance",
+                "maintenance",
+                {"200": _ok(), **_error_responses("403", "422")},
+                body=_closed({"drain": {"type": "boolean"}}, ["drain"]),
+            )
+        },
+        "/v1/shutdown": {
+            "post": _route(
+                "Shutdown", "shutdown", {"200": _ok(), **_error_responses("403", "422")}, body=_closed({}, [])
+            )
+        },
+        "/docs": {"get": _route("Docs", "docs", {"200": {"description": "Swagger UI"}})},
+    }
+
+
+def _infrastructure() -> dict[str, Any]:
+    """The fixed routes, in the order the document lists them."""
+    return {**_info_routes(), **_job_routes(), **_event_routes(), **_control_routes()}
 
 
 def build(catalog: Catalog, *, version: str) -> dict[str, Any]:

@@ -32,7 +32,8 @@ from sparkrun_operator.k8s.client import CONFIG_MAPS, EVENTS, NODES, PODS
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import Invalid
-from sparkrun_operator.ops.executors.workloads import _sweep, endpoint_entry, recipe_specs
+from sparkrun_operator.ops.executors.shared import endpoint_entry, recipe_specs
+from sparkrun_operator.ops.executors.shared import sweep as _sweep
 from sparkrun_operator.render import keys
 
 __all__ = ["EXECUTORS", "collect_bundle", "read_bundle"]

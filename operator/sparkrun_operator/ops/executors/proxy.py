@@ -22,7 +22,7 @@ from sparkrun_operator.k8s.client import CONFIG_MAPS, ENDPOINT_SLICES, retry_con
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import NotFound
-from sparkrun_operator.ops.executors.workloads import endpoint_entry, recipe_specs
+from sparkrun_operator.ops.executors.shared import endpoint_entry, recipe_specs
 from sparkrun_operator.render import keys
 
 __all__ = ["EXECUTORS", "GATEWAY"]

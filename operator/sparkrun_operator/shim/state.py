@@ -1,0 +1,151 @@
+"""What every route family of the shim shares: its configuration, the query cache, the JSON reply
+and :class:`ShimState` (the attributes :class:`~sparkrun_operator.shim.app.Shim` sets, and the
+caller/job-access helpers its handlers use)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp
+
+from sparkrun_operator.k8s.auth import RequestHeaderConfig
+from sparkrun_operator.k8s.client import Kube
+from sparkrun_operator.k8s.daemonjobs import JobCache
+from sparkrun_operator.ops import jobs as joblib
+from sparkrun_operator.ops.catalog import Catalog, Operation
+from sparkrun_operator.ops.context import Executor, Settings
+from sparkrun_operator.ops.errors import Forbidden, NotFound
+from sparkrun_operator.ops.jobstore import JobService
+from sparkrun_operator.ops.schema import parse_json_object
+from sparkrun_operator.shim.boundary import CALLER
+from sparkrun_operator.shim.identity import Caller, Gate
+from sparkrun_operator.shim.sse import Subscriptions
+from sparkrun_operator.shim.streams import Streams
+
+__all__ = ["PROTOCOL", "Handler", "QueryCache", "ShimConfig", "ShimState", "json_reply"]
+
+PROTOCOL = 1
+
+
+@dataclass
+class ShimConfig:
+    """Knobs of one shim process."""
+
+    settings: Settings = field(default_factory=Settings)
+    controller_id: str = "sparkrun-shim"
+    allow_request_trust: bool = False
+    max_streams: int = 64
+    max_queued_queries: int = 32
+    query_cache_ttl: float = 2.0
+    query_cache_size: int = 128
+    body_limit: int = 1024 * 1024
+    body_timeout: float = 30.0
+    snapshot_interval: float = 2.0
+    heartbeat: float = 10.0
+    #: URL prefix under which the aggregated API serves the same routes.
+    aggregated_prefix: str = "/apis/daemon.sparkrun.dev/v1alpha1"
+
+
+class QueryCache:
+    """The daemon's short query cache: only for ``cacheable`` operations, cleared by any job."""
+
+    def __init__(self, ttl: float, size: int) -> None:
+        self.ttl, self.size = ttl, size
+        self.values: dict[tuple[str, ...], tuple[float, bytes]] = {}
+
+    def get(self, key: tuple[str, ...]) -> bytes | None:
+        found = self.values.get(key)
+        if found is None:
+            return None
+        if time.monotonic() - found[0] >= self.ttl:
+            self.values.pop(key, None)
+            return None
+        return found[1]
+
+    def put(self, key: tuple[str, ...], value: bytes) -> None:
+        if len(self.values) >= self.size:
+            self.values.pop(next(iter(self.values)))
+        self.values[key] = (time.monotonic(), value)
+
+    def clear(self) -> None:
+        self.values.clear()
+
+
+def json_reply(body: Any, status: int = 200) -> Response:
+    return Response(
+        json.dumps(body, separators=(",", ":"), allow_nan=False).encode(),
+        status_code=status,
+        media_type="application/json",
+    )
+
+
+Handler = Callable[..., Awaitable[Response | ASGIApp]]
+
+
+class ShimState:
+    """The state a Shim holds (set in ``Shim.__init__``) and the helpers its route families share."""
+
+    config: ShimConfig
+    rest: Kube
+    gate: Gate
+    jobs: JobService
+    cache: JobCache
+    catalog: Catalog
+    executors: dict[str, Executor]
+    front_proxy: RequestHeaderConfig | None
+    on_shutdown: Callable[[], None] | None
+    draining: bool
+    queries_in_flight: int
+    query_cache: QueryCache
+    subscriptions: Subscriptions
+    streams: Streams
+    version: str
+    _openapi: bytes | None
+
+    @staticmethod
+    def caller(request: Request) -> Caller:
+        caller: Caller = request.scope[CALLER]
+        return caller
+
+    async def _body(self, request: Request) -> dict[str, Any]:
+        return parse_json_object(await request.body())
+
+    async def _job_access(self, request: Request, identifier: str) -> tuple[dict[str, Any], Operation | None]:
+        """The job, if the caller may see it: owner or admin, and the operation's scope."""
+        caller = self.caller(request)
+        await self.gate.require(caller, "read")
+        obj = await self.jobs.find(identifier)
+        if obj is None:
+            raise NotFound("'Unknown job'", type_name="KeyError")
+        owner = (obj.get("spec", {}).get("principal") or {}).get("username")
+        if owner != caller.principal and not await self.gate.is_admin(caller):
+            raise Forbidden("Job belongs to another principal")
+        op = self.catalog.find(obj.get("spec", {}).get("operation", ""))
+        scope = op.scope if op else "admin"
+        if not await self.gate.allows(caller, scope):
+            raise Forbidden("Job requires its operation permission")
+        return obj, op
+
+    def _public(self, obj: dict[str, Any]) -> dict[str, Any]:
+        op = self.catalog.find(obj.get("spec", {}).get("operation", ""))
+        return joblib.public_job(obj, scope=op.scope if op else "admin")
+
+    async def _visible_jobs(self, caller: Caller, *, state: str | None, limit: int) -> list[dict[str, Any]]:
+        admin = await self.gate.is_admin(caller)
+        rows = self.jobs.listing(principal=None if admin else caller.principal, state=state, limit=limit)
+        out = []
+        allowed: dict[str, bool] = {}
+        for obj in rows:
+            op = self.catalog.find(obj.get("spec", {}).get("operation", ""))
+            scope = op.scope if op else "admin"
+            if scope not in allowed:
+                allowed[scope] = await self.gate.allows(caller, scope)
+            if allowed[scope]:
+                out.append(self._public(obj))
+        return out
