@@ -1,0 +1,209 @@
+"""The trust boundary of DaemonJobs (ADR 0021), on the testbed with the real shim and operator.
+
+- admission (``manifests/daemonjob-admission.yaml``): a namespace editor who may create
+  DaemonJobs directly cannot name another principal (an admin) or another manager;
+- the executor checks the principal's scope again before executing: a job whose principal
+  lacks the operation's scope fails with a ``PermissionError`` and has no effect;
+- operations that take a namespace act there only when the principal itself may
+  (``plugins.k8s.jobset_status`` / ``stop_jobset`` in another namespace).
+"""
+
+from __future__ import annotations
+
+import copy
+import secrets
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from sparkrun_testbed.kubeapi import ApiError, KubeApi
+from tests.shim.conftest import API, REPO, Daemon
+
+POLICY = REPO / "manifests" / "daemonjob-admission.yaml"
+SHIM_USER = "system:serviceaccount:sparkrun-system:sparkrun-shim"
+
+
+def _whoami(kube: KubeApi) -> str:
+    review = kube.request(
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        json={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+    ).json()
+    return str(review["status"]["userInfo"]["username"])
+
+
+def _token(kube: KubeApi, namespace: str, name: str) -> str:
+    answer = kube.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+        json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    ).json()
+    return str(answer["status"]["token"])
+
+
+def _job(
+    namespace: str, operation: str, principal: str, arguments: dict[str, Any], **spec: Any
+) -> dict[str, Any]:
+    return {
+        "apiVersion": API,
+        "kind": "DaemonJob",
+        "metadata": {"name": secrets.token_hex(16), "namespace": namespace},
+        "spec": {
+            "operation": operation,
+            "arguments": arguments,
+            "principal": {"username": principal},
+            **spec,
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def policy(daemon: Daemon) -> Iterator[str]:
+    """The shipped admission policy, bound to this module's namespace only (the testbed is shared);
+    the shim here runs as the testbed's admin, which takes the shim ServiceAccount's place."""
+    docs = [d for d in yaml.safe_load_all(POLICY.read_text()) if d]
+    assert [d["kind"] for d in docs] == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    name = "sparkrun-daemonjob-principal-" + daemon.namespace
+    shim_user = _whoami(daemon.kube)
+    vap, binding = copy.deepcopy(docs)
+    vap["metadata"]["name"] = name
+    for variable in vap["spec"]["variables"]:
+        variable["expression"] = variable["expression"].replace(SHIM_USER, shim_user)
+    assert any(shim_user in v["expression"] for v in vap["spec"]["variables"])
+    binding["metadata"]["name"] = name
+    binding["spec"]["policyName"] = name
+    binding["spec"]["matchResources"] = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": daemon.namespace}}
+    }
+    daemon.kube.apply(vap)
+    daemon.kube.apply(binding)
+    yield name
+    daemon.kube.delete("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding", name)
+    daemon.kube.delete("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", name)
+
+
+@pytest.fixture(scope="module")
+def editor(daemon: Daemon) -> Iterator[KubeApi]:
+    """A namespace editor: may create and read DaemonJobs in the namespace, holds no daemon scope."""
+    ns = daemon.namespace
+    daemon.kube.create(
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "editor", "namespace": ns}}
+    )
+    daemon.kube.create(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "daemonjob-editor", "namespace": ns},
+            "rules": [
+                {
+                    "apiGroups": ["sparkrun.dev"],
+                    "resources": ["daemonjobs"],
+                    "verbs": ["get", "list", "create", "update", "patch"],
+                }
+            ],
+        }
+    )
+    daemon.kube.create(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "daemonjob-editor", "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "daemonjob-editor"},
+            "subjects": [{"kind": "ServiceAccount", "name": "editor", "namespace": ns}],
+        }
+    )
+    testbed = daemon.runner.testbed
+    with KubeApi(
+        server=testbed.server, ca_pem=testbed.ca_pem, token=_token(daemon.kube, ns, "editor")
+    ) as client:
+        yield client
+
+
+def _refused(call: Any) -> ApiError:
+    try:
+        call()
+    except ApiError as error:
+        return error
+    raise AssertionError("the apiserver accepted it")
+
+
+def test_editor_cannot_submit_as_another_principal(daemon: Daemon, policy: str, editor: KubeApi) -> None:
+    ns = daemon.namespace
+    admin = daemon.env.username("admin")
+    me = f"system:serviceaccount:{ns}:editor"
+    # The policy takes effect within a few seconds of its creation; probe with an operation that
+    # does not exist (harmless if it gets through: the executor fails it).
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            editor.create(_job(ns, "probe.nothing", admin, {}))
+        except ApiError as error:
+            refused = error
+            break
+        assert time.monotonic() < deadline, "the admission policy never took effect"
+        time.sleep(0.5)
+    assert refused.status == 403, refused
+
+    for operation, arguments in [
+        ("cluster.create", {"name": "nowhere-" + secrets.token_hex(3), "hosts": ["gpu-0"]}),
+        ("plugins.k8s.configure_service_account", {"name": "stolen", "namespace": ns}),
+    ]:
+        error = _refused(lambda op=operation, a=arguments: editor.create(_job(ns, op, admin, a)))
+        assert error.status == 403
+        assert "spec.principal must be the creator" in str(error), error
+    # Claiming groups it does not have, or another manager, is refused as well.
+    claimed = _job(ns, "plugins.k8s.kueue_status", me, {})
+    claimed["spec"]["principal"]["groups"] = ["system:masters"]
+    assert _refused(lambda: editor.create(claimed)).status == 403
+    managed = _job(ns, "plugins.k8s.kueue_status", me, {}, manager="automation")
+    assert "spec.manager" in str(_refused(lambda: editor.create(managed)))
+    # As itself the editor may create a job, and it cannot change the principal afterwards.
+    own = editor.create(
+        _job(ns, "cluster.create", me, {"name": "nowhere-" + secrets.token_hex(3), "hosts": ["gpu-0"]})
+    )
+    changed = copy.deepcopy(own)
+    changed["spec"]["principal"] = {"username": admin}
+    path = f"/apis/{API}/namespaces/{ns}/daemonjobs/{own['metadata']['name']}"
+    error = _refused(lambda: editor.request("PUT", path, json=changed))
+    assert error.status in (403, 422), error
+    # ... and the executor refuses it: the editor holds no daemon scope.
+    job = _wait_failed(daemon, own["metadata"]["name"])
+    assert job["status"]["error"]["type"] == "PermissionError"
+    assert daemon.kube.get(API, "InferenceCluster", own["spec"]["arguments"]["name"]) is None
+    assert daemon.kube.get("v1", "ServiceAccount", "stolen", namespace=ns) is None
+
+
+def _wait_failed(daemon: Daemon, name: str, timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = daemon.job_object(name)
+        state = (found.get("status") or {}).get("state")
+        if state in {"succeeded", "failed", "cancelled", "lost"}:
+            assert state == "failed", found.get("status")
+            return found
+        assert time.monotonic() < deadline, found.get("status")
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("who", ["nobody", "reader"])
+def test_executor_refuses_a_principal_without_the_scope(daemon: Daemon, who: str) -> None:
+    # Written directly by a trusted identity (the testbed's admin, exempt from the policy as the
+    # shim is): the principal holds no admin scope, e.g. it lost it after submitting.
+    ns = daemon.namespace
+    account = "granted-" + secrets.token_hex(3)
+    obj = daemon.kube.create(
+        _job(
+            ns,
+            "plugins.k8s.configure_service_account",
+            daemon.env.username(who),
+            {"name": account, "namespace": ns},
+        )
+    )
+    job = _wait_failed(daemon, obj["metadata"]["name"])
+    error = job["status"]["error"]
+    assert error["type"] == "PermissionError", error
+    assert (error.get("details") or {}).get("reason") == "principal_lacks_scope", error
+    assert daemon.kube.get("v1", "ServiceAccount", account, namespace=ns) is None
