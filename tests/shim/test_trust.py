@@ -207,3 +207,67 @@ def test_executor_refuses_a_principal_without_the_scope(daemon: Daemon, who: str
     assert error["type"] == "PermissionError", error
     assert (error.get("details") or {}).get("reason") == "principal_lacks_scope", error
     assert daemon.kube.get("v1", "ServiceAccount", account, namespace=ns) is None
+
+
+def _jobset(name: str, namespace: str) -> dict[str, Any]:
+    pod = {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "suspend": True,
+            "replicatedJobs": [
+                {"name": "main", "replicas": 1, "template": {"spec": {"template": {"spec": pod}}}}
+            ],
+        },
+    }
+
+
+@pytest.fixture
+def elsewhere(daemon: Daemon) -> Iterator[str]:
+    """Another namespace with a JobSet in it, where the daemon's principals hold no rights."""
+    name = "elsewhere-" + secrets.token_hex(3)
+    daemon.kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    daemon.kube.create(_jobset("victim", name))
+    yield name
+    daemon.kube.delete("v1", "Namespace", name)
+
+
+def test_jobset_operations_act_only_where_the_principal_may(daemon: Daemon, elsewhere: str) -> None:
+    target = {"name": "victim", "namespace": elsewhere}
+
+    def run(name: str) -> Any:
+        return daemon.wait_job(daemon.submit("operator", name, target), "operator")
+
+    for name in ("plugins.k8s.jobset_status", "plugins.k8s.stop_jobset"):
+        job = run(name)
+        assert job["state"] == "failed", job
+        assert job["error"]["error"]["type"] == "PermissionError", job
+        assert job["error"]["error"]["attrs"]["reason"] == "namespace_not_authorized"
+    assert daemon.kube.get("jobset.x-k8s.io/v1alpha2", "JobSet", "victim", namespace=elsewhere) is not None
+
+    # With the Kubernetes permission there (not a daemon scope), the same calls act.
+    daemon.kube.create(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "jobsets", "namespace": elsewhere},
+            "rules": [
+                {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get", "delete"]}
+            ],
+        }
+    )
+    daemon.kube.create(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "jobsets", "namespace": elsewhere},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "jobsets"},
+            "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": daemon.namespace}],
+        }
+    )
+    seen = run("plugins.k8s.jobset_status")
+    assert seen["state"] == "succeeded", seen
+    assert seen["result"]["namespace"] == elsewhere
+    assert run("plugins.k8s.stop_jobset")["state"] == "succeeded"

@@ -410,6 +410,7 @@ class Shim:
                 principal=caller.principal,
                 manager=caller.manager,
                 operation=op.name,
+                user=caller.user,
             )
             result = await run_query(
                 op, arguments, ctx, self.executors, limit=self.config.settings.query_timeout
@@ -571,7 +572,11 @@ class Shim:
             raise NotFound("Unknown snapshot")
         op = self.catalog.get("discovery.snapshot")
         ctx = OperationContext(
-            rest=self.rest, settings=self.config.settings, principal=caller.principal, manager=caller.manager
+            rest=self.rest,
+            settings=self.config.settings,
+            principal=caller.principal,
+            manager=caller.manager,
+            user=caller.user,
         )
         cache_key = ("snapshot", name)
         cached = self.query_cache.get(cache_key)
