@@ -271,3 +271,95 @@ def test_jobset_operations_act_only_where_the_principal_may(daemon: Daemon, else
     assert seen["state"] == "succeeded", seen
     assert seen["result"]["namespace"] == elsewhere
     assert run("plugins.k8s.stop_jobset")["state"] == "succeeded"
+
+
+# -- secrets in diagnostics ----------------------------------------------------------------------
+
+KNOWN = "s3cr3t-Known-Value-42"
+PLANTED = {
+    "env literal": "hf_PlantedLiteralToken1234567",
+    "engine argument": "PlantedArgKey998877",
+    "env assignment in a message": "hf_PlantedEventToken987654321",
+    "bearer token": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJwbGFudGVkIn0.c2lnbmF0dXJlUGxhbnRlZA",
+    "camelCase key in a traceback": "PlantedCamelKey5544",
+    "password line": "PlantedPassword77",
+    "known Secret value": KNOWN,
+}
+
+
+def _event(namespace: str, message: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": "planted-" + secrets.token_hex(4), "namespace": namespace},
+        "involvedObject": {"kind": "InferenceWorkload", "name": "leaky", "namespace": namespace},
+        "reason": "Planted",
+        "type": "Warning",
+        "message": message,
+        "lastTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def test_diagnostics_bundle_holds_no_secrets(daemon: Daemon) -> None:
+    ns = daemon.namespace
+    daemon.kube.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "model-creds", "namespace": ns},
+            "stringData": {"token": KNOWN},
+        }
+    )
+    daemon.kube.create(
+        {
+            "apiVersion": API,
+            "kind": "InferenceWorkload",
+            "metadata": {"name": "leaky", "namespace": ns},
+            "spec": {
+                "model": {"name": "org/small"},
+                "topology": {"nodes": 1, "gpusPerNode": 1},
+                "state": "Stopped",
+                "engine": {
+                    "args": [f"--api-key={PLANTED['engine argument']}"],
+                    "env": [
+                        {"name": "HF_TOKEN", "value": PLANTED["env literal"]},
+                        {
+                            "name": "CREDS",
+                            "valueFrom": {"secretKeyRef": {"name": "model-creds", "key": "token"}},
+                        },
+                    ],
+                },
+            },
+        }
+    )
+    for message in (
+        f"Back-off: HF_TOKEN={PLANTED['env assignment in a message']} was rejected",
+        f"request failed: Authorization: Bearer {PLANTED['bearer token']}",
+        'Traceback (most recent call last):\n  File "serve.py", line 1, in <module>\n'
+        f'    connect(apiKey="{PLANTED["camelCase key in a traceback"]}")\n'
+        f"ValueError: credentials {KNOWN} rejected",
+        f"password: {PLANTED['password line']}",
+    ):
+        daemon.kube.create(_event(ns, message))
+
+    job_id = daemon.submit("reader", "diagnostics.collect", {"log_tail": 10})
+    job = daemon.wait_job(job_id, "reader")
+    assert job["state"] == "succeeded", job
+    with daemon.http("reader") as client:
+        bundle = client.get(f"/v1/jobs/{job_id}/artifacts/diagnostics")
+    assert bundle.status_code == 200, bundle.text
+    text = bundle.text
+    assert "leaky" in text
+    assert "Planted" in text
+    leaked = [kind for kind, value in PLANTED.items() if value in text]
+    assert leaked == [], leaked  # ... without their secrets
+    assert text.count("[redacted]") >= len(PLANTED)
+    assert "org/small" in text  # ordinary values pass
+
+    stored = daemon.kube.get("v1", "Secret", f"{job_id}-diagnostics", namespace=ns)
+    assert stored is not None
+    assert stored["type"] == "Opaque"
+    assert stored["metadata"]["labels"]["sparkrun.dev/daemonjob"] == job_id
+    owner = stored["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"]) == ("DaemonJob", job_id)
+    assert daemon.kube.get("v1", "ConfigMap", f"{job_id}-diagnostics", namespace=ns) is None

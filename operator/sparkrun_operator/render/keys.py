@@ -30,6 +30,9 @@ ROLE_WORKER: Final = "worker"
 #: Kueue's queue label, put on JobSets when a queue is named.
 LABEL_KUEUE_QUEUE: Final = "kueue.x-k8s.io/queue-name"
 
+#: On objects a DaemonJob made (diagnostic bundles, answer Secrets): the job's name.
+LABEL_DAEMONJOB: Final = f"{PREFIX}/daemonjob"
+
 # -- server-side apply --------------------------------------------------------------------
 FIELD_MANAGER: Final = "sparkrun-operator"
 

@@ -47,7 +47,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sparkrun_operator.k8s.auth import RequestHeaderConfig
-from sparkrun_operator.k8s.client import CONFIG_MAPS, Kube
+from sparkrun_operator.k8s.client import SECRETS, Kube
 from sparkrun_operator.k8s.daemonjobs import JobCache
 from sparkrun_operator.ops import jobs as joblib
 from sparkrun_operator.ops.catalog import Catalog, Operation
@@ -477,7 +477,7 @@ class Shim:
         obj, _ = await self._job_access(request, identifier)
         if joblib.state_of(obj) not in joblib.TERMINAL:
             raise Conflict("Diagnostic bundle is available after the job finishes")
-        found = await self.rest.get(CONFIG_MAPS, f"{identifier}-diagnostics", self.config.settings.namespace)
+        found = await self.rest.get(SECRETS, f"{identifier}-diagnostics", self.config.settings.namespace)
         if found is None:
             return _json({"detail": "Diagnostic bundle not found"}, 404)
         from sparkrun_operator.ops.executors.diagnostics import read_bundle
