@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import secrets
 import time
 from collections.abc import Iterator
@@ -363,3 +364,64 @@ def test_diagnostics_bundle_holds_no_secrets(daemon: Daemon) -> None:
     owner = stored["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"]) == ("DaemonJob", job_id)
     assert daemon.kube.get("v1", "ConfigMap", f"{job_id}-diagnostics", namespace=ns) is None
+
+
+# -- what a read principal sees (docs/security.md, "job routes") ---------------------------------
+
+#: caller -> expected status per job route, for a finished ``diagnostics.collect`` job of
+#: ``reader`` (scope read). Other non-admin principals get 404, exactly as for an unknown id.
+JOB_ROUTES = ("GET", "EVENTS", "ARTIFACT", "CANCEL", "INPUT")
+MATRIX: dict[str, tuple[str, tuple[int, ...]]] = {
+    "nobody": ("no scope", (403, 403, 403, 403, 403)),
+    "reader": ("read, own", (200, 200, 200, 403, 409)),
+    "reader2": ("read, other", (404, 404, 404, 404, 404)),
+    "operator": ("operate, other", (404, 404, 404, 404, 404)),
+    "automation": ("operate, other manager", (404, 404, 404, 404, 404)),
+    "admin": ("admin, other", (200, 200, 200, 409, 409)),
+}
+
+
+def _route(client: Any, route: str, job_id: str) -> int:
+    path = f"/v1/jobs/{job_id}"
+    if route == "GET":
+        return int(client.get(path).status_code)
+    if route == "EVENTS":
+        return int(client.get(path + "/events").status_code)
+    if route == "ARTIFACT":
+        return int(client.get(path + "/artifacts/diagnostics").status_code)
+    if route == "CANCEL":
+        return int(client.delete(path).status_code)
+    return int(client.post(path + "/input", json={"prompt_id": "p0", "value": True}).status_code)
+
+
+def test_job_routes_matrix_of_scopes_and_owners(daemon: Daemon) -> None:
+    job_id = daemon.submit("reader", "diagnostics.collect", {"log_tail": 1})
+    assert daemon.wait_job(job_id, "reader")["state"] == "succeeded"
+    unknown = secrets.token_hex(16)
+    seen: dict[str, tuple[int, ...]] = {}
+    for who in MATRIX:
+        with daemon.http(who) as client:
+            seen[who] = tuple(_route(client, route, job_id) for route in JOB_ROUTES)
+            if MATRIX[who][1][0] == 404:  # indistinguishable from an id that does not exist
+                assert client.get(f"/v1/jobs/{job_id}").json() == client.get(f"/v1/jobs/{unknown}").json()
+    assert seen == {who: expected for who, (_, expected) in MATRIX.items()}
+
+    # Listings and diagnostics bundles show a non-admin only its own jobs (and their errors).
+    other = daemon.submit("reader2", "diagnostics.collect", {"log_tail": 1})
+    assert daemon.wait_job(other, "reader2")["state"] == "succeeded"
+    with daemon.http("reader2") as client:
+        assert job_id not in {j["id"] for j in client.get("/v1/jobs").json()}
+        bundle = client.get(f"/v1/jobs/{other}/artifacts/diagnostics").text
+    jobs_seen = {
+        r["record"]["id"] for r in map(json.loads, bundle.splitlines()) if r["section"] == "daemonjobs"
+    }
+    assert other in jobs_seen
+    assert job_id not in jobs_seen
+    admin_job = daemon.submit("admin", "diagnostics.collect", {"log_tail": 1})
+    assert daemon.wait_job(admin_job, "admin")["state"] == "succeeded"
+    with daemon.http("admin") as client:
+        bundle = client.get(f"/v1/jobs/{admin_job}/artifacts/diagnostics").text
+    jobs_seen = {
+        r["record"]["id"] for r in map(json.loads, bundle.splitlines()) if r["section"] == "daemonjobs"
+    }
+    assert {job_id, other} <= jobs_seen

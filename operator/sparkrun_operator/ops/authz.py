@@ -17,12 +17,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sparkrun_operator.k8s.auth import Authorizer, UserInfo
+from sparkrun_operator.k8s.auth import DAEMON_GROUP, DAEMON_RESOURCE, Authorizer, UserInfo
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.ops.catalog import SCOPES
 from sparkrun_operator.ops.errors import DaemonError, Forbidden
 
-__all__ = ["SECRET_VERB", "PrincipalNotAuthorized", "check_scope", "principal_of", "require_access"]
+__all__ = [
+    "SECRET_VERB",
+    "PrincipalNotAuthorized",
+    "allowed",
+    "check_scope",
+    "is_admin",
+    "principal_of",
+    "require_access",
+]
 
 SECRET_VERB = "answer-secret"
 
@@ -63,6 +71,46 @@ async def check_scope(authorizer: Authorizer, user: UserInfo, scope: str, *, sec
     )
 
 
+async def allowed(
+    rest: Kube,
+    user: UserInfo | None,
+    *,
+    verb: str,
+    group: str,
+    resource: str,
+    namespace: str,
+    name: str | None = None,
+) -> bool:
+    """Whether ``user`` itself may ``verb`` the resource (one SubjectAccessReview; ``None``: no)."""
+    if user is None:
+        return False
+    attributes: dict[str, str] = {"group": group, "resource": resource, "verb": verb, "namespace": namespace}
+    if name:
+        attributes["name"] = name
+    spec: dict[str, Any] = {
+        "user": user.username,
+        "groups": list(user.groups),
+        "resourceAttributes": attributes,
+    }
+    if user.uid:
+        spec["uid"] = user.uid
+    if user.extra:
+        spec["extra"] = {k: list(v) for k, v in user.extra.items()}
+    review = await rest.request(
+        "POST",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        body={"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec},
+    )
+    return bool((review.get("status") or {}).get("allowed"))
+
+
+async def is_admin(rest: Kube, user: UserInfo | None, namespace: str) -> bool:
+    """Whether ``user`` holds the daemon's admin scope in ``namespace``."""
+    return await allowed(
+        rest, user, verb="admin", group=DAEMON_GROUP, resource=DAEMON_RESOURCE, namespace=namespace
+    )
+
+
 async def require_access(
     rest: Kube,
     user: UserInfo | None,
@@ -74,27 +122,9 @@ async def require_access(
     name: str | None = None,
 ) -> None:
     """Raise :class:`PrincipalNotAuthorized` unless ``user`` itself may ``verb`` the resource."""
-    attributes: dict[str, str] = {"group": group, "resource": resource, "verb": verb, "namespace": namespace}
-    if name:
-        attributes["name"] = name
-    allowed = False
-    if user is not None:
-        spec: dict[str, Any] = {
-            "user": user.username,
-            "groups": list(user.groups),
-            "resourceAttributes": attributes,
-        }
-        if user.uid:
-            spec["uid"] = user.uid
-        if user.extra:
-            spec["extra"] = {k: list(v) for k, v in user.extra.items()}
-        review = await rest.request(
-            "POST",
-            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-            body={"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec},
-        )
-        allowed = bool((review.get("status") or {}).get("allowed"))
-    if not allowed:
+    if not await allowed(
+        rest, user, verb=verb, group=group, resource=resource, namespace=namespace, name=name
+    ):
         who = user.username if user is not None else "an unknown principal"
         raise PrincipalNotAuthorized(
             f"{who} may not {verb} {resource} in namespace {namespace}",

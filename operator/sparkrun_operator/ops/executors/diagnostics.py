@@ -7,15 +7,15 @@ not be combined with ``hosts``/``cluster``; with ``hosts``/``cluster`` only work
 on those nodes are reported, and requested nodes that do not exist are coverage errors.
 
 Diagnostics. A bounded NDJSON bundle (one ``{"section", "record"}`` object per line): nodes of
-the selection, InferenceClusters, InferenceWorkloads (status only), recent DaemonJobs (never
-their arguments), Kubernetes events of the namespace, and ``log_tail`` lines of the workload's
-pods when ``workload_id`` is given. Every record is redacted (``ops.redact``: by name, by token
-shape, and by the values of the Secrets the namespace's workloads and pods reference). The
-bundle is stored in the Secret ``<job id>-diagnostics`` (type Opaque: it holds logs and specs),
-owned by the DaemonJob, so it expires with the job; it is announced by an ``artifact`` event and
-downloaded from ``/v1/jobs/{id}/artifacts/diagnostics``. Secrets hold about 1 MiB, so bundles
-are stored gzip-compressed and truncated to ``min(max_bytes, 8 MiB)`` of NDJSON
-(``truncated: true``).
+the selection, InferenceClusters, InferenceWorkloads (spec and status), recent DaemonJobs (never
+their arguments; only the caller's own unless it holds admin), Kubernetes events of the
+namespace, and ``log_tail`` lines of the workload's pods when ``workload_id`` is given. Every
+record is redacted (``ops.redact``: by name, by token shape, and by the values of the Secrets
+the namespace's workloads and pods reference). The bundle is stored in the Secret ``<job
+id>-diagnostics`` (type Opaque: it holds logs and specs), owned by the DaemonJob, so it expires
+with the job; it is announced by an ``artifact`` event and downloaded from
+``/v1/jobs/{id}/artifacts/diagnostics``. Secrets hold about 1 MiB, so bundles are stored gzip-
+compressed and truncated to ``min(max_bytes, 8 MiB)`` of NDJSON (``truncated: true``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.api.resources import DAEMON_JOB
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.k8s.client import DAEMON_API_MANAGER, EVENTS, NODES, PODS, SECRETS
-from sparkrun_operator.ops import kube
+from sparkrun_operator.ops import authz, kube
 from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import Invalid
 from sparkrun_operator.ops.executors.workloads import _sweep, endpoint_entry, recipe_specs
@@ -209,6 +209,13 @@ async def collect_bundle(ctx: OperationContext, args: Mapping[str, Any]) -> dict
         from sparkrun_operator.k8s.daemonjobs import DAEMON_JOBS
 
         rows = await ctx.rest.list(DAEMON_JOBS, ctx.namespace)
+        if not await authz.is_admin(ctx.rest, ctx.user, ctx.namespace):
+            # Other principals' jobs (and their errors) are theirs (docs/security.md).
+            rows = [
+                o
+                for o in rows
+                if ((o.get("spec") or {}).get("principal") or {}).get("username") == ctx.principal
+            ]
         rows.sort(key=lambda o: str(o["metadata"].get("creationTimestamp")), reverse=True)
         return [
             {
