@@ -200,7 +200,7 @@ def test_cancel_a_running_job(daemon: Daemon) -> None:
     daemon.wait_job(job_id, "operator", states={"running"})
     time.sleep(1.0)
     with daemon.http("reader") as client:
-        assert client.delete(f"/v1/jobs/{job_id}").status_code == 403  # not the owner
+        assert client.delete(f"/v1/jobs/{job_id}").status_code == 404  # not the owner (ADR 0021)
     with daemon.http("operator") as client:
         answer = client.delete(f"/v1/jobs/{job_id}")
     assert answer.status_code == 200, answer.text
@@ -251,7 +251,7 @@ def test_an_approval_prompt_is_answered(daemon: Daemon) -> None:
             client.post(
                 f"/v1/jobs/{job_id}/input", json={"prompt_id": prompt["prompt_id"], "value": True}
             ).status_code
-            == 403
+            == 404  # another principal's job (ADR 0021)
         )
     with daemon.http("operator") as client:
         wrong_type = client.post(
@@ -317,7 +317,7 @@ def test_a_secret_answer_needs_its_permission_and_never_reaches_the_job(daemon: 
         # The automation principal owns no such job; the operator principal lacks answer-secret.
         secret = "hunter2-" + secrets.token_hex(4)
         with daemon.http("operator") as client:
-            assert client.get(f"/v1/jobs/{job_id}").status_code == 403  # not the owner
+            assert client.get(f"/v1/jobs/{job_id}").status_code == 404  # not the owner (ADR 0021)
         with daemon.http("admin") as client:
             answered = client.post(f"/v1/jobs/{job_id}/input", json={"prompt_id": "p1", "value": secret})
             job = client.get(f"/v1/jobs/{job_id}").json()
@@ -492,9 +492,12 @@ def test_a_non_admin_cannot_read_another_principals_job(daemon: Daemon) -> None:
         denied = client.get(f"/v1/jobs/{job_id}")
         events = client.get(f"/v1/jobs/{job_id}/events")
         listed = client.get("/v1/jobs").json()
-    assert denied.status_code == 403
-    assert denied.json() == {"detail": "Job belongs to another principal"}
-    assert events.status_code == 403
+    # Answered as an unknown id: no oracle for other principals' (keyed) job ids.
+    assert denied.status_code == 404
+    with daemon.http("reader2") as client:
+        unknown = client.get(f"/v1/jobs/{secrets.token_hex(16)}")
+    assert denied.json() == unknown.json()
+    assert events.status_code == 404
     assert job_id not in {job["id"] for job in listed}
     with daemon.http("admin") as client:
         assert client.get(f"/v1/jobs/{job_id}").status_code == 200
@@ -580,7 +583,7 @@ def test_diagnostics_bundle_is_an_artifact_of_the_job(daemon: Daemon) -> None:
     assert {"nodes", "workloads", "daemonjobs"} <= sections
     assert len(bundle.content) == artifact["size_bytes"]
     with daemon.http("reader2") as client:
-        assert client.get(artifact["url"]).status_code == 403
+        assert client.get(artifact["url"]).status_code == 404
 
 
 def test_monitor_stream_sends_history_then_frames(daemon: Daemon) -> None:

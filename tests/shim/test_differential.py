@@ -8,7 +8,8 @@ the detail text where the document fixes it, and the shape (top-level keys) of t
 
 Intended differences (``docs/daemon-api.md``) are asserted as such, not skipped: operations
 without a Kubernetes meaning are absent from ``/v1/ops`` and answer 403 ``FeatureDisabled``;
-``/v1/info`` describes the Kubernetes binding; jobs carry extra ``feedback`` events.
+``/v1/info`` describes the Kubernetes binding; jobs carry extra ``feedback`` events; another
+principal's job is 404 (as an unknown id), not 403.
 """
 
 from __future__ import annotations
@@ -305,7 +306,14 @@ def test_job_lifecycle_matches(both: Both) -> None:
                     f"/v1/jobs/{shim_id}", headers={"Authorization": "Bearer " + both.daemon.token(who)}
                 ),
             )
-            pair.both(403).same_error()
+            # A deliberate difference (ADR 0021): the daemon answers another principal's job 403,
+            # the shim 404 exactly as for an unknown id (keyed ids are computable: no oracle).
+            assert pair.reference.status_code == 403, pair.reference.text
+            assert pair.shim.status_code == 404, pair.shim.text
+            unknown = both._shim.get(
+                f"/v1/jobs/{'0' * 32}", headers={"Authorization": "Bearer " + both.daemon.token(who)}
+            )
+            assert pair.shim.json() == unknown.json()
         cancel = Pair(
             both._ref.delete(
                 f"/v1/jobs/{ref_id}", headers={"Authorization": "Bearer " + both.reference.tokens["admin"]}

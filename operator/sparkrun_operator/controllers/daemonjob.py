@@ -36,10 +36,12 @@ from sparkrun_operator.api.daemonjob import DaemonJobStatus
 from sparkrun_operator.api.meta import GROUP, VERSION
 from sparkrun_operator.api.resources import DAEMON_JOB
 from sparkrun_operator.k8s import errors as k8s_errors
+from sparkrun_operator.k8s.auth import Authorizer
 from sparkrun_operator.k8s.client import DAEMON_API_MANAGER, SECRETS, Kube
 from sparkrun_operator.k8s.daemonjobs import DaemonJobs
+from sparkrun_operator.ops import authz, jobs, leases
 from sparkrun_operator.ops import catalog as catalog_mod
-from sparkrun_operator.ops import jobs, leases
+from sparkrun_operator.ops.catalog import Operation
 from sparkrun_operator.ops.context import Executor, OperationContext, Settings
 from sparkrun_operator.ops.executors import EXECUTORS
 from sparkrun_operator.ops.runner import run_job
@@ -53,6 +55,9 @@ log = logging.getLogger("sparkrun.daemonjobs")
 #: a job whose executor's Lease expired is lost. Renewed every third of it.
 LEASE_ENV = "SPARKRUN_EXECUTOR_LEASE_SECONDS"
 RETENTION_SECONDS = 300.0
+#: How long a principal's scope check is reused (positive and negative): revocation is seen
+#: by the next job within this.
+AUTHZ_TTL = 2.0
 
 
 def executor_identity() -> str:
@@ -123,8 +128,12 @@ class JobExecutor:
         executors: dict[str, Executor] | None = None,
         executor_id: str | None = None,
         clock: Callable[[], dt.datetime] | None = None,
+        verify_principals: bool = True,
     ) -> None:
         self.rest = rest
+        #: Check each job's principal with SubjectAccessReviews before executing (ADR 0021).
+        self.verify_principals = verify_principals
+        self._authorizers: dict[str, Authorizer] = {}
         self.settings = settings or Settings()
         self.catalog = catalog_mod.load()
         self.executors = executors if executors is not None else EXECUTORS
@@ -207,7 +216,31 @@ class JobExecutor:
             operation=spec.get("operation", ""),
             job_id=meta["name"],
             job_uid=meta.get("uid"),
+            user=authz.principal_of(spec),
         )
+
+    def authorizer_in(self, namespace: str) -> Authorizer:
+        found = self._authorizers.get(namespace)
+        if found is None:
+            found = self._authorizers[namespace] = Authorizer(
+                self.rest, namespace, ttl=AUTHZ_TTL, negative_ttl=AUTHZ_TTL
+            )
+        return found
+
+    async def _authorize(self, op: Operation, obj: dict[str, Any]) -> None:
+        """The job's principal must hold the operation's scope now (ADR 0021).
+
+        ``spec.principal`` is trusted as far as admission lets it be written
+        (``manifests/daemonjob-admission.yaml``: only the shim writes another user's principal);
+        the scope is checked again here, with the principal's own identity.
+        """
+        user = authz.principal_of(obj.get("spec") or {})
+        if user is None:
+            raise authz.PrincipalNotAuthorized(
+                "The job names no principal", attrs={"reason": "principal_missing"}
+            )
+        namespace = obj["metadata"]["namespace"]
+        await authz.check_scope(self.authorizer_in(namespace), user, op.scope, secret=op.secret)
 
     async def _run(self, key: tuple[str, str], control: _Control) -> None:
         try:
@@ -220,6 +253,7 @@ class JobExecutor:
                 executor_id=self.executor_id,
                 prompt_timeout=self.settings.prompt_timeout,
                 clock=self.clock,
+                authorize=self._authorize if self.verify_principals else None,
             )
         except asyncio.CancelledError:
             raise

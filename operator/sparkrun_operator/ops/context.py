@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sparkrun_operator.api.meta import utcnow
+from sparkrun_operator.k8s.auth import UserInfo
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.ops.errors import Invalid
 from sparkrun_operator.render import keys
@@ -70,6 +71,9 @@ class OperationContext:
     #: The DaemonJob (``None`` for queries).
     job_id: str | None = None
     job_uid: str | None = None
+    #: The principal's full identity (groups included), for SubjectAccessReviews of what it may
+    #: do outside the API's namespace (``ops.authz.require_access``); ``None``: unknown.
+    user: UserInfo | None = None
     emit: Callable[[str, Mapping[str, Any]], Awaitable[None]] = _no_events
     prompt: Prompter | None = None
     clock: Callable[[], dt.datetime] = field(default=utcnow)

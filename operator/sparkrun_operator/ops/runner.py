@@ -25,7 +25,7 @@ import contextlib
 import datetime as dt
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from sparkrun_operator.api.daemonjob import DaemonJobStatus
@@ -283,8 +283,14 @@ async def run_job(
     executor_id: str,
     prompt_timeout: float = 300.0,
     clock: Callable[[], dt.datetime] | None = None,
+    authorize: Callable[[Operation, dict[str, Any]], Awaitable[None]] | None = None,
 ) -> None:
-    """Drive one job to a terminal state (see the module docstring). Never raises for job failures."""
+    """Drive one job to a terminal state (see the module docstring). Never raises for job failures.
+
+    ``authorize(op, obj)`` runs right before the executor starts (after validation); a
+    ``DaemonError`` it raises fails the job without executing it (ADR 0021: the principal's
+    scope is checked again at execution).
+    """
     now = clock or (lambda: dt.datetime.now(dt.UTC))
     job = _Job(control, executor_id=executor_id, prompt_timeout=prompt_timeout, clock=now)
     obj = control.obj
@@ -321,6 +327,7 @@ async def run_job(
                 executor_id=executor_id,
                 prompt_timeout=prompt_timeout,
                 clock=clock,
+                authorize=authorize,
             )
     spec = control.obj.get("spec", {})
     name = str(spec.get("operation", ""))
@@ -330,8 +337,13 @@ async def run_job(
             raise Invalid(f"Operation {name} version {spec.get('operationVersion')} is not supported")
         arguments = dict(spec.get("arguments") or {})
         request_validator(op.name, op.version, op.request_schema).check_request(arguments)
+        if authorize is not None:
+            await authorize(op, control.obj)
     except DaemonError as error:
         await job.finish("failed", error=error)
+        return
+    except k8s_errors.KubeError as error:
+        await job.finish("failed", error=as_daemon_error(error))
         return
     ctx = make_context(control.obj)
     ctx.emit = job.emit

@@ -28,7 +28,11 @@ class AdminRoutes(ShimState):
             raise NotFound("Unknown snapshot")
         op = self.catalog.get("discovery.snapshot")
         ctx = OperationContext(
-            rest=self.rest, settings=self.config.settings, principal=caller.principal, manager=caller.manager
+            rest=self.rest,
+            settings=self.config.settings,
+            principal=caller.principal,
+            manager=caller.manager,
+            user=caller.user,
         )
         cache_key = ("snapshot", name)
         cached = self.query_cache.get(cache_key)

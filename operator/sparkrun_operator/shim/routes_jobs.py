@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from sparkrun_operator.k8s.client import CONFIG_MAPS
+from sparkrun_operator.k8s.client import SECRETS
 from sparkrun_operator.ops import jobs as joblib
 from sparkrun_operator.ops.errors import Conflict, Invalid
 from sparkrun_operator.shim.state import ShimState, json_reply
@@ -69,7 +69,7 @@ class JobRoutes(ShimState):
         obj, _ = await self._job_access(request, identifier)
         if joblib.state_of(obj) not in joblib.TERMINAL:
             raise Conflict("Diagnostic bundle is available after the job finishes")
-        found = await self.rest.get(CONFIG_MAPS, f"{identifier}-diagnostics", self.config.settings.namespace)
+        found = await self.rest.get(SECRETS, f"{identifier}-diagnostics", self.config.settings.namespace)
         if found is None:
             return json_reply({"detail": "Diagnostic bundle not found"}, 404)
         from sparkrun_operator.ops.executors.diagnostics import read_bundle

@@ -84,6 +84,7 @@ class OperationRoutes(ShimState):
                 principal=caller.principal,
                 manager=caller.manager,
                 operation=op.name,
+                user=caller.user,
             )
             result = await run_query(
                 op, arguments, ctx, self.executors, limit=self.config.settings.query_timeout

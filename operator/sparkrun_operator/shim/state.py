@@ -117,7 +117,12 @@ class ShimState:
         return parse_json_object(await request.body())
 
     async def _job_access(self, request: Request, identifier: str) -> tuple[dict[str, Any], Operation | None]:
-        """The job, if the caller may see it: owner or admin, and the operation's scope."""
+        """The job, if the caller may see it: owner or admin, and the operation's scope.
+
+        Another principal's job is answered exactly as an unknown id (404), not 403: keyed job
+        ids are computable (``sha256(principal NUL key)``), so a 403 would tell anyone with read
+        whether a principal used an idempotency key (docs/security.md).
+        """
         caller = self.caller(request)
         await self.gate.require(caller, "read")
         obj = await self.jobs.find(identifier)
@@ -125,7 +130,7 @@ class ShimState:
             raise NotFound("'Unknown job'", type_name="KeyError")
         owner = (obj.get("spec", {}).get("principal") or {}).get("username")
         if owner != caller.principal and not await self.gate.is_admin(caller):
-            raise Forbidden("Job belongs to another principal")
+            raise NotFound("'Unknown job'", type_name="KeyError")
         op = self.catalog.find(obj.get("spec", {}).get("operation", ""))
         scope = op.scope if op else "admin"
         if not await self.gate.allows(caller, scope):

@@ -7,13 +7,15 @@ not be combined with ``hosts``/``cluster``; with ``hosts``/``cluster`` only work
 on those nodes are reported, and requested nodes that do not exist are coverage errors.
 
 Diagnostics. A bounded NDJSON bundle (one ``{"section", "record"}`` object per line): nodes of
-the selection, InferenceClusters, InferenceWorkloads (status only), recent DaemonJobs (never
-their arguments), Kubernetes events of the namespace, and ``log_tail`` lines of the workload's
-pods when ``workload_id`` is given. Values of keys that name secrets are redacted. The bundle
-is stored in the ConfigMap ``<job id>-diagnostics``, owned by the DaemonJob, so it expires with
-the job; it is announced by an ``artifact`` event and downloaded from
-``/v1/jobs/{id}/artifacts/diagnostics``. ConfigMaps hold about 1 MiB, so bundles are stored
-gzip-compressed and truncated to ``min(max_bytes, 8 MiB)`` of NDJSON (``truncated: true``).
+the selection, InferenceClusters, InferenceWorkloads (spec and status), recent DaemonJobs (never
+their arguments; only the caller's own unless it holds admin), Kubernetes events of the
+namespace, and ``log_tail`` lines of the workload's pods when ``workload_id`` is given. Every
+record is redacted (``ops.redact``: by name, by token shape, and by the values of the Secrets
+the namespace's workloads and pods reference). The bundle is stored in the Secret ``<job
+id>-diagnostics`` (type Opaque: it holds logs and specs), owned by the DaemonJob, so it expires
+with the job; it is announced by an ``artifact`` event and downloaded from
+``/v1/jobs/{id}/artifacts/diagnostics``. Secrets hold about 1 MiB, so bundles are stored gzip-
+compressed and truncated to ``min(max_bytes, 8 MiB)`` of NDJSON (``truncated: true``).
 """
 
 from __future__ import annotations
@@ -21,19 +23,19 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.api.resources import DAEMON_JOB
 from sparkrun_operator.k8s import errors as k8s_errors
-from sparkrun_operator.k8s.client import CONFIG_MAPS, EVENTS, NODES, PODS
-from sparkrun_operator.ops import kube
+from sparkrun_operator.k8s.client import EVENTS, NODES, PODS, SECRETS
+from sparkrun_operator.ops import authz, kube
 from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import Invalid
 from sparkrun_operator.ops.executors.shared import endpoint_entry, recipe_specs
 from sparkrun_operator.ops.executors.shared import sweep as _sweep
+from sparkrun_operator.ops.redact import Redactor
 from sparkrun_operator.render import keys
 
 __all__ = ["EXECUTORS", "collect_bundle", "read_bundle"]
@@ -41,7 +43,6 @@ __all__ = ["EXECUTORS", "collect_bundle", "read_bundle"]
 BUNDLE_KEY = "diagnostics.ndjson.gz"
 MAX_BUNDLE = 8 * 1024 * 1024
 MAX_STORED = 900 * 1024
-_SECRETISH = re.compile(r"(password|passwd|secret|token|api_key|private_key|authorization)", re.I)
 
 
 async def snapshot(ctx: OperationContext, args: dict[str, Any]) -> Any:
@@ -67,31 +68,66 @@ async def snapshot(ctx: OperationContext, args: dict[str, Any]) -> Any:
     return _sweep([endpoint_entry(w, recipes) for w in workloads], mode="live", hosts=hosts, errors=errors)
 
 
-def _redact(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: ("[redacted]" if _SECRETISH.search(str(k)) else _redact(v)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redact(v) for v in value]
-    return value
-
-
-def read_bundle(config_map: Mapping[str, Any]) -> bytes:
-    """The NDJSON bytes of a stored bundle."""
-    packed = (config_map.get("binaryData") or {}).get(BUNDLE_KEY)
+def read_bundle(secret: Mapping[str, Any]) -> bytes:
+    """The NDJSON bytes of a stored bundle (its Secret)."""
+    packed = (secret.get("data") or {}).get(BUNDLE_KEY)
     if not packed:
         return b""
     return gzip.decompress(base64.b64decode(packed))
 
 
+def _secret_refs(value: Any) -> Iterator[tuple[str, str | None]]:
+    """``(name, key)`` of every Secret reference in a spec (``key`` ``None``: all keys):
+    ``secretKeyRef``, ``secretRef`` (envFrom), ``*SecretRef`` fields, ``secret.secretName``."""
+    if isinstance(value, dict):
+        for field, item in value.items():
+            is_ref = isinstance(item, dict) and str(field).lower().endswith(("secretkeyref", "secretref"))
+            if is_ref and isinstance(item.get("name"), str):
+                key = item.get("key")
+                yield item["name"], key if isinstance(key, str) else None
+            if field == "secret" and isinstance(item, dict) and isinstance(item.get("secretName"), str):
+                yield item["secretName"], None
+            yield from _secret_refs(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _secret_refs(item)
+
+
+async def known_secrets(ctx: OperationContext, specs: list[Any]) -> Redactor:
+    """A redactor knowing the values of the Secrets that ``specs`` reference (in the namespace)."""
+    redactor = Redactor()
+    wanted: dict[str, set[str] | None] = {}
+    for name, key in _secret_refs(specs):
+        keys_ = wanted.setdefault(name, set())
+        if key is None or keys_ is None:
+            wanted[name] = None
+        else:
+            keys_.add(key)
+    for name, selected in sorted(wanted.items(), key=lambda item: item[0]):
+        try:
+            found = await ctx.rest.get(SECRETS, name, ctx.namespace)
+        except k8s_errors.KubeError:
+            continue  # not readable: the value cannot be in what we may read either
+        for key, raw in ((found or {}).get("data") or {}).items():
+            if selected is None or key in selected:
+                try:
+                    redactor.add(base64.b64decode(raw).decode("utf-8", "replace"))
+                except ValueError:
+                    continue
+    return redactor
+
+
 class _Bundle:
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, redact: Redactor | None = None) -> None:
         self.limit = limit
+        self.redact = redact or Redactor()
         self.lines: list[bytes] = []
         self.size = 0
         self.truncated = False
 
     def add(self, section: str, record: Any) -> bool:
-        line = json.dumps({"section": section, "record": _redact(record)}, default=str).encode() + b"\n"
+        clean = self.redact(json.loads(json.dumps(record, default=str)))
+        line = json.dumps({"section": section, "record": clean}, default=str).encode() + b"\n"
         if self.size + len(line) > self.limit:
             self.truncated = True
             return False
@@ -127,6 +163,7 @@ async def collect_bundle(ctx: OperationContext, args: Mapping[str, Any]) -> dict
                 break
         sections.append({"section": name, "status": "ok"})
 
+    bundle.redact = await _redactor(ctx)
     seen = await kube.occupancy(ctx.rest)
     hosts, _ = await kube.cluster_hosts(
         ctx.rest, hosts=args.get("hosts"), cluster=args.get("cluster"), occupancy_=seen
@@ -173,6 +210,13 @@ async def collect_bundle(ctx: OperationContext, args: Mapping[str, Any]) -> dict
         from sparkrun_operator.k8s.daemonjobs import DAEMON_JOBS
 
         rows = await ctx.rest.list(DAEMON_JOBS, ctx.namespace)
+        if not await authz.is_admin(ctx.rest, ctx.user, ctx.namespace):
+            # Other principals' jobs (and their errors) are theirs (docs/security.md).
+            rows = [
+                o
+                for o in rows
+                if ((o.get("spec") or {}).get("principal") or {}).get("username") == ctx.principal
+            ]
         rows.sort(key=lambda o: str(o["metadata"].get("creationTimestamp")), reverse=True)
         return [
             {
@@ -232,8 +276,21 @@ async def collect_bundle(ctx: OperationContext, args: Mapping[str, Any]) -> dict
     return _result(ctx, bundle, sections, host_state, partial=partial, stored=stored)
 
 
+async def _redactor(ctx: OperationContext) -> Redactor:
+    """Known secret values: those the namespace's workloads and their pods reference."""
+    specs: list[Any] = []
+    for resource, selector in ((kube.WORKLOADS, None), (PODS, keys.LABEL_WORKLOAD)):
+        try:
+            specs.extend(
+                o.get("spec") for o in await ctx.rest.list(resource, ctx.namespace, label_selector=selector)
+            )
+        except k8s_errors.KubeError:
+            continue
+    return await known_secrets(ctx, specs)
+
+
 async def _store(ctx: OperationContext, bundle: _Bundle) -> int:
-    """Store the bundle (compressed, shrunk to fit a ConfigMap); returns the bytes kept."""
+    """Store the bundle (compressed, shrunk to fit a Secret); returns the bytes kept."""
     if ctx.job_id is None:
         return 0
     lines = list(bundle.lines)
@@ -246,7 +303,8 @@ async def _store(ctx: OperationContext, bundle: _Bundle) -> int:
         bundle.truncated = True
     body: dict[str, Any] = {
         "apiVersion": "v1",
-        "kind": "ConfigMap",
+        "kind": "Secret",
+        "type": "Opaque",
         "metadata": {
             "name": f"{ctx.job_id}-diagnostics",
             "namespace": ctx.namespace,
@@ -260,12 +318,12 @@ async def _store(ctx: OperationContext, bundle: _Bundle) -> int:
                 else []
             ),
         },
-        "binaryData": {BUNDLE_KEY: packed},
+        "data": {BUNDLE_KEY: packed},
     }
     try:
-        await ctx.rest.create(CONFIG_MAPS, body, ctx.namespace)
+        await ctx.rest.create(SECRETS, body, ctx.namespace)
     except k8s_errors.AlreadyExists:
-        await ctx.rest.replace(CONFIG_MAPS, body["metadata"]["name"], body, ctx.namespace)
+        await ctx.rest.replace(SECRETS, body["metadata"]["name"], body, ctx.namespace)
     size = len(b"".join(lines))
     await ctx.emit(
         "artifact",

@@ -3,9 +3,12 @@
 The reference plugin drives a *client-side* kubectl/kubeconfig. Here the operator already is in
 the cluster, so every operation acts on it with the operator's identity: ``kubeconfig`` and
 ``context`` (which select another cluster) are refused, ``namespace`` defaults to the API
-namespace. Installing Kueue or JobSet (``setup_kueue install: true``) and downloading kubectl
-are refused (install them with their Helm charts; images carry their own tools); writing a
-kubeconfig file on the server is refused (clients cannot choose server output paths).
+namespace. Acting in any other namespace needs the *principal's own* Kubernetes permission
+there (a SubjectAccessReview, ``ops.authz.require_access``): the operator's cluster-wide rights
+are never lent across namespaces (ADR 0021). Installing Kueue or JobSet (``setup_kueue install:
+true``) and downloading kubectl are refused (install them with their Helm charts; images carry
+their own tools); writing a kubeconfig file on the server is refused (clients cannot choose
+server output paths).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from sparkrun_operator.k8s.client import (
     RESOURCE_FLAVORS,
     SERVICE_ACCOUNTS,
 )
-from sparkrun_operator.ops import kube
+from sparkrun_operator.ops import authz, kube
 from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import Invalid, NotFound
 from sparkrun_operator.ops.executors.clusters import _hardware
@@ -42,6 +45,25 @@ from sparkrun_operator.plan.cluster import GPU_PRODUCT_LABEL
 __all__ = ["EXECUTORS"]
 
 FIELD_MANAGER = DAEMON_API_MANAGER
+
+
+async def _target_namespace(
+    ctx: OperationContext,
+    args: dict[str, Any],
+    *,
+    verb: str,
+    group: str,
+    resource: str,
+    name: str | None = None,
+) -> str:
+    """``args.namespace`` (default: the API's); outside the API's namespace the principal itself
+    must be allowed ``verb`` on ``resource`` there."""
+    namespace = kube.check_name(args.get("namespace") or ctx.namespace, "namespace")
+    if namespace != ctx.namespace:
+        await authz.require_access(
+            ctx.rest, ctx.user, verb=verb, group=group, resource=resource, namespace=namespace, name=name
+        )
+    return namespace
 
 
 def _no_client_config(args: dict[str, Any]) -> None:
@@ -119,7 +141,7 @@ async def configure_service_account(ctx: OperationContext, args: dict[str, Any])
     if args.get("write_kubeconfig"):
         raise Invalid("write_kubeconfig is not available: the server does not write files for clients")
     name = kube.check_name(args.get("name") or "sparkrun", "service account")
-    namespace = kube.check_name(args.get("namespace") or ctx.namespace, "namespace")
+    namespace = await _target_namespace(ctx, args, verb="create", group="", resource="serviceaccounts")
     docs = _manifests(name, namespace, create_namespace=bool(args.get("create_namespace")))
     applied = False
     if not args.get("dry_run"):
@@ -184,7 +206,9 @@ async def ensure_kubectl(ctx: OperationContext, args: dict[str, Any]) -> Any:
 
 async def jobset_status(ctx: OperationContext, args: dict[str, Any]) -> Any:
     _no_client_config(args)
-    namespace = args.get("namespace") or ctx.namespace
+    namespace = await _target_namespace(
+        ctx, args, verb="get", group=JOBSETS.group, resource=JOBSETS.plural, name=args["name"]
+    )
     found = await ctx.rest.get(JOBSETS, args["name"], namespace)
     if found is None:
         raise NotFound(f"JobSet {namespace}/{args['name']} not found")
@@ -235,7 +259,7 @@ async def setup_kueue(ctx: OperationContext, args: dict[str, Any]) -> Any:
     kueue, jobset = await _installed(ctx)
     if args.get("install") and not (kueue and jobset):
         raise Invalid("installing Kueue or JobSet is done with their Helm charts, not through the daemon API")
-    namespace = args.get("namespace") or ctx.namespace
+    namespace = await _target_namespace(ctx, args, verb="create", group=KUEUE_GROUP, resource="localqueues")
     products: dict[str, tuple[int, dict[str, str]]] = {}
     for raw in await ctx.rest.list(NODES):
         node = kube.node_view(raw)
@@ -324,7 +348,9 @@ async def setup_kueue(ctx: OperationContext, args: dict[str, Any]) -> Any:
 
 async def stop_jobset(ctx: OperationContext, args: dict[str, Any]) -> Any:
     _no_client_config(args)
-    namespace = args.get("namespace") or ctx.namespace
+    namespace = await _target_namespace(
+        ctx, args, verb="delete", group=JOBSETS.group, resource=JOBSETS.plural, name=args["name"]
+    )
     if not await ctx.rest.delete(JOBSETS, args["name"], namespace, propagation="Foreground"):
         raise NotFound(f"JobSet {namespace}/{args['name']} not found")
     return True
