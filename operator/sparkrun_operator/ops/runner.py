@@ -292,43 +292,68 @@ async def run_job(
     scope is checked again at execution).
     """
     now = clock or (lambda: dt.datetime.now(dt.UTC))
-    job = _Job(control, executor_id=executor_id, prompt_timeout=prompt_timeout, clock=now)
+    while True:
+        job = _Job(control, executor_id=executor_id, prompt_timeout=prompt_timeout, clock=now)
+        claimed = await _claim(job, control, executor_id=executor_id, now=now)
+        if claimed is not None:
+            break
+        # Cancelled (or claimed) between our read and write: start over from the new state.
+    if not claimed:
+        return
+    admitted = await _admit(job, control, catalog=catalog, executors=executors, authorize=authorize)
+    if admitted is None:
+        return
+    op, arguments = admitted
+    ctx = make_context(control.obj)
+    ctx.emit = job.emit
+    ctx.prompt = job.prompt
+    await _execute(job, control, op, ctx, executors[op.name](ctx, arguments))
+
+
+async def _claim(
+    job: _Job, control: JobControl, *, executor_id: str, now: Callable[[], dt.datetime]
+) -> bool | None:
+    """Take the job: ``True`` to run it, ``False`` when it is settled (terminal, lost,
+    cancelled before it started), ``None`` when the claim lost a race (read again)."""
     obj = control.obj
     state = jobs.state_of(obj)
     status = obj.get("status") or {}
     if state in jobs.TERMINAL:
-        return
+        return False
     if state in jobs.ACTIVE and status.get("executor") != executor_id:
         await job.finish("lost", error=DaemonError(LOST_MESSAGE, type_name="WorkerLost"))
-        return
-    if state == "queued":
-        if job.cancel_requested():
-            await job.finish("cancelled")
-            return
+        return False
+    if state != "queued":
+        return True
+    if job.cancel_requested():
+        await job.finish("cancelled")
+        return False
 
-        def claim(st: DaemonJobStatus, current: dict[str, Any]) -> None:
-            if jobs.state_of(current) != "queued":
-                raise Conflict("job was claimed or cancelled concurrently")
-            t = now()
-            st.executor = executor_id
-            st.started_at = t
-            jobs.set_state(st, "starting", now=t, created=job.created)
-            jobs.set_state(st, "running", now=t, created=job.created)
+    def claim(st: DaemonJobStatus, current: dict[str, Any]) -> None:
+        if jobs.state_of(current) != "queued":
+            raise Conflict("job was claimed or cancelled concurrently")
+        t = now()
+        st.executor = executor_id
+        st.started_at = t
+        jobs.set_state(st, "starting", now=t, created=job.created)
+        jobs.set_state(st, "running", now=t, created=job.created)
 
-        try:
-            await job.write(claim)
-        except Conflict:
-            # Cancelled (or claimed) between our read and write: start over from the new state.
-            return await run_job(
-                control,
-                catalog=catalog,
-                executors=executors,
-                make_context=make_context,
-                executor_id=executor_id,
-                prompt_timeout=prompt_timeout,
-                clock=clock,
-                authorize=authorize,
-            )
+    try:
+        await job.write(claim)
+    except Conflict:
+        return None
+    return True
+
+
+async def _admit(
+    job: _Job,
+    control: JobControl,
+    *,
+    catalog: Catalog,
+    executors: Mapping[str, Executor],
+    authorize: Callable[[Operation, dict[str, Any]], Awaitable[None]] | None,
+) -> tuple[Operation, dict[str, Any]] | None:
+    """The operation and its validated arguments, or ``None`` after failing the job."""
     spec = control.obj.get("spec", {})
     name = str(spec.get("operation", ""))
     try:
@@ -341,16 +366,19 @@ async def run_job(
             await authorize(op, control.obj)
     except DaemonError as error:
         await job.finish("failed", error=error)
-        return
+        return None
     except k8s_errors.KubeError as error:
         await job.finish("failed", error=as_daemon_error(error))
-        return
-    ctx = make_context(control.obj)
-    ctx.emit = job.emit
-    ctx.prompt = job.prompt
-    task: asyncio.Task[Any] = asyncio.create_task(
-        executors[op.name](ctx, arguments), name=f"daemonjob-{ctx.job_id}"
-    )
+        return None
+    return op, arguments
+
+
+async def _execute(
+    job: _Job, control: JobControl, op: Operation, ctx: OperationContext, work: Awaitable[Any]
+) -> None:
+    """Run the executor until it ends or the job is cancelled; settle the job with its outcome."""
+    task: asyncio.Task[Any] = asyncio.ensure_future(work)
+    task.set_name(f"daemonjob-{ctx.job_id}")
     cancelled = False
     try:
         while not task.done():
@@ -384,6 +412,10 @@ async def run_job(
             log.exception("job %s (%s) failed", ctx.job_id, op.name)
         await job.finish("failed", error=mapped)
         return
+    await _settle(job, op, result)
+
+
+async def _settle(job: _Job, op: Operation, result: Any) -> None:
     result = job.redact(result)
     try:
         result_validator(op.name, op.version, op.result_schema).check_result(op.name, result)
