@@ -23,7 +23,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Iterator, Mapping, Sequence
 from typing import Any
 
 from sparkrun_operator.api.meta import API_VERSION
@@ -142,26 +142,12 @@ async def collect_bundle(ctx: OperationContext, args: Mapping[str, Any]) -> dict
     bundle = _Bundle(limit)
     sections: list[dict[str, Any]] = []
     host_state: dict[str, bool] = {}
-    dry_run = bool(args.get("dry_run"))
     planned = ["nodes", "clusters", "workloads", "daemonjobs", "events"]
     if args.get("workload_id"):
         planned.append("logs")
-    if dry_run:
+    if args.get("dry_run"):
         sections = [{"section": s, "status": "skipped", "detail": "dry run"} for s in planned]
         return _result(ctx, bundle, sections, host_state, partial=False, stored=0)
-
-    async def section(name: str, records: Any) -> None:
-        try:
-            items = await records
-        except k8s_errors.KubeError as error:
-            sections.append(
-                {"section": name, "status": "error", "detail": error.message or str(error.status)}
-            )
-            return
-        for item in items:
-            if not bundle.add(name, item):
-                break
-        sections.append({"section": name, "status": "ok"})
 
     bundle.redact = await _redactor(ctx)
     seen = await kube.occupancy(ctx.rest)
@@ -171,109 +157,129 @@ async def collect_bundle(ctx: OperationContext, args: Mapping[str, Any]) -> dict
     for host in hosts:
         node = seen.nodes.get(host)
         host_state[host] = bool(node and node.ready)
-
-    async def nodes() -> list[Any]:
-        out = []
-        for node in await ctx.rest.list(NODES):
-            if node["metadata"]["name"] in hosts:
-                out.append(
-                    {
-                        "metadata": {
-                            "name": node["metadata"]["name"],
-                            "labels": node["metadata"].get("labels"),
-                        },
-                        "status": {
-                            k: node.get("status", {}).get(k)
-                            for k in ("capacity", "allocatable", "conditions", "nodeInfo")
-                        },
-                    }
-                )
-        return out
-
-    async def clusters() -> list[Any]:
-        return [
-            {"metadata": {"name": c["metadata"]["name"]}, "spec": c.get("spec"), "status": c.get("status")}
-            for c in await ctx.rest.list(kube.CLUSTERS)
-        ]
-
-    async def workloads() -> list[Any]:
-        return [
-            {
-                "metadata": {"name": w["metadata"]["name"], "namespace": w["metadata"]["namespace"]},
-                "spec": w.get("spec"),
-                "status": w.get("status"),
-            }
-            for w in await ctx.rest.list(kube.WORKLOADS, ctx.namespace)
-        ]
-
-    async def daemonjobs() -> list[Any]:
-        from sparkrun_operator.k8s.daemonjobs import DAEMON_JOBS
-
-        rows = await ctx.rest.list(DAEMON_JOBS, ctx.namespace)
-        if not await authz.is_admin(ctx.rest, ctx.user, ctx.namespace):
-            # Other principals' jobs (and their errors) are theirs (docs/security.md).
-            rows = [
-                o
-                for o in rows
-                if ((o.get("spec") or {}).get("principal") or {}).get("username") == ctx.principal
-            ]
-        rows.sort(key=lambda o: str(o["metadata"].get("creationTimestamp")), reverse=True)
-        return [
-            {
-                "id": o["metadata"]["name"],
-                "operation": (o.get("spec") or {}).get("operation"),
-                "state": (o.get("status") or {}).get("state") or "queued",
-                "error": (o.get("status") or {}).get("error"),
-                "created": o["metadata"].get("creationTimestamp"),
-            }
-            for o in rows[:100]
-        ]
-
-    async def events() -> list[Any]:
-        rows = await ctx.rest.list(EVENTS, ctx.namespace)
-        rows.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""), reverse=True)
-        return [
-            {k: e.get(k) for k in ("type", "reason", "message", "involvedObject", "lastTimestamp", "count")}
-            for e in rows[:200]
-        ]
-
-    await section("nodes", nodes())
-    await section("clusters", clusters())
-    await section("workloads", workloads())
-    await section("daemonjobs", daemonjobs())
-    await section("events", events())
+    collectors = {
+        "nodes": _nodes(ctx, hosts),
+        "clusters": _clusters(ctx),
+        "workloads": _workloads(ctx),
+        "daemonjobs": _daemonjobs(ctx),
+        "events": _events(ctx),
+    }
+    for name, records in collectors.items():
+        sections.append(await _section(bundle, name, records))
     partial = False
     if args.get("workload_id"):
-        tail = int(args.get("log_tail", 100))
-        try:
-            pods = await ctx.rest.list(PODS, ctx.namespace, label_selector=f"{keys.LABEL_WORKLOAD}")
-            target = args["workload_id"]
-            names = {
-                w["metadata"]["name"]
-                for w in await ctx.rest.list(kube.WORKLOADS, ctx.namespace)
-                if target in (w["metadata"]["name"], kube.workload_id_of(w))
-            }
-            for pod in pods:
-                if (pod["metadata"].get("labels") or {}).get(keys.LABEL_WORKLOAD) not in names:
-                    continue
-                for container in pod.get("spec", {}).get("containers") or ():
-                    path = PODS.path(pod["metadata"]["namespace"], pod["metadata"]["name"]) + "/log"
-                    where = {"pod": pod["metadata"]["name"], "container": container["name"]}
-                    query = {"container": container["name"], "tailLines": tail}
-                    try:
-                        async for raw in ctx.rest.stream_lines(path, query=query, read_timeout=30):
-                            bundle.add("logs", {**where, "line": raw.decode("utf-8", "replace").rstrip("\n")})
-                    except k8s_errors.KubeError as error:
-                        partial = True
-                        bundle.add("logs", {**where, "error": error.message})
-            sections.append({"section": "logs", "status": "error" if partial else "ok"})
-        except k8s_errors.KubeError as error:
-            partial = True
-            sections.append({"section": "logs", "status": "error", "detail": error.message})
+        partial, logs = await _logs(ctx, bundle, str(args["workload_id"]), int(args.get("log_tail", 100)))
+        sections.append(logs)
     stored = await _store(ctx, bundle)
     if stored < bundle.size:
         partial = True
     return _result(ctx, bundle, sections, host_state, partial=partial, stored=stored)
+
+
+async def _section(bundle: _Bundle, name: str, records: Awaitable[list[Any]]) -> dict[str, Any]:
+    """Add one section's records to the bundle (until it is full); the section's summary."""
+    try:
+        items = await records
+    except k8s_errors.KubeError as error:
+        return {"section": name, "status": "error", "detail": error.message or str(error.status)}
+    for item in items:
+        if not bundle.add(name, item):
+            break
+    return {"section": name, "status": "ok"}
+
+
+async def _nodes(ctx: OperationContext, hosts: Sequence[str]) -> list[Any]:
+    wanted = set(hosts)
+    return [
+        {
+            "metadata": {"name": node["metadata"]["name"], "labels": node["metadata"].get("labels")},
+            "status": {
+                k: node.get("status", {}).get(k)
+                for k in ("capacity", "allocatable", "conditions", "nodeInfo")
+            },
+        }
+        for node in await ctx.rest.list(NODES)
+        if node["metadata"]["name"] in wanted
+    ]
+
+
+async def _clusters(ctx: OperationContext) -> list[Any]:
+    return [
+        {"metadata": {"name": c["metadata"]["name"]}, "spec": c.get("spec"), "status": c.get("status")}
+        for c in await ctx.rest.list(kube.CLUSTERS)
+    ]
+
+
+async def _workloads(ctx: OperationContext) -> list[Any]:
+    return [
+        {
+            "metadata": {"name": w["metadata"]["name"], "namespace": w["metadata"]["namespace"]},
+            "spec": w.get("spec"),
+            "status": w.get("status"),
+        }
+        for w in await ctx.rest.list(kube.WORKLOADS, ctx.namespace)
+    ]
+
+
+async def _daemonjobs(ctx: OperationContext) -> list[Any]:
+    from sparkrun_operator.k8s.daemonjobs import DAEMON_JOBS
+
+    rows = await ctx.rest.list(DAEMON_JOBS, ctx.namespace)
+    if not await authz.is_admin(ctx.rest, ctx.user, ctx.namespace):
+        # Other principals' jobs (and their errors) are theirs (docs/security.md).
+        rows = [
+            o for o in rows if ((o.get("spec") or {}).get("principal") or {}).get("username") == ctx.principal
+        ]
+    rows.sort(key=lambda o: str(o["metadata"].get("creationTimestamp")), reverse=True)
+    return [
+        {
+            "id": o["metadata"]["name"],
+            "operation": (o.get("spec") or {}).get("operation"),
+            "state": (o.get("status") or {}).get("state") or "queued",
+            "error": (o.get("status") or {}).get("error"),
+            "created": o["metadata"].get("creationTimestamp"),
+        }
+        for o in rows[:100]
+    ]
+
+
+async def _events(ctx: OperationContext) -> list[Any]:
+    rows = await ctx.rest.list(EVENTS, ctx.namespace)
+    rows.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""), reverse=True)
+    return [
+        {k: e.get(k) for k in ("type", "reason", "message", "involvedObject", "lastTimestamp", "count")}
+        for e in rows[:200]
+    ]
+
+
+async def _logs(
+    ctx: OperationContext, bundle: _Bundle, target: str, tail: int
+) -> tuple[bool, dict[str, Any]]:
+    """The last ``tail`` lines of every container of the target workload's pods: (partial, summary)."""
+    partial = False
+    try:
+        pods = await ctx.rest.list(PODS, ctx.namespace, label_selector=f"{keys.LABEL_WORKLOAD}")
+        names = {
+            w["metadata"]["name"]
+            for w in await ctx.rest.list(kube.WORKLOADS, ctx.namespace)
+            if target in (w["metadata"]["name"], kube.workload_id_of(w))
+        }
+        for pod in pods:
+            if (pod["metadata"].get("labels") or {}).get(keys.LABEL_WORKLOAD) not in names:
+                continue
+            for container in pod.get("spec", {}).get("containers") or ():
+                path = PODS.path(pod["metadata"]["namespace"], pod["metadata"]["name"]) + "/log"
+                where = {"pod": pod["metadata"]["name"], "container": container["name"]}
+                query = {"container": container["name"], "tailLines": tail}
+                try:
+                    async for raw in ctx.rest.stream_lines(path, query=query, read_timeout=30):
+                        bundle.add("logs", {**where, "line": raw.decode("utf-8", "replace").rstrip("\n")})
+                except k8s_errors.KubeError as error:
+                    partial = True
+                    bundle.add("logs", {**where, "error": error.message})
+    except k8s_errors.KubeError as error:
+        return True, {"section": "logs", "status": "error", "detail": error.message}
+    return partial, {"section": "logs", "status": "error" if partial else "ok"}
 
 
 async def _redactor(ctx: OperationContext) -> Redactor:
