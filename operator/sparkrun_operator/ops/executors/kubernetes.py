@@ -260,63 +260,8 @@ async def setup_kueue(ctx: OperationContext, args: dict[str, Any]) -> Any:
     if args.get("install") and not (kueue and jobset):
         raise Invalid("installing Kueue or JobSet is done with their Helm charts, not through the daemon API")
     namespace = await _target_namespace(ctx, args, verb="create", group=KUEUE_GROUP, resource="localqueues")
-    products: dict[str, tuple[int, dict[str, str]]] = {}
-    for raw in await ctx.rest.list(NODES):
-        node = kube.node_view(raw)
-        gpus = node.allocatable.get(DEFAULT_GPU_RESOURCE, 0)
-        if gpus <= 0:
-            continue
-        product = node.labels.get(GPU_PRODUCT_LABEL, "gpu")
-        total, labels = products.get(
-            product, (0, {GPU_PRODUCT_LABEL: product} if GPU_PRODUCT_LABEL in node.labels else {})
-        )
-        products[product] = (total + gpus, labels)
-    flavors = []
-    for product, (quota, labels) in sorted(products.items()):
-        slug = kube.check_name(
-            "".join(c if c.isalnum() else "-" for c in product.lower()).strip("-") or "gpu", "flavor"
-        )
-        flavors.append({"name": slug, "node_labels": labels, "gpu_quota": quota, "model": product})
-    docs: list[dict[str, Any]] = []
-    for flavor in flavors:
-        docs.append(
-            {
-                "apiVersion": f"{KUEUE_GROUP}/v1beta1",
-                "kind": "ResourceFlavor",
-                "metadata": {"name": flavor["name"]},
-                "spec": {"nodeLabels": flavor["node_labels"]},
-            }
-        )
-    docs.append(
-        {
-            "apiVersion": f"{KUEUE_GROUP}/v1beta1",
-            "kind": "ClusterQueue",
-            "metadata": {"name": "sparkrun"},
-            "spec": {
-                "namespaceSelector": {},
-                "resourceGroups": [
-                    {
-                        "coveredResources": [DEFAULT_GPU_RESOURCE],
-                        "flavors": [
-                            {
-                                "name": f["name"],
-                                "resources": [{"name": DEFAULT_GPU_RESOURCE, "nominalQuota": f["gpu_quota"]}],
-                            }
-                            for f in flavors
-                        ],
-                    }
-                ],
-            },
-        }
-    )
-    docs.append(
-        {
-            "apiVersion": f"{KUEUE_GROUP}/v1beta1",
-            "kind": "LocalQueue",
-            "metadata": {"name": "sparkrun", "namespace": namespace},
-            "spec": {"clusterQueue": "sparkrun"},
-        }
-    )
+    flavors = _gpu_flavors(await ctx.rest.list(NODES))
+    docs = _kueue_manifests(flavors, namespace)
     provisioned = False
     if not args.get("dry_run") and kueue:
         for doc in docs:
@@ -344,6 +289,65 @@ async def setup_kueue(ctx: OperationContext, args: dict[str, Any]) -> Any:
         "installed_jobset": False,
         "provisioned": provisioned,
     }
+
+
+def _gpu_flavors(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One Kueue ResourceFlavor per GPU product, with the GPUs allocatable on its nodes."""
+    products: dict[str, tuple[int, dict[str, str]]] = {}
+    for raw in nodes:
+        node = kube.node_view(raw)
+        gpus = node.allocatable.get(DEFAULT_GPU_RESOURCE, 0)
+        if gpus <= 0:
+            continue
+        product = node.labels.get(GPU_PRODUCT_LABEL, "gpu")
+        total, labels = products.get(
+            product, (0, {GPU_PRODUCT_LABEL: product} if GPU_PRODUCT_LABEL in node.labels else {})
+        )
+        products[product] = (total + gpus, labels)
+    flavors = []
+    for product, (quota, labels) in sorted(products.items()):
+        slug = kube.check_name(
+            "".join(c if c.isalnum() else "-" for c in product.lower()).strip("-") or "gpu", "flavor"
+        )
+        flavors.append({"name": slug, "node_labels": labels, "gpu_quota": quota, "model": product})
+    return flavors
+
+
+def _kueue_manifests(flavors: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
+    """The ResourceFlavors, the ``sparkrun`` ClusterQueue over them and its LocalQueue."""
+    docs: list[dict[str, Any]] = [
+        {
+            "apiVersion": f"{KUEUE_GROUP}/v1beta1",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": flavor["name"]},
+            "spec": {"nodeLabels": flavor["node_labels"]},
+        }
+        for flavor in flavors
+    ]
+    quotas = [
+        {"name": f["name"], "resources": [{"name": DEFAULT_GPU_RESOURCE, "nominalQuota": f["gpu_quota"]}]}
+        for f in flavors
+    ]
+    docs.append(
+        {
+            "apiVersion": f"{KUEUE_GROUP}/v1beta1",
+            "kind": "ClusterQueue",
+            "metadata": {"name": "sparkrun"},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [{"coveredResources": [DEFAULT_GPU_RESOURCE], "flavors": quotas}],
+            },
+        }
+    )
+    docs.append(
+        {
+            "apiVersion": f"{KUEUE_GROUP}/v1beta1",
+            "kind": "LocalQueue",
+            "metadata": {"name": "sparkrun", "namespace": namespace},
+            "spec": {"clusterQueue": "sparkrun"},
+        }
+    )
+    return docs
 
 
 async def stop_jobset(ctx: OperationContext, args: dict[str, Any]) -> Any:
