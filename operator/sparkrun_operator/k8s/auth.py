@@ -24,7 +24,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.k8s.client import CONFIG_MAPS, SERVICE_ACCOUNTS, Kube
@@ -104,28 +104,36 @@ class TtlCache(Generic[K, V]):
         self._entries.clear()
 
     async def get(self, key: K, load: Callable[[], Awaitable[tuple[V, float]]]) -> V:
-        """The cached value, else ``load()`` -> ``(value, ttl)`` (shared by concurrent callers)."""
+        """The cached value, else ``load()`` -> ``(value, ttl)`` (shared by concurrent callers).
+
+        The load runs as its own task: a caller that is cancelled (an SSE client that went
+        away) stops waiting, but the load goes on for the other callers, and they get its answer.
+        """
         entry = self._entries.get(key)
         if entry is not None and entry[0] > self.clock():
             self.hits += 1
             return entry[1]
         pending = self._loading.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        self.misses += 1
-        future: asyncio.Future[V] = asyncio.get_running_loop().create_future()
-        self._loading[key] = future
+        if pending is None:
+            self.misses += 1
+            pending = self._loading[key] = asyncio.ensure_future(self._load(key, load))
+            pending.add_done_callback(_retrieve)
+        # NB: shield: cancelling one waiter must not cancel the load every waiter shares.
+        return await asyncio.shield(pending)
+
+    async def _load(self, key: K, load: Callable[[], Awaitable[tuple[V, float]]]) -> V:
         try:
             value, ttl = await load()
-        except BaseException as error:
-            future.set_exception(error)
-            future.exception()  # mark retrieved: waiters re-raise it themselves
-            raise
         finally:
             self._loading.pop(key, None)
         self.put(key, value, ttl)
-        future.set_result(value)
         return value
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark a shared load's failure retrieved (every waiter may have gone before it ended)."""
+    if not task.cancelled():
+        task.exception()
 
 
 class Authenticator:
