@@ -6,6 +6,9 @@
   ``Retry-After``), a repeated bad token is answered from the negative cache, and a good caller
   on another address keeps getting 200 throughout (its latency p50/p99 is printed).
 - ``--token-audience``: only tokens issued for that audience are accepted.
+- Quotas: a principal's unfinished jobs (``--max-active-jobs``) and concurrent SSE streams
+  (``--max-streams-per-principal``): one more is 429 ``RateLimited`` with ``attrs.quota``; a
+  repeated Idempotency-Key is not refused, other principals are unaffected.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from tests.shim.conftest import Daemon, start_daemon, stop_daemon
 from tests.shim.harness import ShimRunner
 
 FLOOD_SECONDS = 4.0
+MAX_JOBS, MAX_STREAMS = 3, 2
 #: The shim's default TokenReview budget per source address (k8s/auth.py SourceLimiter).
 RATE, BURST = 5.0, 20.0
 
@@ -61,7 +65,15 @@ def shim(
     testbed: Testbed, crds: list[str], kube: KubeApi, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Daemon]:
     # NB: plaintext: the test measures authentication, not TLS handshakes (test_shim_listener).
-    running = start_daemon(testbed, kube, tmp_path_factory.mktemp("abuse"), executor=False, plaintext=True)
+    # Without the executor, jobs stay queued: unfinished, so they count against the quota.
+    running = start_daemon(
+        testbed,
+        kube,
+        tmp_path_factory.mktemp("abuse"),
+        executor=False,
+        plaintext=True,
+        extra_shim_args=("--max-active-jobs", str(MAX_JOBS), "--max-streams-per-principal", str(MAX_STREAMS)),
+    )
     yield running
     stop_daemon(running)
 
@@ -167,3 +179,46 @@ def test_token_audience(testbed: Testbed, shim: Daemon, kube: KubeApi, tmp_path:
             assert answer.status_code == expected, (expected, answer.text)
     finally:
         runner.stop()
+
+
+def test_active_job_quota_per_principal(shim: Daemon) -> None:
+    body = {"recipe": "example", "dry_run": True}
+    with shim.http("operator") as client:
+        ids = []
+        for i in range(MAX_JOBS):
+            answer = client.post("/v1/workloads/run", json=body, headers={"Idempotency-Key": f"quota-{i}"})
+            assert answer.status_code == 202, answer.text
+            ids.append(answer.json()["job_id"])
+        refused = client.post("/v1/workloads/run", json=body)
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"] == {
+            "type": "RateLimited",
+            "retryable": True,
+            "attrs": {"quota": "active_jobs", "limit": MAX_JOBS},
+        }
+        assert int(refused.headers["retry-after"]) >= 1
+        again = client.post("/v1/workloads/run", json=body, headers={"Idempotency-Key": "quota-0"})
+        assert again.status_code == 202, again.text  # a retry of an existing job is not a new job
+        assert again.json()["job_id"] == ids[0]
+        assert client.delete(f"/v1/jobs/{ids[0]}").status_code == 200  # a queued job: cancelled at once
+        assert client.post("/v1/workloads/run", json=body).status_code == 202  # room again
+    with shim.http("automation") as client:  # another principal has its own quota
+        assert client.post("/v1/workloads/run", json=body).status_code == 202
+
+
+def test_stream_quota_per_principal(shim: Daemon) -> None:
+    with shim.http("reader") as reader, shim.http("reader2") as other:
+        with reader.stream("GET", "/v1/events") as first, reader.stream("GET", "/v1/events") as second:
+            assert first.status_code == second.status_code == 200
+            third = reader.get("/v1/events")
+            assert third.status_code == 429, third.text
+            assert third.json()["error"]["attrs"] == {"quota": "streams", "limit": MAX_STREAMS}
+            with other.stream("GET", "/v1/events") as theirs:
+                assert theirs.status_code == 200
+        for _ in range(50):  # the slots come back when the streams close
+            with reader.stream("GET", "/v1/events") as again:
+                if again.status_code == 200:
+                    break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("stream slots were not released")

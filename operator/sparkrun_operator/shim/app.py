@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -66,6 +65,7 @@ from sparkrun_operator.ops.schema import parse_json_object, request_validator
 from sparkrun_operator.shim import docs, openapi
 from sparkrun_operator.shim.boundary import CALLER, Boundary, Errors, json_response
 from sparkrun_operator.shim.identity import Caller, Gate
+from sparkrun_operator.shim.querycache import QueryCache
 from sparkrun_operator.shim.sse import HEARTBEAT, EventStream, Subscriptions, frame
 from sparkrun_operator.shim.streams import Streams
 
@@ -89,40 +89,19 @@ class ShimConfig:
     controller_id: str = "sparkrun-shim"
     allow_request_trust: bool = False
     max_streams: int = 64
+    #: Concurrent SSE streams of one principal (429 beyond).
+    max_streams_per_principal: int = 16
     max_queued_queries: int = 32
     query_cache_ttl: float = 2.0
     query_cache_size: int = 128
+    #: Bytes the query cache may hold in all; larger answers are not cached.
+    query_cache_bytes: int = 16 * 1024 * 1024
     body_limit: int = 1024 * 1024
     body_timeout: float = 30.0
     snapshot_interval: float = 2.0
     heartbeat: float = 10.0
     #: URL prefix under which the aggregated API serves the same routes.
     aggregated_prefix: str = "/apis/daemon.sparkrun.dev/v1alpha1"
-
-
-class _QueryCache:
-    """The daemon's short query cache: only for ``cacheable`` operations, cleared by any job."""
-
-    def __init__(self, ttl: float, size: int) -> None:
-        self.ttl, self.size = ttl, size
-        self.values: dict[tuple[str, ...], tuple[float, bytes]] = {}
-
-    def get(self, key: tuple[str, ...]) -> bytes | None:
-        found = self.values.get(key)
-        if found is None:
-            return None
-        if time.monotonic() - found[0] >= self.ttl:
-            self.values.pop(key, None)
-            return None
-        return found[1]
-
-    def put(self, key: tuple[str, ...], value: bytes) -> None:
-        if len(self.values) >= self.size:
-            self.values.pop(next(iter(self.values)))
-        self.values[key] = (time.monotonic(), value)
-
-    def clear(self) -> None:
-        self.values.clear()
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -165,8 +144,10 @@ class Shim:
         self.on_shutdown = on_shutdown
         self.draining = False
         self.queries_in_flight = 0
-        self.query_cache = _QueryCache(config.query_cache_ttl, config.query_cache_size)
-        self.subscriptions = Subscriptions(config.max_streams)
+        self.query_cache = QueryCache(
+            config.query_cache_ttl, config.query_cache_size, config.query_cache_bytes
+        )
+        self.subscriptions = Subscriptions(config.max_streams, per_principal=config.max_streams_per_principal)
         self.streams = Streams(rest=rest, settings=config.settings)
         self.version = _version()
         self._openapi: bytes | None = None
@@ -499,7 +480,7 @@ class Shim:
         _, first = joblib.events(obj)
         if after and after < first - 1:
             raise _gone(first)
-        release = self.subscriptions.acquire()
+        release = self.subscriptions.acquire(self.caller(request).principal)
         return EventStream(self._follow(request, identifier, after), release=release)
 
     async def _follow(self, request: Request, identifier: str, after: int) -> AsyncGenerator[bytes, None]:
@@ -521,7 +502,7 @@ class Shim:
     async def global_events(self, request: Request) -> ASGIApp:
         caller = self.caller(request)
         await self.gate.require(caller, "read")
-        release = self.subscriptions.acquire()
+        release = self.subscriptions.acquire(caller.principal)
 
         async def snapshots() -> AsyncIterator[bytes]:
             while True:
@@ -548,7 +529,7 @@ class Shim:
         )
         try:
             first = await producer.__anext__()  # validates parameters before any header is sent
-            release = self.subscriptions.acquire()
+            release = self.subscriptions.acquire(caller.principal)
         except BaseException:
             await producer.aclose()
             raise

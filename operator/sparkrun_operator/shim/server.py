@@ -41,7 +41,7 @@ from sparkrun_operator.k8s.daemonjobs import DaemonJobs, JobCache
 from sparkrun_operator.ops import catalog as catalog_mod
 from sparkrun_operator.ops.context import Settings
 from sparkrun_operator.ops.executors import EXECUTORS
-from sparkrun_operator.ops.jobstore import JobService
+from sparkrun_operator.ops.jobstore import DEFAULT_MAX_ACTIVE_JOBS, JobService
 from sparkrun_operator.shim.aggregated import Discovery, front_proxy_protocol
 from sparkrun_operator.shim.app import Shim, ShimConfig
 from sparkrun_operator.shim.identity import Gate
@@ -70,6 +70,10 @@ class ServeOptions:
     #: Audiences a bearer token must be issued for (TokenReview ``spec.audiences``; empty: the apiserver's).
     token_audiences: tuple[str, ...] = ()
     limits: Limits = field(default_factory=Limits)
+    #: Unfinished jobs per principal (429 beyond).
+    max_active_jobs: int = DEFAULT_MAX_ACTIVE_JOBS
+    #: Concurrent SSE streams per principal (429 beyond).
+    max_streams_per_principal: int = 16
     #: Seconds between checks of the certificate files for rotation.
     tls_reload_poll: float = 2.0
     controller_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}")
@@ -110,10 +114,11 @@ async def build(options: ServeOptions, rest: Kube | None = None, *, sync_timeout
             settings=settings,
             controller_id=options.controller_id,
             allow_request_trust=options.allow_request_trust,
+            max_streams_per_principal=options.max_streams_per_principal,
         ),
         rest=rest,
         gate=gate,
-        jobs=JobService(daemonjobs, cache),
+        jobs=JobService(daemonjobs, cache, max_active_jobs=options.max_active_jobs),
         cache=cache,
         catalog=catalog_mod.load(),
         executors=EXECUTORS,
