@@ -429,7 +429,8 @@ class Shim:
 
     async def get_job(self, request: Request, identifier: str) -> Response:
         obj, _ = await self._job_access(request, identifier)
-        return _json(self._public(obj))
+        # NB: the cache leaves large results out (k8s/daemonjobs.py): this reads them.
+        return _json(self._public(await self.cache.full(obj)))
 
     async def cancel_job(self, request: Request, identifier: str) -> Response:
         obj, _ = await self._job_access(request, identifier)
