@@ -60,7 +60,14 @@ async def run(rounds: int, workers: int, seconds: float) -> dict[str, Any]:
         try:
             with KubeApi.from_kubeconfig(testbed.kubeconfig) as kube:
                 env = DaemonEnv(kube, "bench-shim").setup()
-                runner = ShimRunner(testbed, env.namespace, workdir, executor=False).start()
+                # NB: without the executor every submitted job stays queued: lift the job quota.
+                runner = ShimRunner(
+                    testbed,
+                    env.namespace,
+                    workdir,
+                    executor=False,
+                    extra_shim_args=("--max-active-jobs", "1000000"),
+                ).start()
                 try:
                     return await _measure(runner, env, testbed.kubeconfig, rounds, workers, seconds)
                 finally:

@@ -234,3 +234,16 @@ def test_job_errors_keep_type_retryable_and_attrs() -> None:
         "detail": "boom",
         "error": {"type": "X", "retryable": True, "attrs": {"a": 1}},
     }
+
+
+def test_retention_bounds_the_number_of_tombstones() -> None:
+    tombs = []
+    for i in range(6):
+        tomb = _finished(f"t{i}", days=1 + i, keyed=True)
+        tomb["metadata"]["labels"][jobs.LABEL_TOMBSTONE] = "true"
+        tombs.append(tomb)
+    expired = [_finished(f"k{i}", days=8 + i / 100, keyed=True) for i in range(2)]  # would become tombstones
+    actions = jobs.retention_actions([*tombs, *expired], now=T0, max_tombstones=4)
+    # Newest first by creation: k0, k1 (created 8 days ago) are older than t0..t5 (1-6 days):
+    # the four newest tombstones (t0..t3) stay; t4, t5 and the would-be tombstones go.
+    assert sorted(actions) == [("k0", "delete"), ("k1", "delete"), ("t4", "delete"), ("t5", "delete")]

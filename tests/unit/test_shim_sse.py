@@ -18,7 +18,7 @@ import httpx
 import pytest
 import uvicorn
 
-from sparkrun_operator.ops.errors import Conflict, NotFound
+from sparkrun_operator.ops.errors import Conflict, NotFound, TooManyRequests
 from sparkrun_operator.shim.sse import EventStream, Subscriptions, frame
 
 
@@ -37,6 +37,27 @@ def test_subscription_limit() -> None:
     release()
     release()  # idempotent
     assert subscriptions.active == 0
+
+
+def test_per_principal_stream_quota() -> None:
+    subscriptions = Subscriptions(10, per_principal=2)
+    alice = [subscriptions.acquire("alice"), subscriptions.acquire("alice")]
+    with pytest.raises(TooManyRequests) as refused:
+        subscriptions.acquire("alice")
+    assert refused.value.status == 429
+    assert refused.value.body()["error"] == {
+        "type": "RateLimited",
+        "retryable": True,
+        "attrs": {"quota": "streams", "limit": 2},
+    }
+    assert refused.value.headers() == {"Retry-After": "5"}
+    bob = subscriptions.acquire("bob")  # another principal is unaffected
+    alice.pop()()
+    alice.append(subscriptions.acquire("alice"))  # a released slot is free again
+    for release in (*alice, bob):
+        release()
+    assert subscriptions.active == 0
+    assert subscriptions.by_principal == {}
 
 
 class _App:

@@ -19,6 +19,7 @@ import signal
 import sys
 
 from sparkrun_operator.client import Client, DaemonError
+from sparkrun_operator.shim.listener import Limits
 from sparkrun_operator.shim.server import ServeOptions, serve
 
 
@@ -49,6 +50,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="accept per-request trust: true (recipe hooks); off by default for TCP",
     )
+    run.add_argument(
+        "--token-audience",
+        action="append",
+        default=[],
+        metavar="AUDIENCE",
+        help="accept only bearer tokens issued for this audience (repeatable; default: the apiserver's)",
+    )
+    run.add_argument("--head-timeout", type=float, default=10.0, help="seconds for a request head (408)")
+    run.add_argument("--max-head-bytes", type=int, default=32 * 1024, help="largest request head (431)")
+    run.add_argument("--max-active-jobs", type=int, default=32, help="unfinished jobs per principal (429)")
+    run.add_argument(
+        "--max-streams-per-principal", type=int, default=16, help="concurrent SSE streams per principal (429)"
+    )
     run.set_defaults(func=_serve)
 
     call = commands.add_parser("call", help="run one operation and print its result")
@@ -76,6 +90,10 @@ def _serve(args: argparse.Namespace) -> int:
         aggregated_port=args.aggregated_port,
         aggregated_host=args.aggregated_host,
         allow_request_trust=args.allow_request_trust,
+        token_audiences=tuple(args.token_audience),
+        limits=Limits(head_timeout=args.head_timeout, max_head_bytes=args.max_head_bytes),
+        max_active_jobs=args.max_active_jobs,
+        max_streams_per_principal=args.max_streams_per_principal,
     )
 
     async def main() -> None:

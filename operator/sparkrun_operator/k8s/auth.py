@@ -24,7 +24,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.k8s.client import CONFIG_MAPS, SERVICE_ACCOUNTS, Kube
@@ -38,6 +38,8 @@ __all__ = [
     "Authorizer",
     "ManagerDirectory",
     "RequestHeaderConfig",
+    "ReviewsThrottled",
+    "SourceLimiter",
     "TtlCache",
     "UserInfo",
     "request_header_config",
@@ -105,64 +107,157 @@ class TtlCache(Generic[K, V]):
         self._entries.clear()
 
     async def get(self, key: K, load: Callable[[], Awaitable[tuple[V, float]]]) -> V:
-        """The cached value, else ``load()`` -> ``(value, ttl)`` (shared by concurrent callers)."""
+        """The cached value, else ``load()`` -> ``(value, ttl)`` (shared by concurrent callers).
+
+        The load runs as its own task: a caller that is cancelled (an SSE client that went
+        away) stops waiting, but the load goes on for the other callers, and they get its answer.
+        """
         entry = self._entries.get(key)
         if entry is not None and entry[0] > self.clock():
             self.hits += 1
             return entry[1]
         pending = self._loading.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        self.misses += 1
-        future: asyncio.Future[V] = asyncio.get_running_loop().create_future()
-        self._loading[key] = future
+        if pending is None:
+            self.misses += 1
+            pending = self._loading[key] = asyncio.ensure_future(self._load(key, load))
+            pending.add_done_callback(_retrieve)
+        # NB: shield: cancelling one waiter must not cancel the load every waiter shares.
+        return await asyncio.shield(pending)
+
+    async def _load(self, key: K, load: Callable[[], Awaitable[tuple[V, float]]]) -> V:
         try:
             value, ttl = await load()
-        except BaseException as error:
-            future.set_exception(error)
-            future.exception()  # mark retrieved: waiters re-raise it themselves
-            raise
         finally:
             self._loading.pop(key, None)
-        self.put(key, value, ttl)
-        future.set_result(value)
+        if ttl > 0:  # NB: a load may keep its answer elsewhere (ttl 0: not cached here)
+            self.put(key, value, ttl)
         return value
+
+    def loading(self, key: K) -> bool:
+        """Whether a load of ``key`` is in flight (joining it costs nothing)."""
+        return key in self._loading
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark a shared load's failure retrieved (every waiter may have gone before it ended)."""
+    if not task.cancelled():
+        task.exception()
+
+
+class ReviewsThrottled(Exception):
+    """Too many TokenReviews for one source address; retry after ``retry_after`` seconds."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(f"too many token reviews; retry in {retry_after:.1f} s")
+        self.retry_after = retry_after
+
+
+class SourceLimiter:
+    """A token bucket per source address (``rate`` per second, ``burst`` at once), bounded in sources."""
+
+    def __init__(
+        self,
+        *,
+        rate: float = 5.0,
+        burst: float = 20.0,
+        max_sources: int = 4096,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.rate, self.burst, self.max_sources, self.clock = rate, burst, max_sources, clock
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def take(self, source: str) -> float:
+        """Take one token: 0 when allowed, else the seconds until the next token."""
+        now = self.clock()
+        tokens, last = self._buckets.pop(source, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        wait = 0.0
+        if tokens >= 1.0:
+            tokens -= 1.0
+        else:
+            wait = (1.0 - tokens) / self.rate
+        self._buckets[source] = (tokens, now)
+        while len(self._buckets) > self.max_sources:
+            self._buckets.popitem(last=False)  # NB: a forgotten source starts with a full bucket
+        return wait
 
 
 class Authenticator:
-    """Bearer token -> user, by ``TokenReview`` (cached by token digest)."""
+    """Bearer token -> user, by ``TokenReview`` (cached by token digest).
+
+    Valid tokens are cached for ``ttl`` seconds and invalid ones, separately, for
+    ``negative_ttl`` seconds (so a flood of bad tokens cannot evict good ones). A token that is in
+    neither cache costs a TokenReview, which each source address may spend at ``limiter``'s rate:
+    beyond it :class:`ReviewsThrottled` is raised without asking the apiserver; at most
+    ``max_concurrent`` reviews are in flight at once.
+    """
 
     def __init__(
         self,
         rest: Kube,
         *,
         ttl: float = 10.0,
-        negative_ttl: float = 2.0,
+        negative_ttl: float = 10.0,
         audiences: tuple[str, ...] = (),
+        limiter: SourceLimiter | None = None,
+        max_rejected: int = 8192,
+        max_concurrent: int = 16,
     ) -> None:
         self.rest = rest
         self.ttl = ttl
         self.negative_ttl = negative_ttl
         self.audiences = audiences
         self.cache: TtlCache[str, UserInfo | None] = TtlCache()
+        self.rejected: TtlCache[str, bool] = TtlCache(max_entries=max_rejected)
+        self.limiter = limiter or SourceLimiter()
+        self._slots = asyncio.Semaphore(max_concurrent)
+        self.reviews = 0
+        self.throttled = 0
 
-    async def authenticate(self, token: str) -> UserInfo | None:
-        """The user the token belongs to, or ``None`` when it is invalid or expired."""
+    async def authenticate(self, token: str, *, source: str = "") -> UserInfo | None:
+        """The user the token belongs to, or ``None`` when it is invalid or expired.
+
+        Raises :class:`ReviewsThrottled` when ``source`` has used up its TokenReviews.
+        """
         digest = hashlib.sha256(token.encode()).hexdigest()
-        return await self.cache.get(digest, lambda: self._review(token))
+        known = self.cache.peek(digest)
+        if known is not None:
+            self.cache.hits += 1
+            return known
+        if self.rejected.peek(digest):
+            self.rejected.hits += 1
+            return None
+        if not self.cache.loading(digest):
+            wait = self.limiter.take(source)
+            if wait > 0:
+                self.throttled += 1
+                raise ReviewsThrottled(wait)
+        return await self.cache.get(digest, lambda: self._review(token, digest))
 
-    async def _review(self, token: str) -> tuple[UserInfo | None, float]:
+    async def _review(self, token: str, digest: str) -> tuple[UserInfo | None, float]:
+        info = await self._ask(token)
+        if info is None:
+            self.rejected.put(digest, True, self.negative_ttl)
+            return None, 0.0
+        return info, self.ttl
+
+    async def _ask(self, token: str) -> UserInfo | None:
         spec: dict[str, object] = {"token": token}
         if self.audiences:
             spec["audiences"] = list(self.audiences)
-        review = await self.rest.request(
-            "POST",
-            "/apis/authentication.k8s.io/v1/tokenreviews",
-            body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec},
-        )
+        async with self._slots:
+            self.reviews += 1
+            review = await self.rest.request(
+                "POST",
+                "/apis/authentication.k8s.io/v1/tokenreviews",
+                body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec},
+            )
         status = review.get("status") or {}
         if not status.get("authenticated"):
-            return None, self.negative_ttl
+            return None
+        # NB: an authenticator that ignores audiences answers without them: not for us then.
+        if self.audiences and not set(status.get("audiences") or ()) & set(self.audiences):
+            return None
         user = status.get("user") or {}
         info = UserInfo(
             username=str(user.get("username", "")),
@@ -170,9 +265,7 @@ class Authenticator:
             groups=tuple(user.get("groups") or ()),
             extra={k: tuple(v) for k, v in (user.get("extra") or {}).items()},
         )
-        if not info.username:
-            return None, self.negative_ttl
-        return info, self.ttl
+        return info if info.username else None
 
 
 class Authorizer:

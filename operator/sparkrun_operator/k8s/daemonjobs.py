@@ -15,11 +15,16 @@ Contract:
   :data:`OVERLAY_SECONDS`. ResourceVersions are compared for equality only, never ordered: the
   watch's order says which copy is newer. :meth:`JobCache.changed` wakes waiters whenever any
   job changes (SSE streams wait on it).
+- The cache is bounded in bytes per job: ``managedFields`` are dropped, and a result larger than
+  :data:`CACHED_RESULT_BYTES` (encoded) is not kept: the cached copy carries
+  ``status.resultOmitted = true`` instead, and readers that need the result fetch the object
+  (:meth:`JobCache.full`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections import OrderedDict
@@ -30,9 +35,9 @@ from sparkrun_operator.api.daemonjob import DaemonJobStatus
 from sparkrun_operator.api.resources import DAEMON_JOB
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.client import MAX_CONFLICTS, Kube, resource_of, retry_conflicts
-from sparkrun_operator.k8s.informer import Informer
+from sparkrun_operator.k8s.informer import Informer, drop_managed_fields
 
-__all__ = ["DAEMON_JOBS", "MAX_ATTEMPTS", "DaemonJobs", "JobCache"]
+__all__ = ["CACHED_RESULT_BYTES", "DAEMON_JOBS", "MAX_ATTEMPTS", "OMITTED", "DaemonJobs", "JobCache", "slim"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +49,30 @@ OVERLAY_SECONDS = 5.0
 SEEN_VERSIONS = 4096
 
 Mutation = Callable[[DaemonJobStatus, dict[str, Any]], None]
+#: Results larger than this (encoded) are not kept in the cache.
+CACHED_RESULT_BYTES = 64 * 1024
+#: The status key of a cached copy whose result was left out.
+OMITTED = "resultOmitted"
+
+
+def _result_size(status: dict[str, Any]) -> int:
+    packed = status.get("resultGzip")
+    if isinstance(packed, str):
+        return len(packed)
+    result = status.get("result")
+    if result is None or isinstance(result, (bool, int, float)):
+        return 0
+    return len(json.dumps(result, separators=(",", ":")))
+
+
+def slim(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` as the cache keeps it: no managedFields, no result above :data:`CACHED_RESULT_BYTES`."""
+    drop_managed_fields(obj)
+    status = obj.get("status")
+    if isinstance(status, dict) and _result_size(status) > CACHED_RESULT_BYTES:
+        status = obj["status"] = {k: v for k, v in status.items() if k not in ("result", "resultGzip")}
+        status[OMITTED] = True
+    return obj
 
 
 def _version(obj: dict[str, Any]) -> str:
@@ -136,6 +165,7 @@ class JobCache:
             DAEMON_JOBS,
             namespace=jobs.namespace,
             watch_timeout=watch_timeout,
+            transform=slim,
             on_event=self._on_event,
             on_relist=self._on_relist,
             on_change=self._on_change,
@@ -223,6 +253,13 @@ class JobCache:
         if fetched is not None:
             await self.observe(fetched)
         return fetched
+
+    async def full(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """``obj`` with its result: fetched from the apiserver when the cache left it out."""
+        if not (obj.get("status") or {}).get(OMITTED):
+            return obj
+        fetched = await self.jobs.get(obj["metadata"]["name"])
+        return fetched if fetched is not None else obj
 
     def values(self) -> list[dict[str, Any]]:
         merged = {name: obj for (_, name), obj in self.informer.objects.items()}

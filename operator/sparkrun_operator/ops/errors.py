@@ -19,6 +19,7 @@ Hierarchy::
     ├── Conflict (409)
     ├── Gone (410, ReplayGap)
     ├── BodyTooLarge (413, detail only)
+    ├── TooManyRequests (429, RateLimited, retryable, Retry-After)
     ├── Invalid (422, ValueError)
     ├── ResultContractError (500, attrs.code = invalid_operation_result)
     ├── Unreachable (502)
@@ -27,6 +28,7 @@ Hierarchy::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -42,6 +44,7 @@ __all__ = [
     "OperationTimeout",
     "RequestTimeout",
     "ResultContractError",
+    "TooManyRequests",
     "Unauthenticated",
     "Unreachable",
     "error_body",
@@ -139,6 +142,23 @@ class Gone(DaemonError):
 class BodyTooLarge(DaemonError):
     status = 413
     typed = False
+
+
+class TooManyRequests(DaemonError):
+    """429: a quota or rate limit of the caller (``Retry-After`` says when to try again)."""
+
+    status = 429
+    type_name = "RateLimited"
+    default_retryable = True
+
+    def __init__(
+        self, detail: str, *, retry_after: float = 1.0, attrs: Mapping[str, Any] | None = None
+    ) -> None:
+        super().__init__(detail, attrs=attrs)
+        self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(max(1, math.ceil(self.retry_after)))}
 
 
 class Invalid(DaemonError):

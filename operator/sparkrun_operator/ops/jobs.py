@@ -92,6 +92,8 @@ MAX_KEY_LENGTH = 200
 MAX_RESULT_BYTES = 2 * 1024 * 1024
 RETENTION = dt.timedelta(days=7)
 TOMBSTONE_RETENTION = dt.timedelta(days=30)
+#: Tombstones kept at most (the oldest beyond are deleted): bounds what idempotency costs.
+MAX_TOMBSTONES = 10_000
 RETAINED_JOBS = 1000
 
 
@@ -417,15 +419,19 @@ def retention_actions(
     max_age: dt.timedelta = RETENTION,
     tombstone_age: dt.timedelta = TOMBSTONE_RETENTION,
     max_count: int = RETAINED_JOBS,
+    max_tombstones: int = MAX_TOMBSTONES,
 ) -> list[tuple[str, Literal["tombstone", "delete"]]]:
     """What to do with which job: ``(name, "tombstone" | "delete")``; active jobs never appear."""
     actions: list[tuple[str, Literal["tombstone", "delete"]]] = []
     finished = []
+    tombstones = []
     for obj in jobs:
         name = obj["metadata"]["name"]
         if is_tombstone(obj):
             if _created(obj) < now - tombstone_age:
                 actions.append((name, "delete"))
+            else:
+                tombstones.append(obj)
             continue
         if state_of(obj) in TERMINAL:
             finished.append(obj)
@@ -436,8 +442,14 @@ def retention_actions(
         keyed = bool((obj.get("spec") or {}).get("idempotencyKey"))
         if keyed and _created(obj) >= now - tombstone_age:
             actions.append((obj["metadata"]["name"], "tombstone"))
+            tombstones.append(obj)
         else:
             actions.append((obj["metadata"]["name"], "delete"))
+    # NB: the newest tombstones are kept; a new tombstone may push out an old one.
+    tombstones.sort(key=_created, reverse=True)
+    doomed = {o["metadata"]["name"] for o in tombstones[max(0, max_tombstones) :]}
+    actions = [(n, "delete" if n in doomed else a) for n, a in actions]
+    actions += [(n, "delete") for n in sorted(doomed - {n for n, _ in actions})]
     return actions
 
 

@@ -11,6 +11,10 @@ Authorization is the caller's (the shim) business; this module applies the job r
 - :meth:`JobService.answer` records an answer in ``spec.answers`` for the pending prompt. A
   secret answer goes into a Secret owned by the DaemonJob (the spec holds only its reference;
   the executor deletes the Secret after reading it); approval/decision answers must be booleans.
+- Quota: a principal may have at most ``max_active_jobs`` unfinished jobs (queued or active,
+  counted from the cache plus its submissions in flight); one more is a 429 ``RateLimited``
+  with ``attrs.quota = "active_jobs"``. A repeated Idempotency-Key of an existing job is not
+  a new job and is never refused by the quota.
 """
 
 from __future__ import annotations
@@ -30,10 +34,13 @@ from sparkrun_operator.k8s.client import SECRETS, retry_conflicts
 from sparkrun_operator.k8s.daemonjobs import DaemonJobs, JobCache
 from sparkrun_operator.ops import jobs
 from sparkrun_operator.ops.catalog import Operation
-from sparkrun_operator.ops.errors import Conflict, Invalid
+from sparkrun_operator.ops.errors import Conflict, Invalid, TooManyRequests
 from sparkrun_operator.render import keys
 
-__all__ = ["JOB_ID", "JobService"]
+__all__ = ["DEFAULT_MAX_ACTIVE_JOBS", "JOB_ID", "JobService"]
+
+#: Unfinished jobs one principal may have at once.
+DEFAULT_MAX_ACTIVE_JOBS = 32
 
 #: Job ids are DaemonJob names: 32 lowercase hex characters.
 JOB_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -53,10 +60,37 @@ class JobService:
         cache: JobCache,
         *,
         clock: Callable[[], dt.datetime] | None = None,
+        max_active_jobs: int = DEFAULT_MAX_ACTIVE_JOBS,
     ) -> None:
         self.daemonjobs = daemonjobs
         self.cache = cache
         self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
+        self.max_active_jobs = max_active_jobs
+        #: Submissions in flight per principal (not in the cache yet).
+        self._submitting: dict[str, int] = {}
+
+    def unfinished(self, principal: str) -> int:
+        """The principal's queued and active jobs (cache and submissions in flight)."""
+        wanted = jobs.principal_label(principal)
+        count = self._submitting.get(principal, 0)
+        for obj in self.cache.values():
+            if (obj["metadata"].get("labels") or {}).get(jobs.LABEL_PRINCIPAL) != wanted:
+                continue
+            if (obj.get("spec", {}).get("principal") or {}).get("username") != principal:
+                continue
+            if jobs.state_of(obj) not in jobs.TERMINAL and not jobs.is_tombstone(obj):
+                count += 1
+        return count
+
+    def _admit(self, principal: str, name: str, key: str | None) -> None:
+        if key is not None and any(o["metadata"]["name"] == name for o in self.cache.values()):
+            return  # a retry of an existing job
+        if self.unfinished(principal) >= self.max_active_jobs:
+            raise TooManyRequests(
+                f"Active job quota reached ({self.max_active_jobs} unfinished jobs per principal)",
+                retry_after=5.0,
+                attrs={"quota": "active_jobs", "limit": self.max_active_jobs},
+            )
 
     async def submit(
         self,
@@ -87,6 +121,20 @@ class JobService:
             key=key,
             digest=digest,
         )
+        self._admit(user.username, name, key)
+        self._submitting[user.username] = self._submitting.get(user.username, 0) + 1
+        try:
+            return await self._create(obj, name, key=key, username=user.username, digest=digest)
+        finally:
+            left = self._submitting[user.username] - 1
+            if left:
+                self._submitting[user.username] = left
+            else:
+                del self._submitting[user.username]
+
+    async def _create(
+        self, obj: dict[str, Any], name: str, *, key: str | None, username: str, digest: str
+    ) -> str:
         for _ in range(3):
             try:
                 created = await self.daemonjobs.create(obj)
@@ -103,7 +151,7 @@ class JobService:
             if jobs.is_tombstone(existing):
                 raise Conflict("The previous result expired; this idempotency key cannot execute again")
             spec = existing.get("spec", {})
-            same_principal = (spec.get("principal") or {}).get("username") == user.username
+            same_principal = (spec.get("principal") or {}).get("username") == username
             if not same_principal or spec.get("requestDigest") != digest:
                 raise Conflict("Idempotency key was already used for different arguments")
             return name

@@ -5,12 +5,22 @@ A job in an active state names its executor (``status.executor``). The executor'
 it runs; an executor whose Lease has expired is dead. ``GET /v1/reservations`` reports each
 claim's owner liveness from these Leases, and ``POST /v1/reservations/{owner}/reconcile``
 marks a dead owner's jobs ``lost`` (never reruns them).
+
+Liveness never compares the writer's clock with the reader's (a ``renewTime`` is another
+machine's wall clock): like client-go's leader election, a :class:`LeaseObserver` notes, on its
+own monotonic clock, when it first saw each Lease record (its ``renewTime`` and
+``resourceVersion``); the executor is dead once the record has not changed for
+``leaseDurationSeconds`` of the observer's time. Any clock skew between the executor and the
+observer is therefore irrelevant; the price is that a process seeing a Lease for the first time
+gives it one full duration before calling it dead.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import time
+from collections.abc import Callable
 from typing import Any
 
 from sparkrun_operator.api.daemonjob import DaemonJobStatus
@@ -20,7 +30,16 @@ from sparkrun_operator.ops import jobs
 from sparkrun_operator.ops.errors import DaemonError
 from sparkrun_operator.render import keys
 
-__all__ = ["LEASES", "LEASE_LABEL", "executor_liveness", "lease_name", "mark_lost", "renew"]
+__all__ = [
+    "LEASES",
+    "LEASE_LABEL",
+    "OBSERVER",
+    "LeaseObserver",
+    "executor_liveness",
+    "lease_name",
+    "mark_lost",
+    "renew",
+]
 
 LEASE_LABEL = keys.LABEL_EXECUTOR
 LEASE_SECONDS = 30
@@ -56,7 +75,7 @@ async def renew(
             },
             "spec": {
                 "holderIdentity": executor_id,
-                "leaseDurationSeconds": LEASE_SECONDS,
+                "leaseDurationSeconds": duration,
                 "renewTime": stamp,
             },
         },
@@ -64,24 +83,49 @@ async def renew(
     )
 
 
-async def executor_liveness(rest: Kube, namespace: str, *, now: dt.datetime | None = None) -> dict[str, bool]:
+class LeaseObserver:
+    """Executor liveness judged by this process's own monotonic clock (see the module docstring)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        #: ``(namespace, lease name)`` -> (the record last seen, when this process first saw it).
+        self._seen: dict[tuple[str, str], tuple[tuple[str, str, str], float]] = {}
+
+    def judge(self, namespace: str, leases: list[dict[str, Any]]) -> dict[str, bool]:
+        """``{holder: alive}`` for the Leases of ``namespace`` listed just now."""
+        now = self.clock()
+        out: dict[str, bool] = {}
+        present: set[tuple[str, str]] = set()
+        for lease in leases:
+            meta, spec = lease.get("metadata") or {}, lease.get("spec") or {}
+            holder = spec.get("holderIdentity")
+            if not holder:
+                continue
+            key = (namespace, str(meta.get("name") or holder))
+            present.add(key)
+            # NB: resourceVersions are opaque: compared for equality, never ordered.
+            record = (str(holder), str(spec.get("renewTime") or ""), str(meta.get("resourceVersion") or ""))
+            seen = self._seen.get(key)
+            if seen is None or seen[0] != record:
+                seen = self._seen[key] = (record, now)
+            duration = int(spec.get("leaseDurationSeconds") or LEASE_SECONDS)
+            alive = bool(record[1]) and now - seen[1] < duration
+            out[str(holder)] = out.get(str(holder), False) or alive
+        for key in [k for k in self._seen if k[0] == namespace and k not in present]:
+            del self._seen[key]  # the Lease is gone: forget it (bounded by the Leases that exist)
+        return out
+
+
+#: The process's observer (leases are judged by the time this process has watched them).
+OBSERVER = LeaseObserver()
+
+
+async def executor_liveness(
+    rest: Kube, namespace: str, *, observer: LeaseObserver | None = None
+) -> dict[str, bool]:
     """``{executor id: alive}`` for every executor Lease in ``namespace``."""
-    current = now or dt.datetime.now(dt.UTC)
-    out: dict[str, bool] = {}
-    for lease in await rest.list(LEASES, namespace, label_selector=LEASE_LABEL):
-        spec = lease.get("spec") or {}
-        holder = spec.get("holderIdentity")
-        renewed = spec.get("renewTime")
-        if not holder:
-            continue
-        alive = False
-        if renewed:
-            stamp = dt.datetime.fromisoformat(str(renewed).replace("Z", "+00:00"))
-            alive = (
-                stamp + dt.timedelta(seconds=int(spec.get("leaseDurationSeconds") or LEASE_SECONDS)) > current
-            )
-        out[holder] = alive
-    return out
+    leases = await rest.list(LEASES, namespace, label_selector=LEASE_LABEL)
+    return (observer or OBSERVER).judge(namespace, leases)
 
 
 async def mark_lost(daemonjobs: DaemonJobs, obj: dict[str, Any]) -> dict[str, Any]:

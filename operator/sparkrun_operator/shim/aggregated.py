@@ -22,9 +22,9 @@ import asyncio
 from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from sparkrun_operator.shim.boundary import FRONT_PROXY, json_response
+from sparkrun_operator.shim.listener import GuardedProtocol
 
 __all__ = ["GROUP", "VERSION", "Discovery", "FrontProxyProtocol", "front_proxy_protocol"]
 
@@ -88,7 +88,7 @@ def _common_name(cert: dict[str, Any] | None) -> str | None:
     return None
 
 
-class FrontProxyProtocol(H11Protocol):
+class FrontProxyProtocol(GuardedProtocol):
     """Marks requests of connections authenticated with an allowed front-proxy certificate."""
 
     #: Common names accepted (empty: any certificate signed by the request-header CA).

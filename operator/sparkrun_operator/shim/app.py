@@ -53,13 +53,14 @@ from sparkrun_operator.ops.jobstore import JobService
 from sparkrun_operator.shim import docs
 from sparkrun_operator.shim.boundary import Boundary, Errors, json_response
 from sparkrun_operator.shim.identity import Gate
+from sparkrun_operator.shim.querycache import QueryCache
 from sparkrun_operator.shim.routes_admin import AdminRoutes
 from sparkrun_operator.shim.routes_events import EventRoutes
 from sparkrun_operator.shim.routes_info import InfoRoutes
 from sparkrun_operator.shim.routes_jobs import JobRoutes
 from sparkrun_operator.shim.routes_ops import OperationRoutes
 from sparkrun_operator.shim.sse import Subscriptions
-from sparkrun_operator.shim.state import Handler, QueryCache, ShimConfig
+from sparkrun_operator.shim.state import Handler, ShimConfig
 from sparkrun_operator.shim.streams import Streams
 
 __all__ = ["Shim", "ShimConfig"]
@@ -103,8 +104,10 @@ class Shim(InfoRoutes, OperationRoutes, JobRoutes, EventRoutes, AdminRoutes):
         self.on_shutdown = on_shutdown
         self.draining = False
         self.queries_in_flight = 0
-        self.query_cache = QueryCache(config.query_cache_ttl, config.query_cache_size)
-        self.subscriptions = Subscriptions(config.max_streams)
+        self.query_cache = QueryCache(
+            config.query_cache_ttl, config.query_cache_size, config.query_cache_bytes
+        )
+        self.subscriptions = Subscriptions(config.max_streams, per_principal=config.max_streams_per_principal)
         self.streams = Streams(rest=rest, settings=config.settings)
         self.version = _version()
         self._openapi: bytes | None = None

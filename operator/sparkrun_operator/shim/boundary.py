@@ -5,7 +5,9 @@ Pure ASGI (no ``BaseHTTPMiddleware``), so streaming responses pass through untou
 - ``/v1/health`` is public; every other request needs a caller: a ``Bearer`` token reviewed by
   TokenReview, or, on the aggregated-API listener only (the connection's client certificate was
   verified against the request-header CA and its CN is allowed, see :mod:`.server`), the user in
-  the front-proxy headers. Anything else is 401 with ``WWW-Authenticate: Bearer``.
+  the front-proxy headers. Anything else is 401 with ``WWW-Authenticate: Bearer``. A source
+  address that keeps sending unknown tokens is 429 (``RateLimited``, ``Retry-After``) once its
+  TokenReview budget is spent (``k8s.auth.SourceLimiter``).
 - Bodies of POST/PUT/PATCH are read up front: more than ``body_limit`` bytes is 413, a body that
   does not arrive within ``body_timeout`` seconds is 408.
 - :class:`Errors` turns a :class:`~sparkrun_operator.ops.errors.DaemonError` raised before the
@@ -24,11 +26,12 @@ from urllib.parse import unquote
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sparkrun_operator.k8s import errors as k8s_errors
-from sparkrun_operator.k8s.auth import RequestHeaderConfig
+from sparkrun_operator.k8s.auth import RequestHeaderConfig, ReviewsThrottled
 from sparkrun_operator.ops.errors import (
     BodyTooLarge,
     DaemonError,
     RequestTimeout,
+    TooManyRequests,
     Unauthenticated,
     error_body,
 )
@@ -135,7 +138,8 @@ class Boundary:
         token = authorization[7:].strip()
         if not token or len(token) > 16384:
             return None
-        return await self.gate.from_token(token)
+        client = scope.get("client")
+        return await self.gate.from_token(token, source=str(client[0]) if client else "")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -146,6 +150,10 @@ class Boundary:
                 caller = await self._caller(scope)
             except DaemonError:
                 raise
+            except ReviewsThrottled as error:
+                raise TooManyRequests(
+                    "Too many authentication attempts from this address", retry_after=error.retry_after
+                ) from error
             except Exception as error:
                 raise DaemonError(
                     "Authentication is unavailable: the Kubernetes API did not answer",

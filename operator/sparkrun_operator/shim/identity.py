@@ -45,8 +45,9 @@ class Gate:
         self.authorizer = authorizer
         self.managers = managers
 
-    async def from_token(self, token: str) -> Caller | None:
-        user = await self.authenticator.authenticate(token)
+    async def from_token(self, token: str, *, source: str = "") -> Caller | None:
+        """The caller of a bearer token sent from address ``source`` (``None``: invalid token)."""
+        user = await self.authenticator.authenticate(token, source=source)
         if user is None:
             return None
         return Caller(user=user, manager=await self.managers.manager_of(user), via="bearer")

@@ -31,7 +31,7 @@ class EventRoutes(ShimState):
         _, first = joblib.events(obj)
         if after and after < first - 1:
             raise _gone(first)
-        release = self.subscriptions.acquire()
+        release = self.subscriptions.acquire(self.caller(request).principal)
         return EventStream(self._follow(request, identifier, after), release=release)
 
     async def _follow(self, request: Request, identifier: str, after: int) -> AsyncGenerator[bytes, None]:
@@ -53,7 +53,7 @@ class EventRoutes(ShimState):
     async def global_events(self, request: Request) -> ASGIApp:
         caller = self.caller(request)
         await self.gate.require(caller, "read")
-        release = self.subscriptions.acquire()
+        release = self.subscriptions.acquire(caller.principal)
 
         async def snapshots() -> AsyncIterator[bytes]:
             while True:
@@ -78,7 +78,7 @@ class EventRoutes(ShimState):
         )
         try:
             first = await producer.__anext__()  # validates parameters before any header is sent
-            release = self.subscriptions.acquire()
+            release = self.subscriptions.acquire(caller.principal)
         except BaseException:
             await producer.aclose()
             raise

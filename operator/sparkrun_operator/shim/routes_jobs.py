@@ -41,7 +41,8 @@ class JobRoutes(ShimState):
 
     async def get_job(self, request: Request, identifier: str) -> Response:
         obj, _ = await self._job_access(request, identifier)
-        return json_reply(self._public(obj))
+        # NB: the cache leaves large results out (k8s/daemonjobs.py): this reads them.
+        return json_reply(self._public(await self.cache.full(obj)))
 
     async def cancel_job(self, request: Request, identifier: str) -> Response:
         obj, _ = await self._job_access(request, identifier)

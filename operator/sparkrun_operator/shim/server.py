@@ -10,6 +10,11 @@ Listeners:
   ``kube-system/extension-apiserver-authentication``); only there are ``X-Remote-*`` identity
   headers trusted.
 
+Both listeners bound request heads (``--head-timeout`` seconds: 408; ``--max-head-bytes``: 431)
+and reload their certificate when its files change (:mod:`.listener`), with Python's default
+TLS settings. ``--token-audience`` (repeatable) makes TokenReview accept only tokens issued for
+one of those audiences.
+
 :func:`build` returns the :class:`~sparkrun_operator.shim.app.Shim` with its cache started (for
 tests and benchmarks that serve it themselves); :func:`serve` runs everything until ``stop``
 is set or ``POST /v1/shutdown`` asks for it.
@@ -22,7 +27,6 @@ import contextlib
 import logging
 import os
 import socket
-import ssl
 import tempfile
 import uuid
 from dataclasses import dataclass, field
@@ -37,10 +41,11 @@ from sparkrun_operator.k8s.daemonjobs import DaemonJobs, JobCache
 from sparkrun_operator.ops import catalog as catalog_mod
 from sparkrun_operator.ops.context import Settings
 from sparkrun_operator.ops.executors import EXECUTORS
-from sparkrun_operator.ops.jobstore import JobService
+from sparkrun_operator.ops.jobstore import DEFAULT_MAX_ACTIVE_JOBS, JobService
 from sparkrun_operator.shim.aggregated import Discovery, front_proxy_protocol
 from sparkrun_operator.shim.app import Shim, ShimConfig
 from sparkrun_operator.shim.identity import Gate
+from sparkrun_operator.shim.listener import GuardedProtocol, Limits, ReloadingTls, listener_config
 
 __all__ = ["ServeOptions", "build", "serve"]
 
@@ -62,6 +67,15 @@ class ServeOptions:
     aggregated_port: int | None = None
     aggregated_host: str | None = None
     allow_request_trust: bool = False
+    #: Audiences a bearer token must be issued for (TokenReview ``spec.audiences``; empty: the apiserver's).
+    token_audiences: tuple[str, ...] = ()
+    limits: Limits = field(default_factory=Limits)
+    #: Unfinished jobs per principal (429 beyond).
+    max_active_jobs: int = DEFAULT_MAX_ACTIVE_JOBS
+    #: Concurrent SSE streams per principal (429 beyond).
+    max_streams_per_principal: int = 16
+    #: Seconds between checks of the certificate files for rotation.
+    tls_reload_poll: float = 2.0
     controller_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}")
     #: Bind the daemon API to this already-listening socket instead of host:port (tests).
     sock: socket.socket | None = None
@@ -87,7 +101,11 @@ async def build(options: ServeOptions, rest: Kube | None = None, *, sync_timeout
         await cache.stop()
         await rest.close()
         raise
-    gate = Gate(Authenticator(rest), Authorizer(rest, options.namespace), ManagerDirectory(rest))
+    gate = Gate(
+        Authenticator(rest, audiences=options.token_audiences),
+        Authorizer(rest, options.namespace),
+        ManagerDirectory(rest),
+    )
     front_proxy = (
         await request_header_config(rest) if options.aggregated_port or options.aggregated_sock else None
     )
@@ -96,10 +114,11 @@ async def build(options: ServeOptions, rest: Kube | None = None, *, sync_timeout
             settings=settings,
             controller_id=options.controller_id,
             allow_request_trust=options.allow_request_trust,
+            max_streams_per_principal=options.max_streams_per_principal,
         ),
         rest=rest,
         gate=gate,
-        jobs=JobService(daemonjobs, cache),
+        jobs=JobService(daemonjobs, cache, max_active_jobs=options.max_active_jobs),
         cache=cache,
         catalog=catalog_mod.load(),
         executors=EXECUTORS,
@@ -125,6 +144,32 @@ def _check_tls(options: ServeOptions) -> None:
         )
 
 
+def _aggregated_listener(
+    shim: Shim, app: Any, options: ServeOptions
+) -> tuple[uvicorn.Config, ReloadingTls, tempfile.TemporaryDirectory[str]]:
+    """The aggregated API listener: client certificates from the request-header CA required."""
+    if shim.front_proxy is None:
+        raise RuntimeError("the apiserver publishes no request-header CA: is the aggregation layer enabled?")
+    if not options.tls_cert or not options.tls_key:
+        raise ValueError("the aggregated API listener needs --tls-cert/--tls-key")
+    ca_dir = tempfile.TemporaryDirectory(prefix="sparkrun-shim-")
+    ca_file = Path(ca_dir.name) / "requestheader-ca.crt"
+    ca_file.write_text(shim.front_proxy.client_ca_pem)
+    tls = ReloadingTls(
+        options.tls_cert, options.tls_key, client_ca=str(ca_file), poll=options.tls_reload_poll
+    )
+    protocol: type[GuardedProtocol] = front_proxy_protocol(frozenset(shim.front_proxy.allowed_names))
+    config = listener_config(
+        Discovery(app),
+        host=options.aggregated_host or options.host,
+        port=options.aggregated_port or 0,
+        limits=options.limits,
+        tls=tls,
+        protocol=protocol,
+    )
+    return config, tls, ca_dir
+
+
 async def serve(
     options: ServeOptions, *, stop: asyncio.Event | None = None, ready: asyncio.Event | None = None
 ) -> None:
@@ -144,43 +189,18 @@ async def serve(
     shim.on_shutdown = stop.set
     app = shim.app()
     servers: list[tuple[_Server, list[socket.socket] | None]] = []
-    config = uvicorn.Config(
-        app,
-        host=options.host,
-        port=options.port,
-        lifespan="off",
-        access_log=False,
-        ws="none",
-        ssl_certfile=options.tls_cert,
-        ssl_keyfile=options.tls_key,
-        timeout_graceful_shutdown=5,
+    tls = (
+        ReloadingTls(options.tls_cert, options.tls_key, poll=options.tls_reload_poll)
+        if options.tls_cert and options.tls_key
+        else None
     )
+    config = listener_config(app, host=options.host, port=options.port, limits=options.limits, tls=tls)
     servers.append((_Server(config), [options.sock] if options.sock else None))
     ca_dir: tempfile.TemporaryDirectory[str] | None = None
+    reloading = [tls] if tls is not None else []
     if options.aggregated_port or options.aggregated_sock:
-        if shim.front_proxy is None:
-            raise RuntimeError(
-                "the apiserver publishes no request-header CA: is the aggregation layer enabled?"
-            )
-        if not options.tls_cert:
-            raise ValueError("the aggregated API listener needs --tls-cert/--tls-key")
-        ca_dir = tempfile.TemporaryDirectory(prefix="sparkrun-shim-")
-        ca_file = Path(ca_dir.name) / "requestheader-ca.crt"
-        ca_file.write_text(shim.front_proxy.client_ca_pem)
-        aggregated = uvicorn.Config(
-            Discovery(app),
-            host=options.aggregated_host or options.host,
-            port=options.aggregated_port or 0,
-            lifespan="off",
-            access_log=False,
-            ws="none",
-            http=front_proxy_protocol(frozenset(shim.front_proxy.allowed_names)),
-            ssl_certfile=options.tls_cert,
-            ssl_keyfile=options.tls_key,
-            ssl_cert_reqs=ssl.CERT_REQUIRED,
-            ssl_ca_certs=str(ca_file),
-            timeout_graceful_shutdown=5,
-        )
+        aggregated, front_tls, ca_dir = _aggregated_listener(shim, app, options)
+        reloading.append(front_tls)
         servers.append((_Server(aggregated), [options.aggregated_sock] if options.aggregated_sock else None))
     tasks = [asyncio.create_task(server.serve(sockets=sockets)) for server, sockets in servers]
 
@@ -194,6 +214,7 @@ async def serve(
             ready.set()
 
     announcer = asyncio.create_task(announce())
+    watchers = [asyncio.create_task(reload.watch()) for reload in reloading]
     stopper = asyncio.create_task(stop.wait())
     try:
         await asyncio.wait({stopper, *tasks}, return_when=asyncio.FIRST_COMPLETED)
@@ -201,7 +222,7 @@ async def serve(
         for server, _ in servers:
             server.should_exit = True
         await asyncio.gather(*tasks, return_exceptions=True)
-        for task in (stopper, announcer):
+        for task in (stopper, announcer, *watchers):
             task.cancel()
         await shim.cache.stop()
         await shim.rest.close()

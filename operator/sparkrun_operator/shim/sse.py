@@ -7,7 +7,8 @@ subscription slot released, whatever ended the stream.
 
 :func:`frame` encodes one event (``id:`` line when the payload has an ``id``), :data:`HEARTBEAT`
 is a comment line that keeps idle connections and proxies alive. :class:`Subscriptions` bounds
-the number of concurrent streams (409 when full).
+the number of concurrent streams (409 when full) and those of one principal (429 ``RateLimited``
+with ``attrs.quota = "streams"`` beyond ``per_principal``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
-from sparkrun_operator.ops.errors import Conflict, DaemonError, error_body
+from sparkrun_operator.ops.errors import Conflict, DaemonError, TooManyRequests, error_body
 
 __all__ = ["HEARTBEAT", "EventStream", "Subscriptions", "frame"]
 
@@ -37,17 +38,27 @@ def frame(event: dict[str, Any]) -> bytes:
 
 
 class Subscriptions:
-    """A bounded set of live streams."""
+    """A bounded set of live streams, bounded per principal too."""
 
-    def __init__(self, maximum: int) -> None:
+    def __init__(self, maximum: int, *, per_principal: int | None = None) -> None:
         self.maximum = maximum
+        self.per_principal = per_principal if per_principal is not None else maximum
         self.active = 0
+        self.by_principal: dict[str, int] = {}
 
-    def acquire(self) -> Callable[[], None]:
+    def acquire(self, principal: str = "") -> Callable[[], None]:
         """Take a slot (``Conflict`` when none is left); returns its release function."""
         if self.active >= self.maximum:
             raise Conflict("Subscriber limit reached", retryable=True)
+        held = self.by_principal.get(principal, 0)
+        if held >= self.per_principal:
+            raise TooManyRequests(
+                f"Stream quota reached ({self.per_principal} concurrent streams per principal)",
+                retry_after=5.0,
+                attrs={"quota": "streams", "limit": self.per_principal},
+            )
         self.active += 1
+        self.by_principal[principal] = held + 1
         released = False
 
         def release() -> None:
@@ -55,6 +66,11 @@ class Subscriptions:
             if not released:
                 released = True
                 self.active -= 1
+                left = self.by_principal[principal] - 1
+                if left:
+                    self.by_principal[principal] = left
+                else:
+                    del self.by_principal[principal]
 
         return release
 

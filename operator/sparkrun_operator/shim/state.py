@@ -5,7 +5,6 @@ caller/job-access helpers its handlers use)."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,10 +24,11 @@ from sparkrun_operator.ops.jobstore import JobService
 from sparkrun_operator.ops.schema import parse_json_object
 from sparkrun_operator.shim.boundary import CALLER
 from sparkrun_operator.shim.identity import Caller, Gate
+from sparkrun_operator.shim.querycache import QueryCache
 from sparkrun_operator.shim.sse import Subscriptions
 from sparkrun_operator.shim.streams import Streams
 
-__all__ = ["PROTOCOL", "Handler", "QueryCache", "ShimConfig", "ShimState", "json_reply"]
+__all__ = ["PROTOCOL", "Handler", "ShimConfig", "ShimState", "json_reply"]
 
 PROTOCOL = 1
 
@@ -41,40 +41,19 @@ class ShimConfig:
     controller_id: str = "sparkrun-shim"
     allow_request_trust: bool = False
     max_streams: int = 64
+    #: Concurrent SSE streams of one principal (429 beyond).
+    max_streams_per_principal: int = 16
     max_queued_queries: int = 32
     query_cache_ttl: float = 2.0
     query_cache_size: int = 128
+    #: Bytes the query cache may hold in all; larger answers are not cached.
+    query_cache_bytes: int = 16 * 1024 * 1024
     body_limit: int = 1024 * 1024
     body_timeout: float = 30.0
     snapshot_interval: float = 2.0
     heartbeat: float = 10.0
     #: URL prefix under which the aggregated API serves the same routes.
     aggregated_prefix: str = "/apis/daemon.sparkrun.dev/v1alpha1"
-
-
-class QueryCache:
-    """The daemon's short query cache: only for ``cacheable`` operations, cleared by any job."""
-
-    def __init__(self, ttl: float, size: int) -> None:
-        self.ttl, self.size = ttl, size
-        self.values: dict[tuple[str, ...], tuple[float, bytes]] = {}
-
-    def get(self, key: tuple[str, ...]) -> bytes | None:
-        found = self.values.get(key)
-        if found is None:
-            return None
-        if time.monotonic() - found[0] >= self.ttl:
-            self.values.pop(key, None)
-            return None
-        return found[1]
-
-    def put(self, key: tuple[str, ...], value: bytes) -> None:
-        if len(self.values) >= self.size:
-            self.values.pop(next(iter(self.values)))
-        self.values[key] = (time.monotonic(), value)
-
-    def clear(self) -> None:
-        self.values.clear()
 
 
 def json_reply(body: Any, status: int = 200) -> Response:
