@@ -10,7 +10,7 @@ PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv demo test unit verify crds generate lint fmt typecheck importlint chart-lint policy test-vllm-args testbed-bin testbed-up testbed-down bench bench-gateway bench-reconcile bench-scale clean
+.PHONY: sizes help venv demo test unit verify crds generate lint fmt typecheck importlint chart-lint policy test-vllm-args testbed-bin testbed-up testbed-down bench bench-gateway bench-reconcile bench-scale clean
 
 help: ## list the verbs
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -40,8 +40,11 @@ crds generate: $(STAMP) testbed-bin ## regenerate every generated file (CRDs, ch
 	$(PY) hack/chart-values-table.py
 	$(PY) hack/render-manifests.py --helm $(HELM)
 
-verify: generate lint typecheck importlint chart-lint policy ## regenerate, run all static checks, fail on any diff
+verify: generate lint typecheck importlint sizes chart-lint policy ## regenerate, run all static checks, fail on any diff
 	@hack/verify-clean.sh
+
+sizes: $(STAMP) ## product modules <= 600 lines, functions <= 80, or a written reason (hack/size-exceptions.txt)
+	$(PY) hack/check-sizes.py
 
 chart-lint: testbed-bin ## helm lint --strict of the chart (defaults, and the values of manifests/)
 	$(HELM) lint --strict helm/sparkrun-operator
