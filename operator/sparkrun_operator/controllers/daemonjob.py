@@ -26,6 +26,7 @@ import datetime as dt
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -58,6 +59,8 @@ RETENTION_SECONDS = 300.0
 #: How long a principal's scope check is reused (positive and negative): revocation is seen
 #: by the next job within this.
 AUTHZ_TTL = 2.0
+#: Seconds a job's own write outranks watch events that do not carry it yet.
+WRITE_HOLD = 5.0
 
 
 def executor_identity() -> str:
@@ -73,21 +76,35 @@ class _Control:
         self.executor = executor
         self._obj = obj
         self.event = asyncio.Event()
+        #: resourceVersion of our last write until the watch delivers it, and since when.
+        self._written: tuple[str, float] | None = None
 
     @property
     def obj(self) -> dict[str, Any]:
         return self._obj
 
     def offer(self, obj: dict[str, Any]) -> None:
-        """A newer copy from a watch event or our own write (older ones are ignored)."""
-        if _rv(obj) >= _rv(self._obj):
-            self._obj = obj
-            self.event.set()
+        """A copy from a watch event. resourceVersions are opaque (never compared for order):
+        a watch delivers one object's events in order, so after our own write every event
+        before the one carrying our write's resourceVersion is older than what we hold and is
+        ignored; from that event on, the watch is current again. If the watch never shows it
+        (a relist skipped it), it is trusted again after :data:`WRITE_HOLD` seconds."""
+        if self._written is not None:
+            version, since = self._written
+            if _rv(obj) != version and time.monotonic() - since < WRITE_HOLD:
+                return
+            self._written = None
+        self._accept(obj)
+
+    def _accept(self, obj: dict[str, Any]) -> None:
+        self._obj = obj
+        self.event.set()
 
     async def write(self, mutate: Callable[[DaemonJobStatus, dict[str, Any]], None]) -> None:
         jobs_client = self.executor.jobs_in(self._obj["metadata"]["namespace"])
         written = await jobs_client.update_status(self._obj, mutate)
-        self.offer(written)
+        self._written = (_rv(written), time.monotonic())
+        self._accept(written)
 
     async def changed(self, wait: float) -> None:
         self.event.clear()
@@ -110,11 +127,8 @@ class _Control:
         )
 
 
-def _rv(obj: dict[str, Any]) -> int:
-    try:
-        return int(obj.get("metadata", {}).get("resourceVersion") or 0)
-    except ValueError:
-        return 0
+def _rv(obj: dict[str, Any]) -> str:
+    return str(obj.get("metadata", {}).get("resourceVersion") or "")
 
 
 class JobExecutor:
