@@ -142,7 +142,9 @@ def test_least_privilege_by_default(default: Rendered) -> None:
     assert _grants(gateway, "inferenceworkloads", "patch", "sparkrun.dev")
     shim_local = default.get("Role", "sparkrun-shim", NAMESPACE)
     assert _grants(shim_local, "secrets", "create")
-    assert not _grants(shim_local, "secrets", "get")
+    # get: the redacted diagnostic bundles, Secrets <job id>-diagnostics, read by name (ADR 0021)
+    assert _grants(shim_local, "secrets", "get")
+    assert not _grants(shim_local, "secrets", "list")
     for role in default.of("ClusterRole") + default.of("Role"):
         for rule in _rules(role):
             assert "*" not in rule["verbs"], role["metadata"]["name"]
