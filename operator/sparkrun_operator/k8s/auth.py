@@ -293,22 +293,28 @@ class Authorizer:
         attributes: dict[str, str] = {"group": DAEMON_GROUP, "resource": DAEMON_RESOURCE, "verb": verb}
         if self.namespace:
             attributes["namespace"] = self.namespace
-        spec: dict[str, object] = {
-            "user": user.username,
-            "groups": list(user.groups),
-            "resourceAttributes": attributes,
-        }
-        if user.uid:
-            spec["uid"] = user.uid
-        if user.extra:
-            spec["extra"] = {k: list(v) for k, v in user.extra.items()}
-        review = await self.rest.request(
-            "POST",
-            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-            body={"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec},
-        )
-        allowed = bool((review.get("status") or {}).get("allowed"))
+        allowed = await subject_access_review(self.rest, user, attributes)
         return allowed, self.ttl if allowed else self.negative_ttl
+
+
+async def subject_access_review(rest: Kube, user: UserInfo, attributes: Mapping[str, str]) -> bool:
+    """Whether ``user`` (name, groups, uid, extra) may do what ``attributes`` (a
+    SubjectAccessReview's ``resourceAttributes``) name: one review, no cache."""
+    spec: dict[str, object] = {
+        "user": user.username,
+        "groups": list(user.groups),
+        "resourceAttributes": dict(attributes),
+    }
+    if user.uid:
+        spec["uid"] = user.uid
+    if user.extra:
+        spec["extra"] = {k: list(v) for k, v in user.extra.items()}
+    review = await rest.request(
+        "POST",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        body={"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec},
+    )
+    return bool((review.get("status") or {}).get("allowed"))
 
 
 class ManagerDirectory:

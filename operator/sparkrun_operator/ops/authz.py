@@ -17,7 +17,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sparkrun_operator.k8s.auth import DAEMON_GROUP, DAEMON_RESOURCE, Authorizer, UserInfo
+from sparkrun_operator.k8s.auth import (
+    DAEMON_GROUP,
+    DAEMON_RESOURCE,
+    Authorizer,
+    UserInfo,
+    subject_access_review,
+)
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.ops.catalog import SCOPES
 from sparkrun_operator.ops.errors import DaemonError, Forbidden
@@ -87,21 +93,7 @@ async def allowed(
     attributes: dict[str, str] = {"group": group, "resource": resource, "verb": verb, "namespace": namespace}
     if name:
         attributes["name"] = name
-    spec: dict[str, Any] = {
-        "user": user.username,
-        "groups": list(user.groups),
-        "resourceAttributes": attributes,
-    }
-    if user.uid:
-        spec["uid"] = user.uid
-    if user.extra:
-        spec["extra"] = {k: list(v) for k, v in user.extra.items()}
-    review = await rest.request(
-        "POST",
-        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-        body={"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec},
-    )
-    return bool((review.get("status") or {}).get("allowed"))
+    return await subject_access_review(rest, user, attributes)
 
 
 async def is_admin(rest: Kube, user: UserInfo | None, namespace: str) -> bool:
