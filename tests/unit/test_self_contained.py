@@ -4,7 +4,8 @@ The tree git knows about (tracked files plus untracked, not ignored ones) is cop
 temporary directory that has no ``shared/`` (or anything else) beside it; there the generators
 run (``python -m sparkrun_operator.api.generate`` and ``hack/gen-ops-catalog.py``, importing the
 copy's own package) and ``hack/verify-clean.sh`` must find no difference from what was copied.
-A generator that reads ``../shared`` fails here, and so does one whose output drifted.
+A generator that reads the workplace's shared folder beside the checkout fails here, and so
+does one whose output drifted.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+#: The folder beside the checkout that only this workplace has (spelled so that this file does
+#: not match its own search).
+SIBLING = "/".join(("..", "shared"))
 
 
 def _tree_files() -> list[str]:
@@ -91,7 +95,7 @@ def test_verify_fails_on_drift_and_on_untracked_generated_files(clone: Path) -> 
 def test_nothing_in_the_build_names_the_workplace_folder() -> None:
     paths = ["Makefile", ".ci", "hack", "operator", "tests", "bench", "pyproject.toml"]
     found = subprocess.run(
-        ["git", "grep", "-n", "-I", "-F", "-e", "../shared", "-e", 'parent / "shared"', "--", *paths],
+        ["git", "grep", "-n", "-I", "-F", "-e", SIBLING, "-e", 'parent / "shared"', "--", *paths],
         cwd=REPO,
         capture_output=True,
         text=True,
