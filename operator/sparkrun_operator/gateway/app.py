@@ -162,18 +162,21 @@ class Gateway:
             await ctx.error(exc)
             return
         ctx.task = asyncio.current_task()
+        if self.keys is not None:
+            ctx.api_key = extract_key(headers) or None
+            ctx.caller = digest(ctx.api_key).hex() if ctx.api_key else "-"
         watcher: asyncio.Future[Message] | None = None
         slot: tuple[str, str] | None = None
         counted: tuple[str | None] | None = None
         try:
             if route.inference:
-                key = extract_key(headers) if self.keys is not None else None
-                self.in_flight.enter(key)
-                counted = (key,)
+                per_key = ctx.caller if ctx.api_key else None
+                self.in_flight.enter(per_key)
+                counted = (per_key,)
             if route.reads_body:
                 ctx.body = await ctx.read_body(self.settings, self.bodies)
             if route.inference:
-                slot = (self.principal(ctx), rid)
+                slot = (ctx.caller, rid)
                 self._inflight[slot] = ctx
                 watcher = ctx.watch_disconnect()
             await route.handler(self, ctx)
@@ -211,14 +214,6 @@ class Gateway:
                     time.perf_counter() - ctx.start
                 )
 
-    def principal(self, ctx: Ctx) -> str:
-        """Who is calling, for the cancel registry: the digest of the key sent ("" when keys
-        are off, so then every caller is one). Only the same key can cancel a request."""
-        if self.keys is None:
-            return ""
-        key = extract_key(ctx.headers)
-        return digest(key).hex() if key else "-"
-
     def cancel(self, caller: str, command_id: str) -> bool:
         """Cancel ``caller``'s in-flight request ``command_id``; False when it has none."""
         target = self._inflight.get((caller, command_id))
@@ -247,10 +242,9 @@ class Gateway:
         """The caller's grant; 401 when keys are configured and the key is missing or unknown."""
         if self.keys is None:
             return None
-        key = extract_key(ctx.headers)
-        if not key:
+        if not ctx.api_key:
             raise GatewayError(401, "Missing API key (send Authorization: Bearer <key> or x-api-key)")
-        grant = self.keys.lookup(key)
+        grant = self.keys.lookup(ctx.api_key)
         if grant is None:
             raise GatewayError(401, "Invalid API key", code="invalid_api_key")
         return grant

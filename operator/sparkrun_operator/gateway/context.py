@@ -63,6 +63,11 @@ class Ctx:
     """The endpoints of the workload the request went to (for the ejection cap)."""
     stream_end: Callable[[str], bytes] | None = None
     """Bytes that end the current stream with an in-band error in the family's protocol."""
+    api_key: str | None = None
+    """The API key the request sent (read once; ``None`` without one or when keys are off)."""
+    caller: str = ""
+    """Who is calling: the key's digest (hex), ``"-"`` without a key, ``""`` when keys are off.
+    Scopes the cancel registry and the per-key in-flight cap; the raw key is never a dict key."""
 
     async def start_response(self, status: int, ctype: bytes, extra: Headers = ()) -> None:
         self.status = status

@@ -89,7 +89,7 @@ async def ollama_root(gw: Gateway, ctx: Ctx) -> None:
 async def cancel(gw: Gateway, ctx: Ctx) -> None:
     command_id = ctx.scope["path"].removeprefix("/v1/cancel/")
     gw.authorize(ctx)  # 401 without a valid key when keys are on
-    if not gw.cancel(gw.principal(ctx), command_id):
+    if not gw.cancel(ctx.caller, command_id):
         raise GatewayError(404, "Command not found or already completed")
     await ctx.respond(200, dumps({"message": "Command cancelled.", "command_id": command_id}))
 
