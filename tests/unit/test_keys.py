@@ -30,9 +30,12 @@ NOT_A_KEY = {
 
 
 def _spelled_keys(path: Path) -> list[tuple[int, str]]:
+    return _spelled_in(path.read_text(), path.relative_to(PACKAGE).as_posix())
+
+
+def _spelled_in(text: str, rel: str) -> list[tuple[int, str]]:
     found = []
-    rel = path.relative_to(PACKAGE).as_posix()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(ast.parse(text, filename=rel)):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             value = node.value
             if value.startswith(f"{keys.PREFIX}/") or (
@@ -52,15 +55,17 @@ def test_keys_are_spelled_only_in_the_keys_module() -> None:
     assert offenders == {}
 
 
-def test_the_scan_sees_a_spelled_key(tmp_path: Path) -> None:
-    sample = PACKAGE / "gateway" / "kube.py"
-    text = sample.read_text() + '\nEXTRA = "sparkrun.dev/extra"\nFSTR = f"sparkrun.dev/{EXTRA}"\n'
-    probe = tmp_path / "probe.py"
-    probe.write_text(text)
-    tree = ast.parse(probe.read_text())
-    constants = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
-    assert "sparkrun.dev/extra" in constants
-    assert "sparkrun.dev/" in constants  # the literal head of the f-string
+def test_the_scan_sees_a_spelled_key() -> None:
+    """The scanner itself finds a literal key, the literal head of an f-string, and a second
+    spelling of a shared name, and keeps a docstring that only mentions a key."""
+    sample = (PACKAGE / "gateway" / "kube.py").read_text()
+    planted = sample + (
+        '\nEXTRA = "sparkrun.dev/extra"\nFSTR = f"sparkrun.dev/{EXTRA}"\n'
+        f'ALIASES = "{keys.GATEWAY_ALIASES_CONFIG_MAP}"\n'
+    )
+    values = [value for _, value in _spelled_in(planted, "gateway/kube.py")]
+    assert sorted(values) == sorted(["sparkrun.dev/extra", "sparkrun.dev/", keys.GATEWAY_ALIASES_CONFIG_MAP])
+    assert _spelled_in(sample, "gateway/kube.py") == []
 
 
 def test_keys_are_unique_and_within_the_name_limit() -> None:
