@@ -73,6 +73,24 @@ def test_generators_read_only_the_repository(clone: Path) -> None:
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
+def test_chart_outputs_regenerate_in_the_copy(clone: Path) -> None:
+    """The chart's values table and ``manifests/`` (rendered with the pinned helm) too."""
+    from tests.deploy.chart import helm_binary
+
+    helm = helm_binary()
+    if helm is None:
+        reason = "the pinned helm (make testbed-bin) renders manifests/"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    table = _run(clone, sys.executable, "hack/chart-values-table.py")
+    assert table.returncode == 0, table.stderr
+    manifests = _run(clone, sys.executable, "hack/render-manifests.py", "--helm", helm)
+    assert manifests.returncode == 0, manifests.stderr
+    verify = _run(clone, "bash", "hack/verify-clean.sh")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
 def test_verify_fails_on_drift_and_on_untracked_generated_files(clone: Path) -> None:
     catalog = clone / "operator" / "sparkrun_operator" / "ops" / "data" / "daemon-ops.json"
     original = catalog.read_text()
