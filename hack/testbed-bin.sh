@@ -72,6 +72,8 @@ cp -f "$stages/node/fast/node-initialize.yaml" "$stages/node/heartbeat-with-leas
       "$stages/pod/fast/pod-ready.yaml" "$stages/pod/fast/pod-delete.yaml" "$share/kwok-stages/"
 chmod -R u+w "$share"
 build helm helm -- helm.sh/helm/v3/cmd/helm
+# llm-d-inference-sim, the gateway tests' second upstream: its own wrapper and key (hack/llmd-sim/).
+"$here/llmd-sim-bin.sh" >/dev/null
 log "all binaries present in $bin (this run: $((SECONDS - t_all)) s)"
 "$bin/kube-apiserver" --version >&2
 echo "$bin"

@@ -223,6 +223,11 @@ class NamespaceNetwork:
     _counter: int = 0
     _node_count: int = 0
     _service_ips: list[str] = field(default_factory=list)
+    # The Service ClusterIP range: every pod routes it to the bridge, where the runtime answers
+    # the ClusterIPs it serves (process_services.py). Empty: only the ClusterIPs known when a
+    # pod starts are routed.
+    service_cidr: str = ""
+    _bridge_ips: set[str] = field(default_factory=set)
 
     @property
     def testbed_netns(self) -> str:
@@ -313,6 +318,7 @@ class NamespaceNetwork:
                     f"link set {POD_IFNAME} up",
                     "link set lo up",
                     *(f"route add {service}/32 dev {POD_IFNAME}" for service in self._service_ips),
+                    *([f"route add {self.service_cidr} dev {POD_IFNAME}"] if self.service_cidr else []),
                 ],
             )
         except BaseException:
@@ -344,11 +350,13 @@ class NamespaceNetwork:
             raise RuntimeError("NamespaceNetwork.setup() was not called")
         # NB: the route lets the namespace answer pods' ARP requests (the kernel checks the
         # way back to the sender) and reach them; it leads nowhere but the bridge.
-        await _ip_batch(
-            self.testbed_netns,
-            [f"address add {ip}/32 dev {BRIDGE}", f"route add {self.plan.subnet} dev {BRIDGE}"],
-        )
-        self._service_ips.append(ip)
+        if ip not in self._bridge_ips:
+            first = not self._bridge_ips
+            route = [f"route add {self.plan.subnet} dev {BRIDGE}"] if first else []
+            await _ip_batch(self.testbed_netns, [f"address add {ip}/32 dev {BRIDGE}", *route])
+            self._bridge_ips.add(ip)
+            if not self.service_cidr or not _within(ip, self.service_cidr):
+                self._service_ips.append(ip)
         return await asyncio.to_thread(_listen_in, NETNS_DIR / self.testbed_netns, ip, port)
 
 
@@ -575,6 +583,10 @@ def _kill_and_delete(name: str) -> None:
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.02)
     _delete_netns(name)
+
+
+def _within(ip: str, cidr: str) -> bool:
+    return ipaddress.IPv4Address(ip) in ipaddress.IPv4Network(cidr, strict=False)
 
 
 def _listen_in(netns_path: Path, ip: str, port: int) -> socket.socket:

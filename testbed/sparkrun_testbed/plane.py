@@ -439,6 +439,7 @@ class _Launcher:
             self.options.topology.process_node_names(),
             health_port=self.state.ports[PROCESS_RUNTIME],
             env=self.env,
+            extra_args=[f"--service-cidr={self.options.service_cidr}"],
         )
         self.state.daemons.append(daemon)
         self.state.save()

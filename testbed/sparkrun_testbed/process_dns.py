@@ -9,7 +9,10 @@ own hosts file, bind-mounted over ``/etc/hosts`` (see :mod:`.netns`), holding:
 - ``localhost`` and the pod's own name (its FQDN too, when it has a subdomain), as a kubelet
   writes it;
 - every pod with a DNS hostname and an address on this runtime: all four name forms for pods
-  of the same namespace, the ``<namespace>``-qualified forms for the others.
+  of the same namespace, the ``<namespace>``-qualified forms for the others;
+- every Service with a ClusterIP (:mod:`.process_services` serves those addresses):
+  ``<svc>.<ns>.svc.cluster.local``, ``<svc>.<ns>.svc``, ``<svc>.<ns>``, and ``<svc>`` from its
+  own namespace.
 
 Files are rewritten whenever a record changes. glibc reads the hosts file on every lookup, so a
 new leader address is visible to waiting workers at once. The file is bind-mounted (the mount
@@ -63,6 +66,13 @@ class Registry:
         self._records: dict[str, Record] = {}
         self._files: dict[str, _HostsFile] = {}
         self._written: dict[str, str] = {}
+        self._services: dict[tuple[str, str], str] = {}
+
+    def set_services(self, services: dict[tuple[str, str], str]) -> None:
+        """The Services' ClusterIPs ((namespace, name) -> IP); rewrites the files on a change."""
+        if services != self._services:
+            self._services = dict(services)
+            self._refresh(None)
 
     def add(self, key: str, record: Record, hosts_file: Path) -> None:
         """Register a pod (``key``: its UID) and write its hosts file; refresh the others'."""
@@ -101,6 +111,10 @@ class Registry:
             names = record.names(from_namespace=own.namespace)
             if names:
                 lines.append(f"{record.ip}\t{' '.join(names)}")
+        for (namespace, name), ip in sorted(self._services.items()):
+            base = f"{name}.{namespace}"
+            names = [f"{base}.svc.{CLUSTER_DOMAIN}", f"{base}.svc", base]
+            lines.append(f"{ip}\t{' '.join(names + ([name] if namespace == own.namespace else []))}")
         return "\n".join(lines) + "\n"
 
     def _refresh(self, only: str | None) -> None:

@@ -318,6 +318,8 @@ class PodWorker:
         )
         self._dirty.set()
         await self._prepare_volumes()
+        if not await self._wait_for_volumes():
+            return
         if not await self._run_init():
             self.terminal_phase = FAILED
             self._dirty.set()
@@ -566,8 +568,34 @@ class PodWorker:
             issue_token=self._issue_token,
             allocatable=self.host.allocatable,
         )
+
+    async def _wait_for_volumes(self) -> bool:
+        """Wait until no volume source is missing (False: the pod is being stopped meanwhile)."""
+        reported: set[str] = set()
+        while waiting := process_volumes.waiting(self.volumes):
+            if self.stopping():
+                return False
+            message = "Unable to attach or mount volumes: unmounted volumes=[{}]: {}".format(
+                ", ".join(sorted(waiting)), "; ".join(waiting[n] for n in sorted(waiting))
+            )
+            if message not in reported:  # NB: once per distinct problem, not once per retry
+                reported.add(message)
+                self.host.events.pod(self.pod, "FailedMount", message, warning=True)
+            for state in self.containers:
+                state.wait("ContainerCreating")
+            self._dirty.set()
+            await asyncio.sleep(self.host.settings.config_retry)
+            await process_volumes.prepare_again(
+                self.volumes,
+                self._pod_for_env(),
+                self.dir,
+                lookup=self._lookup,
+                issue_token=self._issue_token,
+                allocatable=self.host.allocatable,
+            )
         if any(v.tokens for v in self.volumes.values()):
             self._token_refresher = asyncio.create_task(self._refresh_tokens())
+        return True
 
     async def _issue_token(
         self, service_account: str, audience: str | None, seconds: int

@@ -56,6 +56,7 @@ from sparkrun_testbed.process_kubelet import KubeletServer, health_app, server_c
 from sparkrun_testbed.process_node import RUNTIME_LABEL, RUNTIME_PROCESS, NodeAgent
 from sparkrun_testbed.process_pod import Host, PodWorker, Settings
 from sparkrun_testbed.process_probes import http_client
+from sparkrun_testbed.process_services import ServiceProxy, pipe
 from sparkrun_testbed.process_status import TERMINAL
 
 log = logging.getLogger("sparkrun.testbed.process")
@@ -164,6 +165,7 @@ class RuntimeOptions:
     settings: Settings = field(default_factory=Settings)
     images_file: Path | None = None
     state_dir: Path | None = None
+    service_cidr: str = ""
 
 
 class ProcessRuntime:
@@ -178,12 +180,16 @@ class ProcessRuntime:
         self.network: netns.PodNetwork = netns.choose(
             self.state_dir / "network.json", force_loopback=options.loopback
         )
+        if isinstance(self.network, netns.NamespaceNetwork):
+            self.network.service_cidr = options.service_cidr
         self.dns = Registry()
+        self.services = ServiceProxy(self.network, self.dns)
         self.rules = process_images.load_rules(options.images_file)
         self._health: web.AppRunner | None = None
         self._pids = self.state_dir / "pids"
         self._background: set[asyncio.Task[None]] = set()
         self._api_proxy: asyncio.Server | None = None
+        self._services: asyncio.Task[None] | None = None
 
     def ready(self) -> bool:
         return all(node.synced for node in self.nodes)
@@ -256,6 +262,7 @@ class ProcessRuntime:
                     )
                     node.heartbeat = asyncio.create_task(node.agent.heartbeat())
                     node.watch = asyncio.create_task(self._watch(node, core))
+                self._services = asyncio.create_task(self.services.run(core, client.DiscoveryV1Api(api)))
                 await self._serve_health()
                 log.info("process runtime ready: nodes %s", ", ".join(n.name for n in self.nodes))
                 await stop.wait()
@@ -310,7 +317,7 @@ class ProcessRuntime:
             except OSError:
                 writer.close()
                 return
-            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
             for w in (writer, up_writer):
                 w.close()
 
@@ -346,6 +353,9 @@ class ProcessRuntime:
             await self._health.cleanup()
         if self._api_proxy is not None:
             self._api_proxy.close()
+        if self._services is not None:
+            self._services.cancel()
+            await asyncio.gather(self._services, return_exceptions=True)
         await probe_client.aclose()
         await self.network.teardown()
         _kill_tracked(self._pids)
@@ -460,18 +470,6 @@ class ProcessRuntime:
             f.write(f"{pid} {_start_time(pid)}\n")
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Copy bytes until EOF, then half-close the other side (TLS passes through untouched)."""
-    try:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-    except (OSError, RuntimeError):
-        writer.close()
-
-
 async def _delete(core: Any, pod: Mapping[str, Any]) -> None:
     from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -552,6 +550,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--backoff-initial", type=float, default=Settings.backoff_initial)
     parser.add_argument("--backoff-max", type=float, default=Settings.backoff_max)
     parser.add_argument("--images", type=Path, default=None, help="image rules YAML (process_images)")
+    parser.add_argument("--service-cidr", default="", help="the Service range pods route to the runtime")
     parser.add_argument(
         "--state-dir", type=Path, default=None, help="where its files go (default: RUN_DIR/process)"
     )
@@ -571,6 +570,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stop_grace=args.stop_grace,
         settings=Settings(backoff_initial=args.backoff_initial, backoff_max=args.backoff_max),
         images_file=args.images,
+        service_cidr=args.service_cidr,
         state_dir=args.state_dir.resolve() if args.state_dir else None,
     )
 

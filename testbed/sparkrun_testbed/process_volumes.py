@@ -19,8 +19,11 @@ namespace (see :mod:`.netns`), so nothing changes on the host's own filesystem v
 
 A mount needs a mount point: ``mountPath`` must exist on this machine, or lie under ``/run``
 (``/var/run``), where the sandbox mounts a fresh tmpfs first and creates mount points freely.
-Other mounts, unsupported volume types (CSI, ...) and missing
-sources are skipped; the runtime reports each as a Warning event on the pod.
+A volume whose source is not there yet (a claim not bound, a ConfigMap or Secret not created)
+keeps the pod's containers waiting in ``ContainerCreating``, with a ``FailedMount`` event, and
+is tried again, as a kubelet does: a container never starts without its volume (it would write
+onto the host). Other mounts and unsupported volume types (CSI, ...), which no retry can fix on
+a process node, are skipped; the runtime reports each as a Warning event on the pod.
 
 :func:`mount_script` turns mounts into the shell lines the sandbox runs before ``exec``.
 """
@@ -66,6 +69,9 @@ class Volume:
     memory: bool = False
     size_limit: str | None = None
     problem: str | None = None
+    #: ``problem`` may go away (a claim not bound yet, a ConfigMap not created yet): the pod waits
+    #: and tries again, as a kubelet does, instead of starting without the volume
+    retry: bool = False
     readonly: bool = False
     tokens: list[_Token] = field(default_factory=list)
 
@@ -144,16 +150,49 @@ async def prepare(
     Never raises for a volume that cannot be made: its :attr:`Volume.problem` says why.
     """
     volumes: dict[str, Volume] = {}
-    service_account = str(pod["spec"].get("serviceAccountName") or "default")
     for spec in pod["spec"].get("volumes") or ():
-        name = spec["name"]
-        volume = Volume(name=name, path=pod_dir / "volumes" / name)
-        volumes[name] = volume
-        try:
-            await _fill(volume, spec, pod, lookup, issue_token, allocatable, service_account)
-        except Exception as e:  # reported on the pod, the other volumes still work
-            volume.problem = f"volume {name!r}: {e}"
+        volumes[spec["name"]] = await _prepare_one(spec, pod, pod_dir, lookup, issue_token, allocatable)
     return volumes
+
+
+async def prepare_again(
+    volumes: dict[str, Volume],
+    pod: Mapping[str, Any],
+    pod_dir: Path,
+    *,
+    lookup: process_env.Lookup,
+    issue_token: TokenIssuer,
+    allocatable: Mapping[str, str],
+) -> None:
+    """Prepare again, in place, every volume of ``volumes`` whose problem may have gone away."""
+    for spec in pod["spec"].get("volumes") or ():
+        old = volumes.get(spec["name"])
+        if old is not None and old.problem is not None and old.retry:
+            volumes[spec["name"]] = await _prepare_one(spec, pod, pod_dir, lookup, issue_token, allocatable)
+
+
+def waiting(volumes: Mapping[str, Volume]) -> dict[str, str]:
+    """The volumes a pod must wait for (name -> problem), as a kubelet waits before starting containers."""
+    return {name: v.problem for name, v in volumes.items() if v.problem is not None and v.retry}
+
+
+async def _prepare_one(
+    spec: Mapping[str, Any],
+    pod: Mapping[str, Any],
+    pod_dir: Path,
+    lookup: process_env.Lookup,
+    issue_token: TokenIssuer,
+    allocatable: Mapping[str, str],
+) -> Volume:
+    name = spec["name"]
+    volume = Volume(name=name, path=pod_dir / "volumes" / name)
+    service_account = str(pod["spec"].get("serviceAccountName") or "default")
+    try:
+        await _fill(volume, spec, pod, lookup, issue_token, allocatable, service_account)
+    except Exception as e:  # reported on the pod, the other volumes still work
+        volume.problem = f"volume {name!r}: {e}"
+        volume.retry = True
+    return volume
 
 
 async def _claim_path(lookup: process_env.Lookup, claim_name: str) -> tuple[Path | None, str | None]:
@@ -211,6 +250,7 @@ async def _fill(
     if "persistentVolumeClaim" in spec:
         source = spec["persistentVolumeClaim"]
         volume.path, volume.problem = await _claim_path(lookup, source["claimName"])
+        volume.retry = volume.problem is not None
         volume.readonly = bool(source.get("readOnly"))
         return
     sources: list[Mapping[str, Any]]

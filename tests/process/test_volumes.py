@@ -109,3 +109,33 @@ def test_volumes_are_mounted_in_the_pod_only(
 
     messages = " | ".join(wait_for(failed_mounts, timeout=20, what="FailedMount events"))
     assert "/no/such/dir does not exist on this machine" in messages
+
+
+def test_a_container_waits_for_a_volume_whose_source_is_missing(
+    kube: KubeApi, kubectl: Any, namespace: str, netns_network: None
+) -> None:
+    """As a kubelet: no start without the volume (the process would write onto the host's path)."""
+    spec = pod_spec(
+        [shell("reader", "cat /run/later/word", volumeMounts=[{"name": "later", "mountPath": "/run/later"}])]
+    )
+    spec["volumes"] = [{"name": "later", "configMap": {"name": "later"}}]
+    kube.create(pod("waits", spec), namespace=namespace)
+
+    def failed_mount() -> str | None:
+        events = kube.list_items("v1", "Event", namespace=namespace)
+        return next((e["message"] for e in events if e["reason"] == "FailedMount"), None)
+
+    message = wait_for(failed_mount, timeout=30, what="a FailedMount event")
+    assert message.startswith("Unable to attach or mount volumes: unmounted volumes=[later]: ")
+    assert 'configmap "later" not found' in message
+    waiting = kube.get("v1", "Pod", "waits", namespace=namespace)
+    assert waiting is not None
+    state = container(waiting, "reader").get("state", {})
+    assert state.get("waiting", {}).get("reason") == "ContainerCreating"
+    kube.create(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "later"}, "data": {"word": "now"}},
+        namespace=namespace,
+    )
+    done = wait_pod(kube, namespace, "waits", lambda p: phase(p) in ("Succeeded", "Failed"), timeout=60)
+    assert phase(done) == "Succeeded"
+    assert kubectl("logs", "-n", namespace, "waits").stdout.strip() == "now"

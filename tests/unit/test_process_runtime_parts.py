@@ -579,6 +579,12 @@ async def test_volumes_are_prepared_from_their_sources(tmp_path: Path) -> None:
     assert (tmp_path / "pv1").is_dir()
     assert volumes["bound"].readonly
     assert volumes["waiting"].problem == 'persistentvolumeclaim "waiting" is not bound'
+    # Missing sources keep the pod waiting (as a kubelet does); the rest are ready.
+    assert process_volumes.waiting(volumes) == {
+        "missing": volumes["missing"].problem,
+        "claim": volumes["claim"].problem,
+        "waiting": volumes["waiting"].problem,
+    }
     # Tokens are renewed after 80 % of their life.
     token = volumes["kube-api-access"].tokens[0]
     assert (

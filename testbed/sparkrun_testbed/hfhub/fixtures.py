@@ -18,6 +18,7 @@ GATED = "sparkrun-test/gated-model"
 PRIVATE = "sparkrun-test/private-model"
 DATASET = "sparkrun-test/tiny-dataset"
 TOKENIZER = "sparkrun-test/tiny-tokenizer"
+CORPUS_FILE = "corpus.txt"
 BENCH = "sparkrun-bench/model"
 TAG = "v1.0"
 BRANCH = "dev"
@@ -114,8 +115,20 @@ def tokenizer_repo() -> Repo | None:
             "tokenizer.json": data,
             "tokenizer_config.json": json.dumps(config).encode(),
             "config.json": _config(32),
+            CORPUS_FILE: bench_corpus(),
         },
     )
+
+
+def bench_corpus(words: int = 40_000) -> bytes:
+    """Deterministic prose-like text: the "book" llama-benchy cuts its prompts from
+    (``--book-url``: ``{hub.url}/{TOKENIZER}/resolve/main/{CORPUS_FILE}``)."""
+    out = []
+    for i in range(words):
+        out.append(f"w{(i * 7919) % 200}")
+        if i % 12 == 11:
+            out[-1] += "."
+    return (" ".join(out) + "\n").encode()
 
 
 def default_repos(*, lfs_mib: float = 4, big: bool = False, tokenizer: bool = True) -> list[Repo]:
