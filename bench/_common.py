@@ -54,13 +54,28 @@ class Proc:
             time.sleep(0.2)
         raise RuntimeError(f"{url} not up after {timeout}s: {self.log.read_text()[-2000:]}")
 
-    def cpu_seconds(self) -> float:
-        """User+system CPU time the process used so far (Linux /proc)."""
-        try:
-            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError, ValueError):
-            return float("nan")
+    def cpu_seconds(self, children: bool = False) -> float:
+        """User+system CPU time the process used so far (Linux /proc); with ``children``, plus
+        that of its live child processes (a supervisor's workers)."""
+        pids = [self.proc.pid]
+        if children:
+            pids += [c for c, parent in _parents().items() if parent == self.proc.pid]
+        return sum(_cpu_of(pid) for pid in pids)
+
+    def run_queue_seconds(self, children: bool = False) -> float:
+        """Seconds the process's threads spent runnable but waiting for a CPU so far (Linux
+        ``/proc/PID/task/TID/schedstat``); with ``children``, plus its live child processes'."""
+        pids = [self.proc.pid]
+        if children:
+            pids += [c for c, parent in _parents().items() if parent == self.proc.pid]
+        total = 0
+        for pid in pids:
+            for task in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+                try:
+                    total += int(task.read_text().split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+        return total / 1e9
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -71,6 +86,30 @@ class Proc:
                 self.proc.kill()
                 self.proc.wait()
         self._out.close()
+
+
+def _stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _cpu_of(pid: int) -> float:
+    try:
+        fields = _stat(pid)
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
+def _parents() -> dict[int, int]:
+    """Every live process's parent pid."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                found[int(entry.name)] = int(_stat(int(entry.name))[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
 
 
 @dataclass

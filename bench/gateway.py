@@ -1,13 +1,19 @@
 """Gateway benchmark: added latency and streamed tokens/s, direct vs gateway vs LiteLLM proxy.
 
-``python -m bench.gateway [--quick] [--litellm PATH]``
+``python -m bench.gateway [--quick] [--litellm PATH] [--upstream standin|llmd-sim]
+[--loadgen go|python] [--workers 1,2]``
 
-One engine stand-in is the upstream of every target, so the comparison is of the proxies alone:
+One upstream serves every target, so the comparison is of the proxies alone. It is the engine
+stand-in (``--upstream standin``, the default) or llm-d-inference-sim (``--upstream llmd-sim``,
+the Go simulator built by ``hack/llmd-sim-bin.sh``; random mode with ``ignore_eos``, so every
+answer has exactly ``OUTPUT_TOKENS`` tokens):
 
-- ``direct``: the stand-in itself (the physical limit);
-- ``gateway``: ``python -m sparkrun_operator.gateway`` in front of it;
-- ``litellm``: the LiteLLM proxy (``litellm[proxy]`` from PyPI, in its own venv; default
-  ``/tmp/litellm-venv/bin/litellm``) in front of it, when installed.
+- ``direct``: the upstream itself (the physical limit);
+- ``gateway``: ``python -m sparkrun_operator.gateway`` in front of it (``--workers 1,2`` adds a
+  target ``gateway-w2``: the gateway with ``--workers 2``; the first value is ``gateway``);
+- ``litellm``: the LiteLLM proxy (``litellm[proxy]`` pinned to ``LITELLM_VERSION`` from PyPI, in
+  its own venv; default ``/tmp/litellm-venv/bin/litellm``, ``make bench-gateway`` installs it)
+  in front of it, when installed.
 
 Two upstream profiles: ``zero`` (no TTFT, no per-token delay: proxy overhead dominates) and
 ``realistic`` (50 ms TTFT, 10 ms per token). For each concurrency (1/16/64/256 streams), rounds
@@ -16,6 +22,15 @@ sending ``per_worker`` streaming chat requests on a keep-alive connection. Repor
 token p50/p99 per target, the gateway's and LiteLLM's added p50/p99 over direct, tokens/s (median
 of rounds, with min/max), sample counts, and the CPU seconds of each process (the load generator
 shares the machine). JSON goes to ``bench/results/gateway-<time>.json``.
+
+The load generator is the compiled one in ``bench/loadgen`` (Go, built into
+``~/.cache/sparkrun-bench``; :mod:`bench._loadgen`) unless ``--loadgen python`` (the asyncio
+client of :mod:`bench._common`). Its own CPU seconds are reported per target, and its ceiling
+as tokens per CPU second of the generator (measured against the upstream directly, the
+``direct`` target): while that ceiling is far above the tokens/s measured, it is not what limits.
+Per target the row also has the engine's CPU seconds in that target's rounds and the seconds the
+engine's and the proxy's threads spent runnable but waiting for a CPU (``/proc`` schedstat): on
+shared cores that wait, not proxy code, is what a proxy adds to time to first token.
 """
 
 from __future__ import annotations
@@ -32,6 +47,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sparkrun_testbed import llmdsim
+
+from . import _loadgen
 from ._common import Proc, Sample, StreamClient, environment, free_port, median, pct, write_json
 
 # LiteLLM refuses to start without a strong master key; every target gets the same bearer token.
@@ -40,33 +58,41 @@ PROFILES = {
     "zero": {"SPARKRUN_ENGINE_TTFT_SECONDS": "0", "SPARKRUN_ENGINE_TOKEN_SECONDS": "0"},
     "realistic": {"SPARKRUN_ENGINE_TTFT_SECONDS": "0.05", "SPARKRUN_ENGINE_TOKEN_SECONDS": "0.01"},
 }
+# The simulator's flags for the same profiles (llm-d-inference-sim --help).
+SIM_PROFILES = {
+    "zero": {"time_to_first_token": "0ms", "inter_token_latency": "0ms"},
+    "realistic": {"time_to_first_token": "50ms", "inter_token_latency": "10ms"},
+}
+UPSTREAMS = ("standin", "llmd-sim")
 OUTPUT_TOKENS = 64
 
 
 class Targets:
     """The upstream and the proxies in front of it, for one profile."""
 
-    def __init__(self, workdir: Path, profile: str, litellm: str | None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        profile: str,
+        litellm: str | None,
+        workers: list[int],
+        baseline: str | None = None,
+        upstream: str = "standin",
+    ) -> None:
         self.procs: dict[str, Proc] = {}
         self.ports: dict[str, int] = {}
+        self.workers = workers
+        self.baseline = baseline
         try:
-            self._start(workdir, profile, litellm)
+            self._start(workdir, profile, litellm, upstream)
         except BaseException:
             self.stop()  # NB: nothing may outlive a failed start
             raise
 
-    def _start(self, workdir: Path, profile: str, litellm: str | None) -> None:
+    def _start(self, workdir: Path, profile: str, litellm: str | None, upstream_kind: str) -> None:
         port = free_port()
         self.ports["direct"] = port
-        engine = Proc(
-            [
-                *(sys.executable, "-m", "sparkrun_testbed.engine", "serve", "org/bench"),
-                *("--served-model-name", "m", "--host", "127.0.0.1", "--port", str(port)),
-                *("--max-num-seqs", "4096"),
-            ],
-            workdir / f"engine-{profile}.log",
-            env={**PROFILES[profile], "SPARKRUN_ENGINE_OUTPUT_TOKENS": str(OUTPUT_TOKENS)},
-        )
+        engine = start_upstream(upstream_kind, workdir, profile, port)
         self.procs["direct"] = engine
         engine.wait_http(f"http://127.0.0.1:{port}/health")
         upstream = f"http://127.0.0.1:{port}"
@@ -74,17 +100,32 @@ class Targets:
         routes = workdir / "routes.json"
         entry = {"name": "m", "servedName": "m", "endpoints": [upstream]}
         routes.write_text(json.dumps({"workloads": [entry]}))
-        gport = free_port()
-        self.ports["gateway"] = gport
-        gateway = Proc(
-            [
-                *(sys.executable, "-m", "sparkrun_operator.gateway", "--routes", str(routes)),
-                *("--host", "127.0.0.1", "--port", str(gport), "--log-level", "warning"),
-            ],
-            workdir / f"gateway-{profile}.log",
-        )
-        self.procs["gateway"] = gateway
-        gateway.wait_http(f"http://127.0.0.1:{gport}/healthz")
+        for i, workers in enumerate(self.workers):
+            name = "gateway" if i == 0 else f"gateway-w{workers}"
+            gport = free_port()
+            self.ports[name] = gport
+            gateway = Proc(
+                [
+                    *(sys.executable, "-m", "sparkrun_operator.gateway", "--routes", str(routes)),
+                    *("--host", "127.0.0.1", "--port", str(gport), "--log-level", "warning"),
+                    *("--workers", str(workers)),
+                ],
+                workdir / f"{name}-{profile}.log",
+            )
+            self.procs[name] = gateway
+            gateway.wait_http(f"http://127.0.0.1:{gport}/healthz")
+        if self.baseline:  # another build of the gateway (e.g. a checkout of main), side by side
+            bport = free_port()
+            self.ports["baseline"] = bport
+            base = Proc(
+                [
+                    *(self.baseline, "-m", "sparkrun_operator.gateway", "--routes", str(routes)),
+                    *("--host", "127.0.0.1", "--port", str(bport), "--log-level", "warning"),
+                ],
+                workdir / f"baseline-{profile}.log",
+            )
+            self.procs["baseline"] = base
+            base.wait_http(f"http://127.0.0.1:{bport}/healthz")
 
         if litellm:
             config = workdir / "litellm.yaml"
@@ -105,21 +146,75 @@ class Targets:
             self.procs["litellm"] = proxy
             proxy.wait_http(f"http://127.0.0.1:{lport}/health/liveliness", timeout=180)
 
+    def cpu_seconds(self, name: str) -> float:
+        """CPU seconds of a target's process and its children (the workers of ``--workers``)."""
+        return self.procs[name].cpu_seconds(children=True)
+
+    def usage(self, name: str) -> tuple[float, float, float]:
+        """The engine's CPU and run-queue seconds, and the target's run-queue seconds, so far."""
+        engine = self.procs["direct"]
+        return (
+            engine.cpu_seconds(),
+            engine.run_queue_seconds(),
+            self.procs[name].run_queue_seconds(children=True),
+        )
+
     def stop(self) -> None:
         for proc in self.procs.values():
             proc.stop()
 
 
+def start_upstream(kind: str, workdir: Path, profile: str, port: int) -> Proc:
+    """The upstream every target shares, serving model ``m`` on ``port``."""
+    if kind == "llmd-sim":
+        binary = llmdsim.locate()
+        if not os.access(binary, os.X_OK):
+            binary = llmdsim.build()
+        pace = SIM_PROFILES[profile]
+        options = llmdsim.Options(
+            model="m",
+            max_num_seqs=4096,
+            time_to_first_token=pace["time_to_first_token"],
+            inter_token_latency=pace["inter_token_latency"],
+        )
+        return Proc([str(binary), *options.args(port)], workdir / f"llmd-sim-{profile}.log")
+    return Proc(
+        [
+            *(sys.executable, "-m", "sparkrun_testbed.engine", "serve", "org/bench"),
+            *("--served-model-name", "m", "--host", "127.0.0.1", "--port", str(port)),
+            *("--max-num-seqs", "4096"),
+        ],
+        workdir / f"engine-{profile}.log",
+        env={**PROFILES[profile], "SPARKRUN_ENGINE_OUTPUT_TOKENS": str(OUTPUT_TOKENS)},
+    )
+
+
+BODY = json.dumps(
+    {
+        "model": "m",
+        "messages": [{"role": "user", "content": "Benchmark the gateway, please."}],
+        "max_tokens": OUTPUT_TOKENS,
+        "ignore_eos": True,  # vLLM's (and the simulator's) "exactly max_tokens"; the stand-in ignores it
+        "stream": True,
+    }
+).encode()
+
+
+def measure(
+    loadgen: Path | None, port: int, concurrency: int, per_worker: int
+) -> tuple[list[Sample], int, float, float]:
+    """One round with the Go generator (``loadgen``) or the asyncio one: samples, errors, wall s,
+    the generator's CPU s."""
+    if loadgen is not None:
+        return _loadgen.run_round(loadgen, port, concurrency, per_worker, BODY, BENCH_KEY)
+    cpu = time.process_time()
+    samples, errors, wall = asyncio.run(run_round(port, concurrency, per_worker))
+    return samples, errors, wall, time.process_time() - cpu
+
+
 async def run_round(port: int, concurrency: int, per_worker: int) -> tuple[list[Sample], int, float]:
     """``concurrency`` workers x ``per_worker`` streams; returns samples, errors, wall seconds."""
-    body = json.dumps(
-        {
-            "model": "m",
-            "messages": [{"role": "user", "content": "Benchmark the gateway, please."}],
-            "max_tokens": OUTPUT_TOKENS,
-            "stream": True,
-        }
-    ).encode()
+    body = BODY
     samples: list[Sample] = []
     errors = 0
 
@@ -161,28 +256,96 @@ def summarize(rounds: list[tuple[list[Sample], int, float]]) -> dict[str, Any]:
     }
 
 
+def measure_level(
+    targets: Targets, names: list[str], loadgen: Path | None, concurrency: int, rounds: int
+) -> dict[str, Any]:
+    """The row of one concurrency: ``rounds`` interleaved rounds of every target, summarized."""
+    per_worker = max(2, min(20, 256 // concurrency))
+    collected: dict[str, list[tuple[list[Sample], int, float]]] = {n: [] for n in names}
+    load_cpu = dict.fromkeys(names, 0.0)
+    waits = {n: {"engine_cpu_s": 0.0, "engine_run_queue_s": 0.0, "proxy_run_queue_s": 0.0} for n in names}
+    # Warm-up: one small round per target (connections, imports), not recorded.
+    for name in names:
+        measure(loadgen, targets.ports[name], min(concurrency, 8), 1)
+    cpu_before = {n: targets.cpu_seconds(n) for n in names}
+    for r in range(rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            before = targets.usage(name)
+            samples, errors, wall, cpu = measure(loadgen, targets.ports[name], concurrency, per_worker)
+            after = targets.usage(name)
+            collected[name].append((samples, errors, wall))
+            load_cpu[name] += cpu
+            for i, key in enumerate(("engine_cpu_s", "engine_run_queue_s", "proxy_run_queue_s")):
+                waits[name][key] += after[i] - before[i]
+    row = {n: summarize(collected[n]) for n in names}
+    for n in names:
+        r = row[n]
+        r["process_cpu_s"] = targets.cpu_seconds(n) - cpu_before[n]
+        r["loadgen_cpu_s"] = load_cpu[n]
+        r.update(waits[n])  # the engine's CPU and both processes' waits for a CPU in n's rounds
+        wall = sum(m[2] for m in collected[n])
+        tokens = sum(s.tokens for m in collected[n] for s in m[0])
+        r["loadgen_cpu_share"] = load_cpu[n] / wall if wall else float("nan")
+        r["loadgen_tokens_per_cpu_s"] = tokens / load_cpu[n] if load_cpu[n] else float("nan")
+    row["loadgen_cpu_s"] = sum(load_cpu.values())
+    for n in names:
+        if n == "direct" or "direct" not in row:
+            continue
+        row[n]["added_ttft_p50_ms"] = row[n]["ttft_p50_ms"] - row["direct"]["ttft_p50_ms"]
+        row[n]["added_ttft_p99_ms"] = row[n]["ttft_p99_ms"] - row["direct"]["ttft_p99_ms"]
+        row[n]["tokens_ratio_vs_direct"] = row[n]["tokens_per_s"] / row["direct"]["tokens_per_s"]
+    if "litellm" in row and "gateway" in row:
+        row["gateway"]["tokens_ratio_vs_litellm"] = (
+            row["gateway"]["tokens_per_s"] / row["litellm"]["tokens_per_s"]
+        )
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.gateway")
     parser.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--litellm", default=os.environ.get("LITELLM_BIN", "/tmp/litellm-venv/bin/litellm"))
+    parser.add_argument(
+        "--litellm",
+        default=os.environ.get("LITELLM_BIN", ""),
+        help="litellm executable of a venv with litellm[proxy] (make bench-gateway installs the pinned one)",
+    )
     parser.add_argument("--concurrency", default="1,16,64,256")
     parser.add_argument("--profiles", default="zero,realistic")
+    parser.add_argument("--upstream", choices=UPSTREAMS, default="standin")
+    parser.add_argument("--loadgen", choices=["go", "python"], default="go")
+    parser.add_argument("--workers", default="1", help="gateway --workers values, one target each")
+    parser.add_argument("--targets", default="", help="only these targets (comma-separated names)")
+    parser.add_argument(
+        "--baseline-python", help="a Python with another gateway build installed: target 'baseline'"
+    )
     args = parser.parse_args(argv)
-    litellm = args.litellm if Path(args.litellm).exists() else None
+    loadgen = _loadgen.binary() if args.loadgen == "go" else None
+    workers = [int(w) for w in args.workers.split(",")]
+    litellm = args.litellm if args.litellm and Path(args.litellm).exists() else None
+    litellm_version = _litellm_version(litellm) if litellm else None
     rounds = 1 if args.quick else args.rounds
     levels = [int(c) for c in args.concurrency.split(",")]
     results: dict[str, Any] = {
         "benchmark": "gateway",
         "command": "python -m bench.gateway " + " ".join(argv if argv is not None else sys.argv[1:]),
         "inputs": {
-            "profiles": {p: PROFILES[p] for p in args.profiles.split(",")},
+            "profiles": {
+                p: (SIM_PROFILES if args.upstream == "llmd-sim" else PROFILES)[p]
+                for p in args.profiles.split(",")
+            },
             "concurrency": levels,
             "rounds": rounds,
             "output_tokens": OUTPUT_TOKENS,
+            "loadgen": args.loadgen,
+            "gateway_workers": workers,
+            "upstream": f"llm-d-inference-sim {llmdsim.VERSION}"
+            if args.upstream == "llmd-sim"
+            else "standin",
         },
         "environment": environment(),
-        "litellm": litellm or f"not installed at {args.litellm}",
+        "litellm": f"{litellm} ({litellm_version})" if litellm else f"not installed at {args.litellm!r}",
         "results": {},
     }
     print(f"litellm: {results['litellm']}", flush=True)
@@ -191,37 +354,11 @@ def main(argv: list[str] | None = None) -> int:
     path: Path | None = None
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
         for profile in args.profiles.split(","):
-            targets = Targets(Path(tmp), profile, litellm)
+            targets = Targets(Path(tmp), profile, litellm, workers, args.baseline_python, args.upstream)
             try:
-                names = list(targets.ports)
+                names = [n for n in targets.ports if not args.targets or n in args.targets.split(",")]
                 for concurrency in levels:
-                    per_worker = max(2, min(20, 256 // concurrency))
-                    collected: dict[str, list[tuple[list[Sample], int, float]]] = {n: [] for n in names}
-                    cpu_before = {n: targets.procs[n].cpu_seconds() for n in names}
-                    load_cpu = time.process_time()
-                    # Warm-up: one small round per target (connections, imports), not recorded.
-                    for name in names:
-                        asyncio.run(run_round(targets.ports[name], min(concurrency, 8), 1))
-                    for r in range(rounds):
-                        order = names[r % len(names) :] + names[: r % len(names)]
-                        for name in order:
-                            measured = asyncio.run(run_round(targets.ports[name], concurrency, per_worker))
-                            collected[name].append(measured)
-                    row = {n: summarize(collected[n]) for n in names}
-                    for n in names:
-                        row[n]["process_cpu_s"] = targets.procs[n].cpu_seconds() - cpu_before[n]
-                    row["loadgen_cpu_s"] = time.process_time() - load_cpu
-                    for n in names:
-                        if n == "direct":
-                            continue
-                        row[n]["added_ttft_p50_ms"] = row[n]["ttft_p50_ms"] - row["direct"]["ttft_p50_ms"]
-                        row[n]["added_ttft_p99_ms"] = row[n]["ttft_p99_ms"] - row["direct"]["ttft_p99_ms"]
-                        ratio = row[n]["tokens_per_s"] / row["direct"]["tokens_per_s"]
-                        row[n]["tokens_ratio_vs_direct"] = ratio
-                    if "litellm" in row:
-                        row["gateway"]["tokens_ratio_vs_litellm"] = (
-                            row["gateway"]["tokens_per_s"] / row["litellm"]["tokens_per_s"]
-                        )
+                    row = measure_level(targets, names, loadgen, concurrency, rounds)
                     results["results"].setdefault(profile, {})[str(concurrency)] = row
                     _print_row(profile, concurrency, row)
                     path = write_json("gateway", results, path)  # after every row: partial runs count
@@ -231,10 +368,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+# LiteLLM releases that were published compromised (March 2026: a credential stealer); never run.
+COMPROMISED_LITELLM = frozenset({"1.82.7", "1.82.8"})
+
+
+def _litellm_version(executable: str) -> str:
+    """The litellm version installed beside ``executable``; refuses a known-compromised one.
+
+    Read from the venv's ``litellm-<version>.dist-info`` name, never by running its Python (a
+    compromised release's ``.pth`` file runs at every interpreter start).
+    """
+    venv = Path(executable).resolve().parent.parent
+    found = sorted(venv.glob("lib/python*/site-packages/litellm-*.dist-info"))
+    if not found:
+        raise SystemExit(f"no litellm installation found beside {executable}")
+    version = found[-1].name.removeprefix("litellm-").removesuffix(".dist-info")
+    if version in COMPROMISED_LITELLM:
+        raise SystemExit(f"refusing LiteLLM {version} at {executable}: a compromised release")
+    return version
+
+
 def _print_row(profile: str, concurrency: int, row: dict[str, Any]) -> None:
     if concurrency == 1 or not hasattr(_print_row, "header"):
         print(
-            f"\n{'profile':<10}{'streams':>8} {'target':<8}{'n':>6}{'err':>5}{'ttft p50':>10}{'p99':>9}"
+            f"\n{'profile':<10}{'streams':>8} {'target':<11}{'n':>6}{'err':>5}{'ttft p50':>10}{'p99':>9}"
             f"{'+p50':>9}{'+p99':>9}{'tok/s':>10}{'min':>9}{'max':>9}{'x direct':>9}{'cpu s':>8}",
             flush=True,
         )
@@ -248,13 +405,26 @@ def _print_row(profile: str, concurrency: int, row: dict[str, Any]) -> None:
             else f"{'':>9}{'':>9}"
         )
         print(
-            f"{profile:<10}{concurrency:>8} {name:<8}{r['samples']:>6}{r['errors']:>5}"
+            f"{profile:<10}{concurrency:>8} {name:<11}{r['samples']:>6}{r['errors']:>5}"
             f"{r['ttft_p50_ms']:>10.2f}{r['ttft_p99_ms']:>9.2f}{added}"
             f"{r['tokens_per_s']:>10.0f}{r['tokens_per_s_min']:>9.0f}{r['tokens_per_s_max']:>9.0f}"
             f"{r.get('tokens_ratio_vs_direct', 1.0):>9.2f}{r['process_cpu_s']:>8.1f}",
             flush=True,
         )
-    print(f"{'':<18} loadgen cpu {row['loadgen_cpu_s']:.1f}s", flush=True)
+    shares = ", ".join(
+        f"{n} {r['loadgen_cpu_s']:.1f}s ({r['loadgen_cpu_share']:.0%} of a core; "
+        f"ceiling {r['loadgen_tokens_per_cpu_s']:.0f} tok/cpu-s)"
+        for n, r in row.items()
+        if isinstance(r, dict)
+    )
+    print(f"{'':<18} loadgen cpu: {shares}", flush=True)
+    queues = ", ".join(
+        f"{n} engine {r['engine_cpu_s']:.1f}s cpu / {r['engine_run_queue_s']:.1f}s waiting"
+        + (f", proxy {r['proxy_run_queue_s']:.1f}s waiting" if n != "direct" else "")
+        for n, r in row.items()
+        if isinstance(r, dict)
+    )
+    print(f"{'':<18} in these rounds: {queues}", flush=True)
 
 
 if __name__ == "__main__":

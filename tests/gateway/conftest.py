@@ -7,6 +7,7 @@ can hand it a routing file, keys and a waker of their own; streaming goes over r
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import anthropic
+import httpx
+import ollama
 import pytest
 import uvicorn
 
@@ -130,3 +134,39 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engines]:
         engine.wait_healthy()
     yield Engines(chat, embed, launcher)
     launcher.close()
+
+
+# -- the SDK clients and the pass-through check the gateway's protocol tests share ---------------
+# NB: `gw` is each module's own gateway fixture (its upstreams differ).
+
+
+@pytest.fixture
+def claude(gw: Any) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(base_url=gw.url, api_key="unused", max_retries=0, timeout=20) as c:
+        yield c
+
+
+@pytest.fixture
+def llama(gw: Any) -> Iterator[ollama.Client]:
+    c = ollama.Client(host=gw.url, timeout=20)
+    yield c
+    c.close()
+
+
+def without_ids(raw: bytes) -> bytes:
+    """An OpenAI body or stream with its ids and timestamps blanked (they differ per answer)."""
+    raw = re.sub(rb'"id":"[^"]+"', b'"id":"X"', raw)
+    return re.sub(rb'"created":\d+', b'"created":0', raw)
+
+
+def assert_stream_passed_through(gateway: str, upstream: str, body: dict[str, Any]) -> None:
+    """A streamed chat through ``gateway`` is the upstream's own stream, after one comment
+    naming the request id (the daemon's ``command_id``)."""
+    with httpx.stream("POST", f"{gateway}/v1/chat/completions", json=body) as resp:
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        rid = resp.headers["x-request-id"]
+        via = resp.read()
+    direct = httpx.post(f"{upstream}/v1/chat/completions", json=body).content
+    comment = b": command_id " + rid.encode() + b"\n\n"
+    assert via.startswith(comment)
+    assert without_ids(via[len(comment) :]) == without_ids(direct)

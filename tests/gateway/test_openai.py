@@ -19,7 +19,7 @@ import pytest
 from sparkrun_operator.gateway import GatewaySettings, StaticKeySource
 from tests.engine.test_openai_surface import metric
 
-from .conftest import Engines, GatewayThread, StartGateway, workload
+from .conftest import Engines, GatewayThread, StartGateway, assert_stream_passed_through, workload
 
 _clients: dict[tuple[str, str], openai.OpenAI] = {}
 
@@ -49,11 +49,6 @@ def gw(engines: Engines, start_gateway: StartGateway) -> GatewayThread:
             workload("starting", "starting-model", [], state="Running"),
         ]
     )
-
-
-def _normalize(raw: bytes) -> bytes:
-    raw = re.sub(rb'"id":"[^"]+"', b'"id":"X"', raw)
-    return re.sub(rb'"created":\d+', b'"created":0', raw)
 
 
 def test_models_lists_every_known_name(gw: GatewayThread) -> None:
@@ -88,14 +83,7 @@ def test_chat_stream_is_passed_through(gw: GatewayThread, engines: Engines) -> N
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    with httpx.stream("POST", f"{gw.url}/v1/chat/completions", json=body) as resp:
-        assert resp.headers["content-type"].startswith("text/event-stream")
-        rid = resp.headers["x-request-id"]
-        via = resp.read()
-    direct = httpx.post(f"{engines.chat[0].url}/v1/chat/completions", json=body).content
-    comment = b": command_id " + rid.encode() + b"\n\n"
-    assert via.startswith(comment)
-    assert _normalize(via[len(comment) :]) == _normalize(direct)
+    assert_stream_passed_through(gw.url, engines.chat[0].url, body)
 
     chunks = list(client(gw.url).chat.completions.create(**body))
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,19 +39,6 @@ TOOLS = [
 @pytest.fixture
 def gw(engines: Engines, start_gateway: StartGateway) -> GatewayThread:
     return start_gateway([engines.chat_workload(), engines.embed_workload()])
-
-
-@pytest.fixture
-def claude(gw: GatewayThread) -> Iterator[anthropic.Anthropic]:
-    with anthropic.Anthropic(base_url=gw.url, api_key="unused", max_retries=0, timeout=20) as c:
-        yield c
-
-
-@pytest.fixture
-def llama(gw: GatewayThread) -> Iterator[ollama.Client]:
-    c = ollama.Client(host=gw.url, timeout=20)
-    yield c
-    c.close()
 
 
 # -- Anthropic ------------------------------------------------------------------------------

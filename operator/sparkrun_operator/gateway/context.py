@@ -30,6 +30,47 @@ JSON = b"application/json"
 NDJSON = b"application/x-ndjson"
 
 
+DIRECT_BODY = "sparkrun.direct_body"
+"""The ASGI scope extension (``{"body": DirectBody}``) of the gateway's own HTTP protocol."""
+
+
+class DirectBody:
+    """Chunked body writes straight to the client transport, bypassing ASGI ``send``.
+
+    Offered by the gateway's HTTP protocol (``server.HeaderDeadlineProtocol``) for the response
+    of one request; used only between ``http.response.start`` and the final ``send`` (both still
+    go through ASGI, so the server's own state stays right). ``cycle`` is uvicorn's
+    request/response cycle: its ``transport``, ``flow`` (write pause) and ``disconnected``.
+    """
+
+    __slots__ = ("_cycle",)
+
+    def __init__(self, cycle: Any) -> None:
+        self._cycle = cycle
+
+    def write(self, data: bytes) -> bool:
+        """Send ``data`` as one chunk; False when the client is gone (nothing is written)."""
+        cycle = self._cycle
+        if cycle.disconnected or cycle.transport.is_closing():
+            return False
+        cycle.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        return True
+
+    @property
+    def chunked(self) -> bool:
+        """True when the response started with chunked framing (what :meth:`write` speaks)."""
+        return self._cycle.chunked_encoding is True
+
+    @property
+    def paused(self) -> bool:
+        """True while the client's socket buffer is over its high-water mark."""
+        return bool(self._cycle.flow.write_paused) and not self._cycle.disconnected
+
+    async def drain(self) -> None:
+        """Until the client's socket buffer drained below its low-water mark (or it left)."""
+        await self._cycle.flow.drain()
+
+
 class Cancelled(Exception):
     """Raised inside a request task that ``/v1/cancel`` or a disconnect stopped."""
 

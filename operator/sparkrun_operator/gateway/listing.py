@@ -9,6 +9,7 @@ from . import ollama_api
 from .context import JSON, Ctx
 from .errors import GatewayError, bad_request
 from .routing import Workload
+from .workers import worker_index
 
 if TYPE_CHECKING:
     from .app import Gateway
@@ -104,7 +105,8 @@ async def metrics(gw: Gateway, ctx: Ctx) -> None:
 
 
 async def health(gw: Gateway, ctx: Ctx) -> None:
-    await ctx.respond(200, b'{"status":"ok"}')
+    worker = worker_index()
+    await ctx.respond(200, b'{"status":"ok"}' if worker is None else b'{"status":"ok","worker":%d}' % worker)
 
 
 def dumps(obj: Any) -> bytes:

@@ -16,11 +16,18 @@
 
 ``model`` is the requested name when it is known to the routing table, else ``unknown`` (so
 clients cannot blow up the label cardinality).
+
+With several workers (``--workers``, :mod:`.workers`) every worker writes its samples to the
+directory in ``PROMETHEUS_MULTIPROC_DIR`` and :meth:`GatewayMetrics.render` sums all of them, so
+any worker's ``/metrics`` shows the whole gateway (``in_flight``: the sum over live workers).
 """
 
 from __future__ import annotations
 
+import os
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 _LATENCY_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -33,6 +40,8 @@ class GatewayMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
+        #: The shared sample directory of several workers (``None``: this process's own values).
+        self.shared_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
         r = self.registry
         self.requests = Counter(
             "sparkrun_gateway_requests", "Requests by model, route and status code.",
@@ -52,7 +61,11 @@ class GatewayMetrics:
             ["model", "direction"], registry=r,
         )  # fmt: skip
         self.in_flight = Gauge(
-            "sparkrun_gateway_in_flight", "Requests in flight per backend.", ["backend"], registry=r
+            "sparkrun_gateway_in_flight",
+            "Requests in flight per backend.",
+            ["backend"],
+            registry=r,
+            multiprocess_mode="livesum",
         )
         self.ejections = Counter(
             "sparkrun_gateway_backend_ejections", "Passive-health ejections per backend.",
@@ -68,4 +81,8 @@ class GatewayMetrics:
         )  # fmt: skip
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if self.shared_dir is None:
+            return generate_latest(self.registry)
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged, path=self.shared_dir)  # type: ignore[no-untyped-call]
+        return generate_latest(merged)

@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from .context import Ctx, Handler
+from .context import DIRECT_BODY, Ctx, DirectBody, Handler
 from .errors import GatewayError, bad_request, render
 from .routing import TEXT_GENERATION
+from .splice import HOLD_BYTES, Splice, event_end
 from .upstream import UpstreamError, UpstreamResponse
 
 if TYPE_CHECKING:
@@ -107,6 +108,17 @@ async def relay(gw: Gateway, ctx: Ctx, response: UpstreamResponse, path: str) ->
     # Seed 004: "streaming chat completions open with the SSE comment line : command_id <id>".
     # NB: it leaves with the first upstream bytes, one write less on the time-to-first-token path.
     opening = b"" if responses_api else b": command_id " + ctx.rid.encode() + b"\n\n"
+    direct = ((ctx.scope.get("extensions") or {}).get(DIRECT_BODY) or {}).get("body")
+    if isinstance(direct, DirectBody) and direct.chunked:
+        # The fast path: relayed from the upstream connection's callbacks (decision 0028).
+        await Splice(gw, ctx, response, direct, opening).run()
+        return
+    await _relay_by_task(gw, ctx, response, opening)
+
+
+async def _relay_by_task(gw: Gateway, ctx: Ctx, response: UpstreamResponse, opening: bytes) -> None:
+    """The general relay (any ASGI server): the request's task reads and writes each chunk."""
+    assert ctx.stream_end is not None
     tail = b""
     last = b""
     first = True
@@ -141,25 +153,6 @@ async def relay(gw: Gateway, ctx: Ctx, response: UpstreamResponse, path: str) ->
         return
     gw.record_usage(ctx, last[-1024:])
     await ctx.body_part(opening, more=False)
-
-
-HOLD_BYTES = 64 * 1024
-"""The longest unfinished SSE event the relay holds back (to cut streams at event ends only)."""
-
-_SEPARATORS = (b"\n\n", b"\r\n\r\n", b"\r\r")
-
-
-def event_end(data: bytes) -> int:
-    """The offset just after the last SSE event separator in ``data`` (LF, CRLF or CR), or -1."""
-    end = data.rfind(b"\n\n")
-    if end >= 0:
-        end += 2
-    if b"\r" in data:
-        for sep in _SEPARATORS[1:]:
-            i = data.rfind(sep)
-            if i >= 0:
-                end = max(end, i + len(sep))
-    return end
 
 
 def _after(passing: bool) -> bytes:

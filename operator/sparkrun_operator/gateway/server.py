@@ -25,7 +25,9 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from .app import Gateway
 from .auth import KeySource, MergedKeySource, StaticKeySource
 from .config import GatewaySettings
+from .context import DIRECT_BODY, DirectBody
 from .routing import StaticRoutingSource
+from .workers import supervise, worker_index
 
 log = logging.getLogger("sparkrun.gateway")
 
@@ -108,6 +110,9 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._head_tail = b""
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope:  # NB: not after an upgrade
+            self.scope.setdefault("extensions", {})[DIRECT_BODY] = {"body": DirectBody(cycle)}
 
     def on_message_complete(self) -> None:
         self._in_head = True  # whatever follows is the head of the next request
@@ -158,10 +163,11 @@ class MetricsListener:
         await send({"type": "http.response.body", "body": body})
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """A listening TCP socket (uvicorn serves several when given them)."""
+def listen(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A listening TCP socket (uvicorn serves several when given them); with ``reuse_port``,
+    one of several on the same port (``SO_REUSEPORT``: the kernel spreads connections)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host, port), family=family, backlog=4096)
+    sock = socket.create_server((host, port), family=family, backlog=4096, reuse_port=reuse_port)
     sock.set_inheritable(True)
     return sock
 
@@ -215,6 +221,13 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NS",
         help="keys from Secrets in NS may grant models of every namespace (repeatable; default: none)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="gateway processes sharing the port (SO_REUSEPORT), each with its own routing state; "
+        "metrics aggregate over all of them (default: 1)",
     )
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=8080)
@@ -289,13 +302,27 @@ def build(argv: Sequence[str]) -> tuple[Gateway, argparse.Namespace]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the gateway until SIGINT/SIGTERM; returns the exit status."""
-    gateway, ns = build(sys.argv[1:] if argv is None else argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    ns = _parser().parse_args(args)
     logging.basicConfig(level=ns.log_level.upper(), format="%(levelname)s %(asctime)s %(name)s %(message)s")
-    if ns.metrics_port is None:
-        server = uvicorn.Server(uvicorn_config(gateway, host=ns.host, port=ns.port, log_level=ns.log_level))
-        server.run()
-        return 0 if server.started else 1
-    app = MetricsListener(gateway, ns.metrics_port)
+    if ns.workers < 1:
+        log.error("--workers must be at least 1")
+        return 2
+    if ns.workers > 1:
+        if ns.port == 0 or ns.metrics_port == 0:
+            log.error("--workers needs fixed ports (they are shared): not 0")
+            return 2
+        return supervise(args, ns.workers)
+    gateway, ns = build(args)
+    shared = worker_index() is not None
+    app: Gateway | MetricsListener = gateway
+    sockets = [listen(ns.host, ns.port, reuse_port=shared)] if shared else []
+    if ns.metrics_port is not None:
+        app = MetricsListener(gateway, ns.metrics_port)
+        sockets = [
+            listen(ns.host, ns.port, reuse_port=shared),
+            listen(ns.host, ns.metrics_port, reuse_port=shared),
+        ]
     server = uvicorn.Server(uvicorn_config(app, host=ns.host, port=ns.port, log_level=ns.log_level))
-    server.run(sockets=[listen(ns.host, ns.port), listen(ns.host, ns.metrics_port)])
+    server.run(sockets=sockets or None)
     return 0 if server.started else 1

@@ -100,11 +100,15 @@ async def upstream_error(ctx: Ctx, gw: Gateway, response: UpstreamResponse) -> N
 
 
 async def relay(gw: Gateway, ctx: Ctx, response: UpstreamResponse, translator: Any) -> None:
+    """Translate an upstream stream; the response starts with the first translated bytes.
+
+    NB: vLLM-style servers (llm-d-inference-sim among them) answer some refusals, such as a
+    prompt over the context window, with ``200`` and a first event ``{"error": {..., "code":
+    400}}``. Nothing has been sent then, so the client gets that status and an error body in its
+    own protocol, as it would from the upstream's plain ``400``, not a stream with an in-band
+    ``api_error``.
+    """
     ctx.stream_end = translator.fail
-    await ctx.start_response(200, translator.content_type, [(b"cache-control", b"no-cache")])
-    opening = translator.start()
-    if opening:
-        await ctx.body_part(opening)
     parser = SSEParser(gw.settings.max_event_bytes)
     first = True
     done = False
@@ -119,20 +123,37 @@ async def relay(gw: Gateway, ctx: Ctx, response: UpstreamResponse, translator: A
                     done = True
                     continue
                 if isinstance(event, dict) and "error" in event:
-                    err = event["error"]
-                    text = err.get("message") if isinstance(err, dict) else str(err)
-                    await ctx.body_part(translator.fail(str(text)), more=False)
+                    await _stream_error(ctx, translator, event["error"], bytes(out))
                     return
                 if isinstance(event, dict) and event.get("usage"):
                     gw.record_usage(ctx, json.dumps(event["usage"]).encode())
                 out += translator.feed(event)
             if out:
-                await ctx.body_part(bytes(out))
+                await _send(ctx, translator, bytes(out))
     except (UpstreamError, ValueError) as exc:
         message = gw.upstream_failed(ctx, exc) if isinstance(exc, UpstreamError) else str(exc)
-        await ctx.body_part(translator.fail(message), more=False)
+        await _send(ctx, translator, translator.fail(message), more=False)
         return
     if not done:
-        await ctx.body_part(translator.fail("Upstream ended the stream before it completed"), more=False)
+        message = "Upstream ended the stream before it completed"
+        await _send(ctx, translator, translator.fail(message), more=False)
         return
-    await ctx.body_part(translator.finish(), more=False)
+    await _send(ctx, translator, translator.finish(), more=False)
+
+
+async def _send(ctx: Ctx, translator: Any, data: bytes, more: bool = True) -> None:
+    """Send ``data``, starting the stream (headers and the translator's opening) if need be."""
+    if not ctx.started:
+        await ctx.start_response(200, translator.content_type, [(b"cache-control", b"no-cache")])
+        data = translator.start() + data
+    await ctx.body_part(data, more=more)
+
+
+async def _stream_error(ctx: Ctx, translator: Any, err: Any, pending: bytes) -> None:
+    """An upstream error event: a status of its own before the stream started, else in-band."""
+    text = str(err.get("message") if isinstance(err, dict) else err)
+    code = err.get("code") if isinstance(err, dict) else None
+    if not ctx.started and not pending and isinstance(code, int) and 400 <= code < 600:
+        await ctx.respond(code, render(ctx.family, code, text))
+        return
+    await _send(ctx, translator, pending + translator.fail(text), more=False)

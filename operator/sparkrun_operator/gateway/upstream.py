@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import select
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -75,6 +75,8 @@ class _Conn(asyncio.Protocol):
         self.paused = False
         self.head_bytes = 0
         self.header_count = 0
+        self.listener: Callable[[], None] | None = None
+        """Called instead of waking a waiter (see :meth:`UpstreamResponse.listen`)."""
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -162,6 +164,9 @@ class _Conn(asyncio.Protocol):
         return data
 
     def _wake(self) -> None:
+        if self.listener is not None:
+            self.listener()
+            return
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -180,6 +185,7 @@ class _Conn(asyncio.Protocol):
 
     def close(self) -> None:
         self.closed = True
+        self.listener = None
         if self.transport is not None:
             self.transport.close()
 
@@ -210,7 +216,7 @@ class UpstreamResponse:
     def __init__(self, pool: UpstreamPool, conn: _Conn, read_timeout: float) -> None:
         self._pool = pool
         self._conn = conn
-        self._timeout = read_timeout
+        self._timeout = self.read_timeout = read_timeout
         self.status = conn.status
         self.headers = conn.headers
         self._closed = False
@@ -230,6 +236,37 @@ class UpstreamResponse:
                 await conn.wait(self._timeout)
             except TimeoutError:
                 raise UpstreamTimeout(f"no data for {self._timeout}s") from None
+
+    def listen(self, listener: Callable[[], None] | None) -> None:
+        """Have ``listener`` called (synchronously, from the connection's callbacks) whenever body
+        bytes arrive, the body completes or the connection breaks; ``None`` stops it. Meanwhile
+        :meth:`chunks` must not be used: the listener reads with :meth:`take` and :meth:`state`."""
+        self._conn.listener = listener
+
+    def take(self) -> bytes:
+        """The body bytes buffered so far (and no longer buffered)."""
+        return self._conn.take() if self._conn.buf else b""
+
+    def state(self) -> UpstreamError | bool | None:
+        """``True`` once the body completed, an :class:`UpstreamError` once the connection broke,
+        else ``None`` (more to come)."""
+        conn = self._conn
+        if conn.buf:
+            return None
+        if conn.complete:
+            return True
+        if conn.closed:
+            return UpstreamError(f"connection lost in the middle of the body ({conn.error or 'closed'})")
+        return None
+
+    def pause(self, paused: bool) -> None:
+        """Stop (or resume) reading from the upstream socket: TCP back-pressure to the engine."""
+        transport = self._conn.transport
+        if transport is not None and not self._conn.closed:
+            if paused:
+                transport.pause_reading()
+            elif not self._conn.paused:
+                transport.resume_reading()
 
     async def read(self, limit: int) -> bytes:
         parts = []

@@ -1,0 +1,3 @@
+module sparkrun.dev/bench/loadgen
+
+go 1.26
