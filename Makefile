@@ -9,8 +9,9 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
-.PHONY: sizes help venv demo test unit verify crds generate lint fmt typecheck importlint chart-lint policy test-vllm-args testbed-bin testbed-up testbed-down bench bench-gateway bench-reconcile bench-scale clean
+.PHONY: sizes help venv demo test unit verify crds generate lint fmt typecheck importlint chart-lint policy test-vllm-args testbed-bin ssa-check testbed-up testbed-down bench bench-gateway bench-reconcile bench-scale clean
 
 help: ## list the verbs
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -26,7 +27,7 @@ venv: $(STAMP) ## create .venv: the package with its dev tools, and the testbed 
 demo: $(STAMP) testbed-bin ## bring up the local testbed and run the main flow end to end
 	$(BIN)/sparkrun-k8s demo
 
-test: verify testbed-bin ## install everything, run every check and the whole test suite
+test: verify testbed-bin ssa-check ## install everything, run every check and the whole test suite
 	SPARKRUN_TESTBED_BIN="$$(hack/testbed-bin.sh --print)" $(BIN)/pytest $(PYTEST_ARGS)
 
 unit: $(STAMP) ## only the tests that need no testbed
@@ -46,9 +47,10 @@ verify: generate lint typecheck importlint sizes chart-lint policy ## regenerate
 sizes: $(STAMP) ## product modules <= 600 lines, functions <= 80, or a written reason (hack/size-exceptions.txt)
 	$(PY) hack/check-sizes.py
 
-chart-lint: testbed-bin ## helm lint --strict of the chart (defaults, and the values of manifests/)
+chart-lint: testbed-bin ## helm lint --strict of the chart (defaults, the values of manifests/ and of the testbed)
 	$(HELM) lint --strict helm/sparkrun-operator
 	$(HELM) lint --strict helm/sparkrun-operator --values hack/manifests-values.yaml
+	$(HELM) lint --strict helm/sparkrun-operator --values hack/testbed-values.yaml
 
 policy: testbed-bin ## checkov over Dockerfiles, the chart and manifests/ (installed once outside the repo)
 	hack/checkov.sh
@@ -77,6 +79,9 @@ test-vllm-args: $(STAMP) ## the real vLLM parser accepts every rendered engine c
 testbed-bin: ## build the pinned Kubernetes binaries into ~/.cache/sparkrun-testbed (once)
 	hack/testbed-bin.sh
 
+ssa-check: ## build hack/ssa-check (Flux's server-side-apply library; the GitOps tests) into ~/.cache/sparkrun-tools (once)
+	hack/ssa-check.sh
+
 testbed-up: $(STAMP) testbed-bin ## start a local testbed and print how to reach it
 	$(BIN)/sparkrun-k8s testbed up
 
@@ -86,9 +91,16 @@ testbed-down: $(STAMP) ## stop the local testbed
 bench: $(STAMP) testbed-bin ## run every benchmark in bench/
 	@for b in bench/*.py; do n=$$(basename $$b .py); [[ $$n == _* ]] && continue; echo "== $$n"; $(PY) -m bench.$$n; done
 
-bench-gateway: $(STAMP) ## gateway vs direct vs LiteLLM proxy (LiteLLM in /tmp/litellm-venv, installed if missing)
-	@test -x /tmp/litellm-venv/bin/litellm || { $(PYTHON) -m venv /tmp/litellm-venv && /tmp/litellm-venv/bin/pip install -q 'litellm[proxy]'; } || echo "LiteLLM could not be installed; benchmarking without it"
-	$(PY) -m bench.gateway
+# LiteLLM is pinned: 1.82.7 and 1.82.8 on PyPI were compromised in March 2026 (a credential
+# stealer published with a maintainer's stolen token; both were pulled), and 1.82.6 is the last
+# release before them that the LiteLLM maintainers confirmed clean. Raise the pin only to a release
+# with no advisory against it (1.107.x is gone from PyPI too); bench.gateway refuses 1.82.7/1.82.8.
+LITELLM_VERSION := 1.82.6
+LITELLM_VENV := $(HOME)/.cache/sparkrun-tools/litellm-$(LITELLM_VERSION)
+
+bench-gateway: $(STAMP) ## gateway vs direct vs LiteLLM proxy (pinned LiteLLM in ~/.cache/sparkrun-tools, installed if missing)
+	@test -e $(LITELLM_VENV)/.installed || { rm -rf $(LITELLM_VENV); $(PYTHON) -m venv $(LITELLM_VENV) && $(LITELLM_VENV)/bin/pip install -q 'litellm[proxy]==$(LITELLM_VERSION)' && touch $(LITELLM_VENV)/.installed; } || echo "LiteLLM could not be installed; benchmarking without it"
+	$(PY) -m bench.gateway --litellm $(LITELLM_VENV)/bin/litellm $(BENCH_ARGS)
 
 bench-reconcile: $(STAMP) testbed-bin ## operator: create -> JobSet + status, vs the same API calls made directly
 	$(PY) -m bench.reconcile

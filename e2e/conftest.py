@@ -6,11 +6,15 @@ Target selection:
   the daemon API and the gateway); also set ``SPARKRUN_E2E_GATEWAY_URL``,
   ``SPARKRUN_E2E_DAEMON_URL``, ``SPARKRUN_E2E_TOKEN`` (a bearer token with the daemon API's
   ``operate`` scope), optionally ``SPARKRUN_E2E_DAEMON_CA`` (PEM file),
-  ``SPARKRUN_E2E_NAMESPACE`` (default ``default``; the namespace the daemon API serves) and
-  ``SPARKRUN_E2E_IMAGE`` (an engine image the cluster can pull).
+  ``SPARKRUN_E2E_NAMESPACE`` (default ``default``; the namespace the daemon API serves),
+  ``SPARKRUN_E2E_IMAGE`` (an engine image the cluster can pull) and, where the gateway is reached
+  through kube-apiserver or needs a key, ``SPARKRUN_E2E_GATEWAY_TOKEN`` and
+  ``SPARKRUN_E2E_GATEWAY_CA`` (PEM file).
 - otherwise the local testbed: ``sparkrun-k8s demo`` runs once for the session (its own
-  testbed ``e2e`` in a temporary directory), the flows run against what it started, and it is
-  stopped afterwards. Its output is kept for ``test_demo.py``.
+  testbed ``e2e`` in a temporary directory; the chart installed there, its components as pods,
+  reached through kube-apiserver), the flows run against what it started, and it is
+  stopped afterwards (the local Hub of its ModelCache step too: the fixture checks that it no
+  longer answers). Its output is kept for ``test_demo.py``.
 
 Without the testbed binaries the local target fails under ``CI=true`` and skips elsewhere.
 """
@@ -26,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.target import Target
+from e2e.target import Target, admin_token
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 DEMO_TIMEOUT = 840
@@ -51,6 +55,8 @@ def _remote() -> Target | None:
         token=os.environ["SPARKRUN_E2E_TOKEN"],
         namespace=os.environ.get("SPARKRUN_E2E_NAMESPACE", "default"),
         image=os.environ.get("SPARKRUN_E2E_IMAGE"),
+        gateway_token=os.environ.get("SPARKRUN_E2E_GATEWAY_TOKEN"),
+        gateway_ca=os.environ.get("SPARKRUN_E2E_GATEWAY_CA"),
     )
 
 
@@ -66,13 +72,6 @@ def _require_binaries() -> None:
         if IN_CI:
             pytest.fail(reason)
         pytest.skip(reason)
-
-
-def _admin_token(kubeconfig: Path) -> str:
-    import yaml
-
-    doc = yaml.safe_load(kubeconfig.read_text())
-    return str(doc["users"][0]["user"].get("token") or "")
 
 
 @pytest.fixture(scope="session")
@@ -103,12 +102,15 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
             pytest.fail(f"sparkrun-k8s demo failed (exit {result.returncode}):\n{output[-6000:]}")
         endpoints = json.loads(endpoints_file.read_text())
         kubeconfig = Path(endpoints["kubeconfig"])
+        behind_apiserver = bool(endpoints.get("gateway_token_from_kubeconfig"))
         yield Target(
             kubeconfig=kubeconfig,
             gateway_url=endpoints["gateway_url"],
+            gateway_token=admin_token(kubeconfig) if behind_apiserver else None,
+            gateway_ca=endpoints.get("gateway_ca"),
             daemon_url=endpoints["daemon_url"],
             daemon_ca=endpoints["daemon_ca"],
-            token=_admin_token(kubeconfig),
+            token=admin_token(kubeconfig),
             namespace=endpoints["namespace"],
             demo_output=output,
             demo_returncode=result.returncode,
@@ -119,3 +121,20 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
         if testbed is not None:
             testbed.stop()
             assert not testbed.running(), "processes of the e2e testbed are still running after stop"
+        _assert_hub_stopped(run_dir / "endpoints.json")
+
+
+def _assert_hub_stopped(endpoints_file: Path) -> None:
+    """The demo's local Hub is one of the testbed's daemons: gone once the testbed is stopped."""
+    import httpx
+
+    if not endpoints_file.exists():
+        return
+    hub = json.loads(endpoints_file.read_text()).get("hub_url")
+    if not hub:
+        return
+    try:
+        httpx.get(f"{hub}/api/models", timeout=2.0)
+    except httpx.HTTPError:
+        return
+    raise AssertionError(f"the demo's local Hub still answers on {hub} after the testbed stopped")

@@ -94,6 +94,7 @@ def _both(doc: dict[str, Any]) -> None:
 
 WL = "inferenceworkload"
 MN = "inferenceworkload-multinode"
+GATED = "inferenceworkload-gated"
 
 INVALID: list[InvalidCase] = [
     # InferenceWorkload: topology arithmetic (CEL)
@@ -273,12 +274,12 @@ INVALID: list[InvalidCase] = [
     ),
     _case("bench-no-scenarios", "inferencebenchmark", _set("spec.scenarios", []), "spec.scenarios"),
     _case(
-        "bench-requests-and-duration",
+        "bench-zero-requests",
         "inferencebenchmark",
-        lambda d: d["spec"]["scenarios"][0].update(durationSeconds=10),
-        "spec.scenarios[0]",
-        "exactly one of requests or durationSeconds",
+        lambda d: d["spec"]["scenarios"][0].update(requests=0),
+        "spec.scenarios[0].requests",
     ),
+    _case("bench-via-nowhere", "inferencebenchmark", _set("spec.target.via", "Ingress"), "spec.target.via"),
     _case(
         "bench-zero-concurrency",
         "inferencebenchmark",
@@ -292,6 +293,57 @@ INVALID: list[InvalidCase] = [
         _set("spec.timeoutSeconds", 60),
         "spec",
         "spec is immutable",
+    ),
+    # InferenceWorkload: rollout gate (ADR 0029)
+    _case(
+        "gate-without-surge",
+        GATED,
+        _set("spec.rollout.maxSurge", 0),
+        "spec.rollout.maxSurge",
+        "rollout.gate needs maxSurge >= 1",
+    ),
+    _case(
+        "gate-min-and-max",
+        GATED,
+        _set("spec.rollout.gate.thresholds", [{"metric": "ttftP99", "min": 1, "max": 2}]),
+        "spec.rollout.gate.thresholds[0].max",
+        "set exactly one of min or max",
+    ),
+    _case(
+        "gate-latency-with-min",
+        GATED,
+        _set("spec.rollout.gate.thresholds", [{"metric": "ttftP99", "min": 1}]),
+        "spec.rollout.gate.thresholds[0].metric",
+        "latencies and errors are bounded by max",
+    ),
+    _case(
+        "gate-throughput-with-max",
+        GATED,
+        _set("spec.rollout.gate.thresholds", [{"metric": "requestsPerSecond", "max": 1}]),
+        "spec.rollout.gate.thresholds[0].metric",
+        "bounded by min (higher is better)",
+    ),
+    _case(
+        "gate-unknown-scenario",
+        GATED,
+        _set("spec.rollout.gate.thresholds", [{"metric": "ttftP99", "scenario": "other", "max": 1}]),
+        "spec.rollout.gate.thresholds",
+        "every threshold's scenario must be one of benchmark.scenarios",
+    ),
+    _case(
+        "gate-unknown-metric",
+        GATED,
+        _set("spec.rollout.gate.thresholds", [{"metric": "ttft_p99_ms", "max": 1}]),
+        "spec.rollout.gate.thresholds[0].metric",
+    ),
+    _case(
+        "gate-no-thresholds", GATED, _set("spec.rollout.gate.thresholds", []), "spec.rollout.gate.thresholds"
+    ),
+    _case(
+        "gate-negative-bound",
+        GATED,
+        _set("spec.rollout.gate.thresholds", [{"metric": "ttftP99", "max": -1}]),
+        "spec.rollout.gate.thresholds[0].max",
     ),
     # Recipe
     _case("recipe-version-1", "recipe", _set("spec.recipeVersion", "1"), "spec.recipeVersion"),

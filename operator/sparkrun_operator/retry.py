@@ -9,6 +9,9 @@ retries instead of hammering the server in lockstep.
   ``[cap/2, cap]``; ``1.0``: anywhere in ``[0, cap]``, "full jitter").
 - :class:`Attempts` is the state of one long-running loop (a watch): :meth:`Attempts.wait`
   sleeps the next delay, :meth:`Attempts.reset` starts again from ``initial`` after a success.
+- :class:`Schedule` is a fixed number of delays of a policy, drawn afresh each time it is
+  iterated: for libraries that take a list of delays (kopf's ``networking.error_backoffs``,
+  which would otherwise retry every failed request on the same fixed steps).
 - :func:`retry` calls an async function until it succeeds, fails with an error that is not
   retryable, or ``attempts`` calls have been made; a ``floor`` hook may raise a delay to what
   the server asked for (``Retry-After``).
@@ -20,11 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-__all__ = ["Attempts", "Backoff", "retry"]
+__all__ = ["Attempts", "Backoff", "Schedule", "retry"]
 
 T = TypeVar("T")
 
@@ -61,6 +64,21 @@ class Backoff:
         if floor > 0.0:
             delay = max(delay, floor * (1.0 + self.jitter * self.rng.random()))
         return delay
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """``count`` delays of ``policy`` (``policy.delay(0)``, ``delay(1)``, ...), jittered anew on
+    every iteration, so that each caller iterating it gets its own sequence."""
+
+    policy: Backoff
+    count: int
+
+    def __iter__(self) -> Iterator[float]:
+        return (self.policy.delay(attempt) for attempt in range(self.count))
+
+    def __len__(self) -> int:
+        return self.count
 
 
 class Attempts:

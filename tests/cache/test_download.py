@@ -273,6 +273,23 @@ def test_progress_is_rate_bounded_and_always_reports_phases() -> None:
     assert seen[-1].status_patch() == {"phase": "Ready", "progress": {"bytesDone": 1000, "bytesTotal": 1000}}
 
 
+def test_rate_and_eta_move_inside_one_big_file(hub: Hub, cache_root: Path) -> None:
+    """The rate counts bytes of the file in flight, not only finished files (a single large
+    shard must not show 0 B/s and an ETA of hours)."""
+    size = hub.repo(TINY).tree(hub.repo(TINY).head)["model.safetensors"].file.size
+    hub.slow("*model.safetensors", rate=size / 4)  # about 4 s for the one big file
+    seen: list[Progress] = []
+    reporter = Reporter([seen.append], interval=0.2)
+    Downloader(cache_root, Source(TINY, "main", hub.url), reporter=reporter).download()
+    inside = [e for e in seen if e.phase == "Downloading" and size / 4 < e.bytes_done < size * 3 / 4]
+    assert inside, [(e.phase, e.bytes_done) for e in seen]
+    rate = inside[-1].rate_bytes_per_s
+    assert size / 4 * 0.4 < rate < size / 4 * 2.5, rate  # the paced rate, within a wide margin
+    eta = inside[-1].eta_s
+    assert eta is not None
+    assert 0 < eta < 10
+
+
 def test_unreachable_hub_is_retryable(cache_root: Path) -> None:
     import socket
 

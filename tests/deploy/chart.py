@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,6 +27,17 @@ def helm_binary() -> str | None:
         if directory and (Path(directory) / "helm").is_file():
             return str(Path(directory) / "helm")
     return shutil.which("helm")
+
+
+def require_helm() -> str:
+    """:func:`helm_binary`, or fail (under ``CI=true``) or skip the calling test without one."""
+    found = helm_binary()
+    if found is None:
+        reason = "no helm binary: run `make testbed-bin` (it builds the pinned helm)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"prerequisite missing under CI=true: {reason}", pytrace=False)
+        pytest.skip(reason)
+    return found
 
 
 class Rendered:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import socket
 import ssl
@@ -31,20 +30,16 @@ from sparkrun_operator.cli.main import build_parser
 from sparkrun_operator.controllers.context import Metrics
 from sparkrun_operator.gateway.metrics import GatewayMetrics
 from sparkrun_operator.gateway.server import _parser as gateway_parser
-from tests.deploy.chart import CHART, NAMESPACE, REPO, Rendered, helm, helm_binary, render
+from tests.deploy.chart import CHART, NAMESPACE, REPO, Rendered, helm, render, require_helm
 
 SHIM_DNS = f"sparkrun-shim.{NAMESPACE}.svc"
+SHIM_TLS_DIR = "/var/run/secrets/sparkrun.dev/shim-tls"
+TESTBED_VALUES = REPO / "hack" / "testbed-values.yaml"
 
 
 @pytest.fixture(scope="module")
 def helm_bin() -> str:
-    found = helm_binary()
-    if found is None:
-        reason = "no helm binary: run `make testbed-bin` (it builds the pinned helm)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"prerequisite missing under CI=true: {reason}", pytrace=False)
-        pytest.skip(reason)
-    return found
+    return require_helm()
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +63,7 @@ def test_lint_is_clean(helm_bin: str, tmp_path: Path) -> None:
     combos |= {"certManager": {"enabled": True}, "metrics": {"serviceMonitor": {"enabled": True}}}
     values = tmp_path / "values.yaml"
     values.write_text(yaml.safe_dump(combos))
-    for extra in ([], ["--values", str(values)]):
+    for extra in ([], ["--values", str(values)], ["--values", str(TESTBED_VALUES)]):
         lint = helm(helm_bin, "lint", "--strict", str(CHART), *extra, check=False)
         assert lint.returncode == 0, lint.stdout + lint.stderr
         assert "0 chart(s) failed" in lint.stdout
@@ -93,7 +88,7 @@ def test_commands_parse_with_the_products_own_parsers(default: Rendered) -> None
         else:
             assert args.command == "shim"
             assert (args.port, args.aggregated_port) == (8443, 8444)
-            assert args.tls_cert == "/tls/tls.crt"
+            assert args.tls_cert == f"{SHIM_TLS_DIR}/tls.crt"
     assert default.get("Deployment", "sparkrun-operator")["spec"]["replicas"] == 2
 
 
@@ -121,10 +116,55 @@ def test_probes_drain_and_security(default: Rendered) -> None:
         assert spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
 
 
+def _pods(rendered: Rendered) -> dict[str, dict[str, Any]]:
+    """Every pod spec of the chart: the Deployments' templates and the `helm test` pods."""
+    specs = {d["metadata"]["name"]: d["spec"]["template"]["spec"] for d in rendered.of("Deployment")}
+    return specs | {p["metadata"]["name"]: p["spec"] for p in rendered.of("Pod")}
+
+
+def test_mounts_lie_where_any_runtime_can_make_mount_points(default: Rendered) -> None:
+    """Under /var/run/secrets, like the ServiceAccount token: also with readOnlyRootFilesystem,
+    and on the testbed's process nodes, which mount only at existing paths or under /run."""
+    mounts = {
+        (name, m["mountPath"])
+        for name, spec in _pods(default).items()
+        for c in spec["containers"]
+        for m in c.get("volumeMounts", ())
+    }
+    assert mounts == {("sparkrun-shim", SHIM_TLS_DIR), ("sparkrun-test-shim", SHIM_TLS_DIR)}
+    script = default.get("Pod", "sparkrun-test-shim")["spec"]["containers"][0]["args"][0]
+    assert f"cafile='{SHIM_TLS_DIR}/ca.crt'" in script
+
+
+def test_operator_pods_are_their_own_peering_identity(default: Rendered) -> None:
+    env = default.container("sparkrun-operator")["env"]
+    assert {"name": "POD_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in env
+
+
+def test_testbed_values_put_every_pod_on_process_nodes(helm_bin: str, tmp_path: Path) -> None:
+    values = yaml.safe_load(TESTBED_VALUES.read_text())
+    out = render(helm_bin, tmp_path, values)
+    pods = _pods(out)
+    assert set(pods) == {f"sparkrun-{c}" for c in ("operator", "shim", "gateway")} | {
+        f"sparkrun-test-{c}" for c in ("operator", "shim", "gateway")
+    }
+    toleration = {"key": "sparkrun.dev/testbed-runtime", "operator": "Equal", "value": "process"}
+    for name, spec in pods.items():
+        assert spec["nodeSelector"] == {"sparkrun.dev/testbed-runtime": "process"}, name
+        assert spec["tolerations"] == [{**toleration, "effect": "NoSchedule"}], name
+        images = {c["image"] for c in spec["containers"]}
+        assert images == {"sparkrun-operator:testbed"}, "the process runtime maps sparkrun* images"
+    assert out.get("Deployment", "sparkrun-operator")["spec"]["replicas"] == 2
+
+
 def test_least_privilege_by_default(default: Rendered) -> None:
     operator = default.get("ClusterRole", "sparkrun-operator")
     assert not _grants(operator, "secrets", "get")
-    assert not _grants(operator, "configmaps", "get")
+    # ConfigMaps cluster-wide: only InferenceBenchmarks' raw output, by name (get/create/patch);
+    # never listed or watched, so the operator cannot enumerate other tenants' ConfigMaps.
+    assert not _grants(operator, "configmaps", "list")
+    assert not _grants(operator, "configmaps", "watch")
+    assert not _grants(operator, "configmaps", "delete")
     assert not _grants(operator, "clusterrolebindings", "create", "rbac.authorization.k8s.io")
     assert not _grants(operator, "serviceaccounts", "create")
     assert not _grants(operator, "pods", "create")
@@ -151,6 +191,18 @@ def test_least_privilege_by_default(default: Rendered) -> None:
             assert not {"escalate", "impersonate"} & set(rule["verbs"]), role["metadata"]["name"]
     bindings = {b["metadata"]["name"]: b["roleRef"]["name"] for b in default.of("ClusterRoleBinding")}
     assert "cluster-admin" not in bindings.values()
+
+
+def test_model_cache_tool_settings_are_values(helm_bin: str, tmp_path: Path) -> None:
+    scheduling = {"nodeSelector": {"pool": "io"}, "tolerations": [{"key": "a b", "operator": "Exists"}]}
+    values = {"operator": {"modelCache": {"toolScheduling": scheduling, "hubTokenSecret": "hf/tok"}}}
+    out = render(helm_bin, tmp_path, values)
+    args = build_parser().parse_args(out.container("sparkrun-operator")["args"])
+    assert args.cache_tool_scheduling == scheduling
+    assert args.hub_token_secret == ("hf", "tok")
+    plain = render(helm_bin, tmp_path / "d").container("sparkrun-operator")["args"]
+    default = build_parser().parse_args(plain)
+    assert (default.cache_tool_scheduling, default.hub_token_secret) == ({}, None)
 
 
 def test_service_account_provisioning_is_a_value(helm_bin: str, tmp_path: Path) -> None:
@@ -249,9 +301,16 @@ def test_network_policies(default: Rendered, helm_bin: str, tmp_path: Path) -> N
         "sparkrun-shim",
         "sparkrun-gateway",
         "sparkrun-tests",
+        "sparkrun-operator-stop",
     }
-    (tests,) = [p for p in default.of("NetworkPolicy") if p["metadata"]["name"] == "sparkrun-tests"]
-    assert "ingress" not in tests["spec"], "helm test pods accept no connections"
+    for name in ("sparkrun-tests", "sparkrun-operator-stop"):
+        (one_shot,) = [p for p in default.of("NetworkPolicy") if p["metadata"]["name"] == name]
+        assert "ingress" not in one_shot["spec"], f"{name}: helm test and hook pods accept no connections"
+    stop_pod = default.get("Job", "sparkrun-operator-stop", NAMESPACE)["spec"]["template"]["metadata"][
+        "labels"
+    ]
+    stop_policy = default.get("NetworkPolicy", "sparkrun-operator-stop", NAMESPACE)
+    assert all(stop_pod.get(k) == v for k, v in stop_policy["spec"]["podSelector"]["matchLabels"].items())
     values = {"networkPolicy": {"workloadNamespaces": ["serving"], "engineRestrictEgress": True}}
     out = render(helm_bin, tmp_path, values)
     engines = out.get("NetworkPolicy", "sparkrun-engines", "serving")
@@ -449,3 +508,58 @@ def test_anti_affinity_modes_and_bad_values_fail(helm_bin: str, tmp_path: Path) 
         bad = helm(helm_bin, "template", "sparkrun", str(CHART), "--values", str(path), check=False)
         assert bad.returncode != 0
         assert needle in bad.stderr
+
+
+def test_gateway_workers_is_a_value(default: Rendered, helm_bin: str, tmp_path: Path) -> None:
+    plain = gateway_parser().parse_args(default.container("sparkrun-gateway")["args"][1:])
+    assert plain.workers == 1
+    out = render(helm_bin, tmp_path, {"gateway": {"workers": 3}})
+    args = gateway_parser().parse_args(out.container("sparkrun-gateway")["args"][1:])
+    assert args.workers == 3
+
+
+def test_uninstall_hook_stops_the_operator_with_a_narrow_role(
+    default: Rendered, helm_bin: str, tmp_path: Path
+) -> None:
+    hooked = [
+        d
+        for d in default.docs
+        if (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "pre-delete"
+    ]
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in hooked) == [
+        ("Job", "sparkrun-operator-stop"),
+        ("Role", "sparkrun-operator-stop"),
+        ("RoleBinding", "sparkrun-operator-stop"),
+        ("ServiceAccount", "sparkrun-operator-stop"),
+    ]
+    for doc in hooked:  # gone once it succeeded, replaced if a failed one is still there
+        policy = doc["metadata"]["annotations"]["helm.sh/hook-delete-policy"].split(",")
+        assert set(policy) == {"before-hook-creation", "hook-succeeded"}, doc["metadata"]["name"]
+    job = default.get("Job", "sparkrun-operator-stop", NAMESPACE)
+    pod = job["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    args = build_parser().parse_args(container["args"])
+    assert (args.namespace, args.deployment, args.timeout) == (NAMESPACE, "sparkrun-operator", 90.0)
+    assert pod["spec"]["serviceAccountName"] == "sparkrun-operator-stop"
+    # the hook's own pod is not one of the pods it waits for
+    selector = default.get("Deployment", "sparkrun-operator")["spec"]["selector"]["matchLabels"]
+    assert not all(pod["metadata"]["labels"].get(k) == v for k, v in selector.items())
+    role = default.get("Role", "sparkrun-operator-stop", NAMESPACE)
+    assert _rules(role) == [
+        {
+            "apiGroups": ["apps"],
+            "resources": ["deployments"],
+            "resourceNames": ["sparkrun-operator"],
+            "verbs": ["get"],
+        },
+        {
+            "apiGroups": ["apps"],
+            "resources": ["deployments/scale"],
+            "resourceNames": ["sparkrun-operator"],
+            "verbs": ["get", "patch"],
+        },
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    ]
+    off = render(helm_bin, tmp_path, {"operator": {"stopBeforeUninstall": False}})
+    assert off.find("Job", "sparkrun-operator-stop", NAMESPACE) is None
+    assert off.find("Role", "sparkrun-operator-stop", NAMESPACE) is None

@@ -19,7 +19,10 @@ from tests.deploy.chart import CHART, helm, helm_binary
 
 pytestmark = [pytest.mark.testbed, pytest.mark.usefixtures("crds")]
 RELEASE = "chart-it"
-BASE = ["--set", "crds.install=false", "--set", "daemonRoles=false", "--set", "shim.apiService.enabled=false"]
+# NB: no uninstall hook here: its Job's pod would be KWOK's, which never completes, and
+# `helm uninstall` would wait for it (e2e/test_helm_pods.py runs the hook on process nodes).
+BASE = ["--set", "crds.install=false", "--set", "daemonRoles=false", "--set", "shim.apiService.enabled=false",
+        "--set", "operator.stopBeforeUninstall=false"]  # fmt: skip
 
 
 def _secret_ca(kubectl: Any, namespace: str) -> str:

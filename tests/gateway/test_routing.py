@@ -209,10 +209,15 @@ def test_the_oldest_claim_keeps_a_contested_name() -> None:
     assert tie.lookup("m") is not None
     assert tie.lookup("m").key == "y/b"  # type: ignore[union-attr]
     # One pure function decides for the gateway and the operator's planner.
-    lost = names.conflicts(rival.claim(), [old.claim(), new.claim(), rival.claim()])
+    claims = [old.claim(), new.claim(), rival.claim()]
+
+    def holders(model: str) -> list[names.Claim]:
+        return [c for c in claims if model in c.names]
+
+    lost = names.conflicts(rival.claim(), holders)
     assert [(c.model, c.winner.key, c.alias) for c in lost] == [("shared", "b/old", False)]
     assert "served name 'shared' is served by b/old" in lost[0].describe()
-    assert names.conflicts(old.claim(), [old.claim(), new.claim(), rival.claim()]) == []
+    assert names.conflicts(old.claim(), holders) == []
 
 
 async def test_a_conflict_in_a_routing_file_does_not_freeze_the_table(tmp_path: Path) -> None:

@@ -1,18 +1,27 @@
 """The DaemonJob cache (``k8s/daemonjobs.py`` ``JobCache``) on the watch primitive, against the
 testbed's apiserver: read-your-writes without ordering resourceVersions, a later write by
-someone else wins as soon as the watch delivers it, deletions, and change notifications.
+someone else wins as soon as the watch delivers it, deletions, change notifications, and the
+cache's bound in bytes per job (large results left out, read on demand).
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import secrets
 from collections.abc import Callable
 from typing import Any
 
 from sparkrun_operator.api.daemonjob import DaemonJobStatus
 from sparkrun_operator.k8s.client import DAEMON_API_MANAGER, Kube, connect
-from sparkrun_operator.k8s.daemonjobs import OVERLAY_SECONDS, DaemonJobs, JobCache, slim
+from sparkrun_operator.k8s.daemonjobs import (
+    CACHED_RESULT_BYTES,
+    OMITTED,
+    OVERLAY_SECONDS,
+    DaemonJobs,
+    JobCache,
+    slim,
+)
 from sparkrun_operator.ops import jobs
 from sparkrun_testbed import plane
 
@@ -90,6 +99,59 @@ async def test_reads_follow_own_writes_and_the_watch(
         assert await cache.get("job-1") is None
         await _until(lambda: not cache.values(), within=OVERLAY_SECONDS / 2)
         assert await cache.get("job-1") is None
+    finally:
+        await cache.stop()
+        await kube.close()
+
+
+def _rows(i: int, size: int) -> list[dict[str, str]]:
+    """About ``size`` bytes of JSON that compresses like real output (hex digests, repeated keys)."""
+    return [{"name": f"item-{i}-{n}", "digest": secrets.token_hex(32)} for n in range(size // 90)]
+
+
+async def test_the_cache_leaves_large_results_out_and_full_reads_them(
+    testbed: plane.Testbed, crds: list[str], namespace: str
+) -> None:
+    """The bound of the cache (the shim's memory under many jobs: ``bench/shim_memory.py``):
+    managedFields dropped, results above CACHED_RESULT_BYTES (inline or gzip) left out."""
+    kube = Kube(await connect(kubeconfig=str(testbed.kubeconfig)), field_manager=DAEMON_API_MANAGER)
+    daemonjobs = DaemonJobs(kube, namespace)
+    cache = JobCache(daemonjobs)
+    # A small inline result is kept; an inline one above the bound and a gzip one are not.
+    results = {
+        "small": {"ok": True},
+        "inline": _rows(1, 2 * CACHED_RESULT_BYTES),
+        "gzip": _rows(2, 3 * 2**19),
+    }
+    try:
+        await cache.start()
+        for name, result in results.items():
+            inline, packed, _ = jobs.encode_result(result)
+            assert (packed is None) == (name != "gzip")
+
+            def done(
+                status: DaemonJobStatus, _obj: dict[str, Any], inline: Any = inline, packed: Any = packed
+            ) -> None:
+                status.state = "succeeded"
+                status.result, status.result_gzip = inline, packed
+
+            await daemonjobs.update_status(await daemonjobs.create(_job(name, namespace)), done)
+
+        def delivered() -> bool:
+            found = [cache.informer.objects.get((namespace, name)) for name in results]
+            return all(o is not None and (o.get("status") or {}).get("state") == "succeeded" for o in found)
+
+        await _until(delivered, within=30)
+        for name, result in results.items():
+            cached = cache.informer.objects[(namespace, name)]
+            assert "managedFields" not in cached["metadata"]
+            if name == "small":
+                assert OMITTED not in cached["status"]
+                assert await cache.full(cached) is cached  # nothing to fetch
+            else:
+                assert cached["status"][OMITTED] is True
+                assert not {"result", "resultGzip"} & set(cached["status"])
+            assert jobs.result_of((await cache.full(cached))["status"]) == result
     finally:
         await cache.stop()
         await kube.close()

@@ -23,6 +23,7 @@ import yaml
 from sparkrun_testbed.kubeapi import KubeApi
 from sparkrun_testbed.plane import Testbed
 from tests.reference import reference_python
+from tests.shim.chart_rbac import ChartRbac, apply_chart_rbac
 from tests.shim.harness import DaemonEnv, ShimRunner
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,6 +38,8 @@ class Daemon:
     env: DaemonEnv
     runner: ShimRunner
     kube: KubeApi
+    #: The chart's RBAC the shim and the operator run with (``start_daemon(chart_rbac=True)``).
+    rbac: ChartRbac | None = None
 
     @property
     def namespace(self) -> str:
@@ -85,8 +88,16 @@ class Daemon:
         return found
 
 
-def start_daemon(testbed: Testbed, kube: KubeApi, workdir: Path, **kwargs: Any) -> Daemon:
+def start_daemon(
+    testbed: Testbed, kube: KubeApi, workdir: Path, *, chart_rbac: bool = False, **kwargs: Any
+) -> Daemon:
+    """A shim and an operator serving a new namespace; with ``chart_rbac`` both authenticate as
+    their ServiceAccounts with exactly the chart's RBAC (``tests/shim/chart_rbac.py``) instead of
+    as the testbed admin."""
     env = DaemonEnv(kube, "shim-" + secrets.token_hex(4)).setup()
+    rbac = apply_chart_rbac(testbed, kube, env.namespace, workdir) if chart_rbac else None
+    if rbac is not None:
+        kwargs["kubeconfigs"] = rbac.kubeconfigs
     recipe = yaml.safe_load((REPO / "examples" / "recipe.yaml").read_text())
     recipe["metadata"]["namespace"] = env.namespace
     deadline = time.monotonic() + 30
@@ -104,13 +115,17 @@ def start_daemon(testbed: Testbed, kube: KubeApi, workdir: Path, **kwargs: Any) 
     except BaseException:
         runner.stop()
         env.teardown()
+        if rbac is not None:
+            rbac.teardown()
         raise
-    return Daemon(env=env, runner=runner, kube=kube)
+    return Daemon(env=env, runner=runner, kube=kube, rbac=rbac)
 
 
 def stop_daemon(daemon: Daemon) -> None:
     daemon.runner.stop()
     daemon.env.teardown()
+    if daemon.rbac is not None:
+        daemon.rbac.teardown()
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +136,9 @@ def daemon(
     kube: KubeApi,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Daemon]:
-    running = start_daemon(testbed, kube, tmp_path_factory.mktemp("shim"))
+    # NB: a module that sets CHART_RBAC = True gets a shim and operator with the chart's RBAC.
+    chart_rbac = bool(getattr(request.module, "CHART_RBAC", False))
+    running = start_daemon(testbed, kube, tmp_path_factory.mktemp("shim"), chart_rbac=chart_rbac)
     failed_before = request.session.testsfailed
     yield running
     if request.session.testsfailed > failed_before:

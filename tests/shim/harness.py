@@ -3,7 +3,8 @@
 - :class:`DaemonEnv` prepares a namespace: the daemon ClusterRoles
   (``manifests/daemon-roles.yaml``), ServiceAccounts bound to them and a token for each
   (TokenRequest): ``admin`` (admin + answer-secret), ``operator`` (operate), ``reader`` and
-  ``reader2`` (read), ``automation`` (operate, manager ``automation``), ``nobody`` (no role).
+  ``reader2`` (read), ``automation`` (operate, manager ``automation``), ``nobody`` (no role),
+  ``secret-only`` (answer-secret and nothing else).
 - :class:`ShimRunner` runs the real commands as child processes: ``sparkrun-k8s shim serve`` on
   ``https://127.0.0.1:<port>`` (serving certificate from the testbed CA) and, unless disabled,
   ``sparkrun-k8s operator run --standalone -n <namespace>`` (every controller, including the
@@ -25,7 +26,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,7 @@ PRINCIPALS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "reader2": (("sparkrun-daemon-read",), {}),
     "automation": (("sparkrun-daemon-operate",), {"sparkrun.dev/manager": "automation"}),
     "nobody": ((), {}),
+    "secret-only": (("sparkrun-daemon-answer-secret",), {}),
 }
 
 
@@ -97,16 +99,7 @@ class DaemonEnv:
                         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": self.namespace}],
                     }
                 )
-            answer = self.kube.request(
-                "POST",
-                f"/api/v1/namespaces/{self.namespace}/serviceaccounts/{name}/token",
-                json={
-                    "apiVersion": "authentication.k8s.io/v1",
-                    "kind": "TokenRequest",
-                    "spec": {"expirationSeconds": 7200},
-                },
-            ).json()
-            self.tokens[name] = answer["status"]["token"]
+            self.tokens[name] = service_account_token(self.kube, self.namespace, name)
         return self
 
     def username(self, name: str) -> str:
@@ -119,6 +112,20 @@ class DaemonEnv:
             name = cluster["metadata"]["name"]
             if name.startswith(("nowhere-", "hosts-", "idem-")):
                 retry(lambda name=name: self.kube.delete("sparkrun.dev/v1alpha1", "InferenceCluster", name))
+
+
+def service_account_token(kube: KubeApi, namespace: str, account: str) -> str:
+    """A two-hour token of ``namespace/account`` (TokenRequest)."""
+    answer = kube.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+        json={
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 7200},
+        },
+    ).json()
+    return str(answer["status"]["token"])
 
 
 def retry(call: Callable[[], T], *, seconds: float = 30.0) -> T:
@@ -185,7 +192,10 @@ class ShimRunner:
         executor: bool = True,
         plaintext: bool = False,
         extra_shim_args: tuple[str, ...] = (),
+        extra_operator_args: tuple[str, ...] = (),
+        kubeconfigs: Mapping[str, Path] | None = None,
     ) -> None:
+        """``kubeconfigs``: the credentials of ``shim`` and ``operator`` (default: the admin's)."""
         self.testbed = testbed
         self.namespace = namespace
         self.workdir = workdir
@@ -194,6 +204,8 @@ class ShimRunner:
         self.port = free_port()
         self.url = f"{'http' if plaintext else 'https'}://127.0.0.1:{self.port}"
         self.ca_file = str(testbed.run_dir / "pki" / "ca.crt")
+        shim_config = str((kubeconfigs or {}).get("shim", testbed.kubeconfig))
+        operator_config = str((kubeconfigs or {}).get("operator", testbed.kubeconfig))
         env = {
             **os.environ,
             "KUBECONFIG": str(testbed.kubeconfig),
@@ -209,7 +221,7 @@ class ShimRunner:
             "--namespace",
             namespace,
             "--kubeconfig",
-            str(testbed.kubeconfig),
+            shim_config,
             "--host",
             "127.0.0.1",
             "--port",
@@ -223,7 +235,7 @@ class ShimRunner:
             cert, key = workdir / "shim.crt", workdir / "shim.key"
             pair.write(cert, key)
             shim_args += ["--tls-cert", str(cert), "--tls-key", str(key)]
-        self.shim = _Process(shim_args, workdir / "shim.log", env)
+        self.shim = _Process(shim_args, workdir / "shim.log", {**env, "KUBECONFIG": shim_config})
         self.operator = _Process(
             [
                 *cli,
@@ -233,10 +245,11 @@ class ShimRunner:
                 "-n",
                 namespace,
                 "--kubeconfig",
-                str(testbed.kubeconfig),
+                operator_config,
+                *extra_operator_args,
             ],
             workdir / "operator.log",
-            env,
+            {**env, "KUBECONFIG": operator_config},
         )
 
     def start(self, timeout: float = 60.0) -> ShimRunner:
@@ -344,3 +357,31 @@ def reference_client(
         raise AssertionError(f"reference client failed ({done.returncode}):\n{done.stderr[-4000:]}")
     results: list[dict[str, Any]] = json.loads(done.stdout)
     return results
+
+
+def seeded_job_name(i: int) -> str:
+    """The name of the ``i``-th job :func:`seeded_job` makes (a keyed job's id)."""
+    from sparkrun_operator.ops import jobs
+
+    return jobs.job_name("memory", f"job-{i}")
+
+
+def seeded_job(namespace: str, i: int) -> dict[str, Any]:
+    """A queued keyed DaemonJob (a ``workloads.run`` dry run of the operator principal) to create
+    directly, for the bounded-cache test and ``bench.shim_memory``."""
+    from sparkrun_operator.ops import jobs
+
+    return jobs.new_job(
+        name=seeded_job_name(i),
+        namespace=namespace,
+        operation="workloads.run",
+        version=1,
+        arguments={"recipe": "example", "dry_run": True},
+        username=f"system:serviceaccount:{namespace}:operator",
+        uid=None,
+        groups=[],
+        manager="daemon",
+        client=None,
+        key=f"job-{i}",
+        digest="0" * 64,
+    )

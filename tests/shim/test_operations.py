@@ -1,11 +1,18 @@
 """Every enabled operation, run once through the shim against the testbed.
 
-Each of the 50 enabled operations is called with valid arguments as the document's users would
+Each of the 67 enabled operations is called with valid arguments as the document's users would
 (jobs through their HTTP alias, queries inline) and must end as expected: succeeded, or failed
 with the typed error its situation calls for (a JobSet that does not exist is a
 ``LookupError``). A job that succeeded passed the runtime check of its result against the
 reference result schema, so this also proves every executor's result shape. Effects are checked
 where they are the point (the cluster exists, the alias is saved, the recipe was imported).
+The ten ``model_cache.*`` operations need a claim with a cache and process nodes: here they must
+fail as ``LookupError`` for a claim that does not exist; they succeed, each one, in
+``tests/operator/test_modelcache_ops.py``.
+
+The shim and the operator run with exactly the chart's RBAC (their ServiceAccounts' tokens,
+``tests/shim/chart_rbac.py``), not as the testbed admin: every operation that succeeds here is
+one the chart lets the product do, and none ends ``Forbidden``.
 """
 
 from __future__ import annotations
@@ -30,6 +37,10 @@ defaults:
 metadata:
   description: imported through the daemon API
 """
+
+
+#: the module's ``daemon`` (tests/shim/conftest.py) runs with the chart's RBAC
+CHART_RBAC = True
 
 
 def _call(daemon: Daemon, who: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -102,6 +113,20 @@ def test_every_enabled_operation_runs(daemon: Daemon) -> None:
         assert run("catalog.cleanup", {}, who="operator") == 0  # retained
         issues = run("recipes.validate", {"recipe": "qwen3-8b-vllm"}, who="reader")
         assert all(issue["severity"] != "error" for issue in issues)
+
+        # Benchmarks (measured for real in tests/operator/test_benchmark_ops.py).
+        preview = run(
+            "benchmarks.run",
+            {"recipe": "qwen3-8b-vllm", "dry_run": True, "bench_args": {"concurrency": [1, 4]}},
+            who="operator",
+        )
+        assert preview["benchmark_id"].startswith("bench-")
+        assert preview["framework"] == "llama-benchy"
+        assert (
+            daemon.kube.get(API, "InferenceBenchmark", preview["benchmark_id"], namespace=daemon.namespace)
+            is None
+        )
+        run("benchmarks.resume", {"benchmark_id": "bench-none"}, who="operator", error="LookupError")
 
         # Workloads.
         plan = run("workloads.plan", {"recipe": "qwen3-8b-vllm", "overrides": {"tp": 2}}, who="reader")
@@ -188,6 +213,34 @@ def test_every_enabled_operation_runs(daemon: Daemon) -> None:
         assert queues["provisioned"] is False
         run("plugins.k8s.stop_jobset", {"name": "no-such-jobset"}, who="operator", error="LookupError")
 
+        # The gateway Deployment (absent here: test_daemon_api.py has one).
+        assert run("proxy.service_status", {})["installed"] is False
+        run("proxy.stop", {}, who="operator", error="LookupError")
+        run("proxy.start", {}, who="operator", error="LookupError")
+        assert run("proxy.sync", {}, who="operator")["added"] == 0
+        assert run("proxy.discovery.status", {})["backend"] == "kubernetes-watch"
+
+        # Model caches: a claim that does not exist is a LookupError for every one of them.
+        missing = {"cache_dir": f"no-claim-{tag}"}
+        commit = "0" * 40
+        for name, extra, who in (
+            ("model_cache.list", {}, "reader"),
+            ("model_cache.inspect", {"model": "o/m"}, "reader"),
+            ("model_cache.resolve", {"model": "o/m"}, "reader"),
+            ("model_cache.pin", {"model": "o/m", "revision": commit}, "operator"),
+            ("model_cache.repair", {"model": "o/m"}, "operator"),
+            ("model_cache.import", {"model": "o/m", "fetch_manifest": True}, "operator"),
+            ("model_cache.prune", {}, "admin"),
+            (
+                "model_cache.reconcile",
+                {"model": "o/m", "revision": commit, "claim": "w", "confirm_inactive": True},
+                "admin",
+            ),
+            ("model_cache.adopt", {"all_models": True}, "admin"),
+            ("model_cache.delete", {"model": "o/m"}, "admin"),
+        ):
+            run(name, {**missing, **extra}, who=who, error="LookupError")
+
         # Teardown through the API.
         preview = run("workloads.stop_all", {"cluster": cluster, "dry_run": True}, who="operator")
         assert preview["dry_run"] is True
@@ -205,3 +258,9 @@ def test_every_enabled_operation_runs(daemon: Daemon) -> None:
     assert not problems, "\n".join(problems)
     enabled = {op.name for op in catalog.load() if op.enabled}
     assert set(seen) == enabled, sorted(enabled - set(seen))
+    # Nothing the components asked of the apiserver with the chart's RBAC was refused.
+    assert daemon.rbac is not None
+    for component in ("shim", "operator"):
+        log = (daemon.runner.workdir / f"{component}.log").read_text()
+        assert "Forbidden" not in log, f"{component}:\n{log[-4000:]}"
+        assert "is forbidden" not in log, f"{component}:\n{log[-4000:]}"

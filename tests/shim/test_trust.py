@@ -425,3 +425,136 @@ def test_job_routes_matrix_of_scopes_and_owners(daemon: Daemon) -> None:
         r["record"]["id"] for r in map(json.loads, bundle.splitlines()) if r["section"] == "daemonjobs"
     }
     assert {job_id, other} <= jobs_seen
+
+
+def test_log_streams_are_redacted(daemon: Daemon) -> None:
+    """A workload pod that prints a referenced Secret's value, a token-shaped string and
+    credentials in assignments: a read principal's ``/v1/streams/logs`` shows none of them."""
+    from tests.process.helpers import pod, pod_spec, shell, wait_pod
+
+    ns = daemon.namespace
+    secret = "stream-creds"
+    daemon.kube.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": secret, "namespace": ns},
+            "stringData": {"token": KNOWN},
+        }
+    )
+    script = (
+        'echo "starting with $CREDS"; '
+        f'echo "HF_TOKEN={PLANTED["env literal"]}"; '
+        f'echo "Authorization: Bearer {PLANTED["bearer token"]}"; '
+        f'echo "password: {PLANTED["password line"]}"; '
+        "echo plain-line-kept; sleep 60"
+    )
+    env = [{"name": "CREDS", "valueFrom": {"secretKeyRef": {"name": secret, "key": "token"}}}]
+    body = pod(
+        "leaky-logs",
+        pod_spec([shell("engine", script, env=env)]),
+        labels={"sparkrun.dev/workload": "leaky-logs"},
+    )
+    body["metadata"]["namespace"] = ns
+    daemon.kube.create(body)
+    try:
+        wait_pod(
+            daemon.kube,
+            ns,
+            "leaky-logs",
+            lambda p: (p.get("status") or {}).get("phase") == "Running",
+            timeout=60,
+        )
+        deadline = time.monotonic() + 30
+        text = ""
+        while "plain-line-kept" not in text and time.monotonic() < deadline:
+            with daemon.http("reader") as client:
+                text = client.get(
+                    "/v1/streams/logs", params={"source_id": f"{ns}/leaky-logs/engine", "tail": "20"}
+                ).text
+            time.sleep(0.5)
+        assert "plain-line-kept" in text, text
+        assert "starting with" in text
+        for what in ("known Secret value", "env literal", "bearer token", "password line"):
+            assert PLANTED[what] not in text, what
+        assert "[redacted]" in text
+    finally:
+        daemon.kube.delete("v1", "Pod", "leaky-logs", namespace=ns)
+
+
+# -- the closed matrix: every operation and every route x every scope ------------------------------
+
+#: Principals of each scope (``tests/shim/harness.py``): their rank in read < operate < admin.
+RANKS = {"nobody": 0, "secret-only": 0, "reader": 1, "operator": 2, "admin": 3}
+SCOPE_RANK = {"read": 1, "operate": 2, "admin": 3}
+DENIED = {"detail": "Insufficient permission"}
+PROBE = {"__matrix_probe__": 1}  # an unknown argument: a caller with the scope gets 422, never a job
+
+
+def test_every_operation_by_every_scope(daemon: Daemon) -> None:
+    """All 94 operations, by name and by HTTP alias, for every scope: below the operation's scope
+    403 (the scope's refusal, detail only), at or above it the arguments are checked (422): the
+    permission check comes first and nothing runs."""
+    from sparkrun_operator.ops import catalog
+
+    ops = list(catalog.load())
+    assert len(ops) == 94
+    wrong: list[str] = []
+    for who, rank in RANKS.items():
+        with daemon.http(who) as client:
+            for op in ops:
+                for path in {f"/v1/ops/{op.name}", op.http_path or f"/v1/ops/{op.name}"}:
+                    answer = client.post(path, json=PROBE)
+                    if rank < SCOPE_RANK[op.scope]:
+                        if (answer.status_code, answer.json()) != (403, DENIED):
+                            wrong.append(f"{who} {path}: {answer.status_code} {answer.text[:200]}")
+                    elif answer.status_code != 422 or answer.json()["error"]["type"] != "ValueError":
+                        wrong.append(f"{who} {path}: {answer.status_code} {answer.text[:200]}")
+    assert not wrong, "\n".join(wrong)
+
+
+def _status(client: Any, method: str, path: str, body: Any) -> int:
+    if method == "STREAM":  # an endless SSE stream: the status line is the answer
+        with client.stream("GET", path) as answer:
+            return int(answer.status_code)
+    return int(client.request(method, path, json=body).status_code)
+
+
+#: Every infrastructure route (seed 000's table), the least scope it needs (None: public;
+#: "authenticated": any valid token) and the status a caller with it gets for the probe body.
+#: The job routes have their own matrix (owner x scope) above.
+ROUTES: list[tuple[str, str, Any, str | None, int]] = [
+    ("GET", "/v1/health", None, None, 200),
+    ("GET", "/v1/info", None, "read", 200),
+    ("GET", "/v1/ops", None, "read", 200),
+    ("GET", "/v1/jobs", None, "read", 200),
+    ("STREAM", "/v1/events", None, "read", 200),
+    ("GET", "/v1/streams/logs?tail=0&source_id=none/none/none", None, "read", 200),
+    ("STREAM", "/v1/streams/monitor?hosts=no-such-node", None, "read", 200),
+    ("GET", "/v1/snapshots/discovery.snapshot", None, "read", 200),
+    ("GET", "/v1/reservations", None, "admin", 200),
+    ("POST", "/v1/reservations/someone/reconcile", {"acknowledge_effects": False}, "admin", 422),
+    ("POST", "/v1/maintenance", {"drain": 1}, "admin", 422),
+    ("POST", "/v1/shutdown", {"now": True}, "admin", 422),
+    ("GET", "/openapi.json", None, "authenticated", 200),  # the seed: the full catalog, any token
+    ("GET", "/docs", None, "read", 200),
+]
+
+
+def test_every_route_by_every_scope(daemon: Daemon) -> None:
+    wrong: list[str] = []
+    for who, rank in RANKS.items():
+        with daemon.http(who) as client:
+            for method, path, body, scope, allowed in ROUTES:
+                got = _status(client, method, path, body)
+                granted = scope in (None, "authenticated") or rank >= SCOPE_RANK[str(scope)]
+                expected = allowed if granted else 403
+                if got != expected:
+                    wrong.append(f"{who} {method} {path}: {got}, expected {expected}")
+    with daemon.http() as anonymous:  # no token at all
+        for method, path, body, scope, allowed in ROUTES:
+            got = _status(anonymous, method, path, body)
+            expected = allowed if scope is None else 401
+            if got != expected:
+                wrong.append(f"anonymous {method} {path}: {got}, expected {expected}")
+    assert not wrong, "\n".join(wrong)

@@ -86,18 +86,16 @@ def test_committed_catalog_matches_the_generator() -> None:
 def test_availability_policy() -> None:
     ops = catalog.load()
     codes = {op.name: op.availability.code for op in ops}
-    assert sum(code == "enabled" for code in codes.values()) == 50
-    for name in ("setup.mesh_ssh_keys", "tailscale.join", "proxy.install_service", "proxy.start"):
+    assert sum(code == "enabled" for code in codes.values()) == 67
+    for name in ("setup.mesh_ssh_keys", "tailscale.join", "proxy.install_service", "proxy.discovery.ensure"):
         assert codes[name] == "not_applicable"
     for name in (
-        "model_cache.list",
-        "benchmarks.run",
         "catalog.registries.add",
         "catalog.refresh",
         "recipes.build",
     ):
         assert codes[name] == "not_implemented"
-    for prefix in ("workloads.", "cluster.", "plugins.k8s."):
+    for prefix in ("workloads.", "cluster.", "plugins.k8s.", "model_cache.", "benchmarks."):
         assert all(code == "enabled" for name, code in codes.items() if name.startswith(prefix)), prefix
     for name in (
         "discovery.snapshot",
@@ -118,5 +116,6 @@ def test_availability_policy() -> None:
 def test_prefix_policy_prefers_the_longest_match() -> None:
     assert catalog.availability_of("catalog.registries").code == "not_implemented"
     assert catalog.availability_of("catalog.recipes").enabled
-    assert catalog.availability_of("proxy.discovery.status").code == "not_applicable"
+    assert catalog.availability_of("proxy.discovery.stop").code == "not_applicable"
+    assert catalog.availability_of("tailscale.join").code == "not_applicable"  # by its prefix
     assert catalog.availability_of("proxy.status").enabled

@@ -233,6 +233,54 @@ async def test_a_job_of_a_dead_executor_is_lost_not_rerun() -> None:
     assert ran == []
 
 
+async def test_a_resumable_job_of_a_dead_executor_runs_again_and_says_so() -> None:
+    ran: list[str] = []
+
+    async def validate(ctx: OperationContext, args: dict[str, Any]) -> Any:
+        ran.append(args["recipe"])
+        return []
+
+    control = MemoryControl(
+        _job("recipes.validate", {"recipe": "r"}, state="running", executor="old", attempts=1)
+    )
+    await _run(control, {"recipes.validate": validate})
+    assert ran == ["r"]
+    assert control.state() == "succeeded"
+    status = control.obj["status"]
+    assert (status["executor"], status["attempts"]) == ("me", 2)
+    [handover] = [e for e in status["events"] if e["type"] == "feedback"]
+    assert "the executor old stopped" in handover["data"]["message"]
+    assert handover["data"]["attempt"] == 2
+
+
+@pytest.mark.parametrize(
+    ("operation", "arguments", "status", "why"),
+    [
+        ("cluster.delete", {"name": "lab"}, {"state": "running"}, "cluster.delete is not resumable"),
+        ("workloads.stop", {"workload_id": "w"}, {"state": "waiting_input"}, "waiting for input"),
+        ("workloads.stop", {"workload_id": "w"}, {"state": "running", "attempts": 3}, "started 3 times"),
+    ],
+)
+async def test_a_job_that_cannot_be_resumed_is_lost_with_a_retryable_reason(
+    operation: str, arguments: dict[str, Any], status: dict[str, Any], why: str
+) -> None:
+    ran: list[bool] = []
+
+    async def never(ctx: OperationContext, args: dict[str, Any]) -> Any:
+        ran.append(True)
+
+    control = MemoryControl(_job(operation, arguments, executor="old", **status))
+    await _run(control, {operation: never})
+    assert ran == []
+    assert control.state() == "lost"
+    error = control.obj["status"]["error"]
+    assert error["type"] == "WorkerLost"
+    assert error["retryable"] is True
+    assert why in error["message"]
+    assert "(old) stopped" in error["message"]
+    assert error["details"]["operation"] == operation
+
+
 async def test_an_approval_prompt_is_answered() -> None:
     async def ask(ctx: OperationContext, args: dict[str, Any]) -> Any:
         if not await ctx.ask("approval", "Delete cluster lab?", default=False):

@@ -65,7 +65,8 @@ def test_testbed_commands_say_what_to_install(argv: tuple[str, ...]) -> None:
 
 
 def test_product_runs_without_the_testbed() -> None:
-    """Every product module imports (the demo command and ``__main__`` aside) and a command works."""
+    """Every product module imports (the demo command, its cache and chart steps and ``__main__``
+    aside) and a command works."""
     code = """
 import importlib
 import pkgutil
@@ -73,8 +74,9 @@ import pkgutil
 import sparkrun_operator
 
 names = [m.name for m in pkgutil.walk_packages(sparkrun_operator.__path__, "sparkrun_operator.")]
+demo = ("sparkrun_operator.cli.demo", "sparkrun_operator.cli.demo_cache", "sparkrun_operator.cli.demo_chart")
 for name in names:
-    if name != "sparkrun_operator.cli.demo" and not name.endswith(".__main__"):
+    if name not in demo and not name.endswith(".__main__"):
         importlib.import_module(name)
 assert "sparkrun_testbed" not in sys.modules
 from sparkrun_operator.cli.main import main

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from sparkrun_operator.retry import Attempts, Backoff, retry
+from sparkrun_operator.retry import Attempts, Backoff, Schedule, retry
 
 
 def test_caps_grow_exponentially_up_to_the_maximum() -> None:
@@ -133,3 +133,13 @@ async def test_retry_honours_a_floor() -> None:
     )
     assert result == "done"
     assert 0.02 <= seen[0] <= 0.03
+
+
+def test_a_schedule_is_jittered_anew_for_every_caller() -> None:
+    schedule = Schedule(Backoff(initial=1.0, maximum=21.0, factor=1.6, jitter=0.5), count=8)
+    first, second = list(schedule), list(schedule)
+    assert len(first) == len(second) == len(schedule) == 8
+    assert first != second
+    for attempt, delay in enumerate(first):
+        cap = schedule.policy.cap(attempt)
+        assert cap / 2 <= delay <= cap

@@ -14,6 +14,13 @@ fullnameOverride is set (release "sparkrun" gives sparkrun-operator, sparkrun-sh
 {{- default (printf "%s-tls" (include "sparkrun.shim.name" .)) .Values.shim.tls.existingSecret -}}
 {{- end -}}
 
+{{/*
+Where the shim's TLS Secret is mounted. Under /var/run/secrets like the ServiceAccount token: a
+path every runtime can create a mount point in, also with readOnlyRootFilesystem (the testbed's
+process nodes mount volumes only at existing paths or under /run).
+*/}}
+{{- define "sparkrun.shim.tlsDir" -}}/var/run/secrets/sparkrun.dev/shim-tls{{- end -}}
+
 {{- define "sparkrun.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
 {{- end -}}

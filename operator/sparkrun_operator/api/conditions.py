@@ -20,6 +20,8 @@ RECIPE_RESOLVED: Final = "RecipeResolved"
 VALID: Final = "Valid"
 COMPLETE: Final = "Complete"
 FAILED: Final = "Failed"
+#: A gated rollout's verdict on the serving revision (``spec.rollout.gate``, ADR 0029).
+PROMOTED: Final = "Promoted"
 
 # -- reasons ------------------------------------------------------------------------------
 # Ready
@@ -34,6 +36,12 @@ REASON_CREATING: Final = "Creating"
 REASON_ROLLING_OUT: Final = "RollingOut"
 REASON_SCALING: Final = "Scaling"
 REASON_STABLE: Final = "Stable"
+# Promoted (rollout gate)
+REASON_THRESHOLDS_MET: Final = "ThresholdsMet"
+REASON_THRESHOLD_MISSED: Final = "ThresholdMissed"
+REASON_BENCHMARK_FAILED: Final = "BenchmarkFailed"
+REASON_BENCHMARKING: Final = "Benchmarking"
+REASON_WAITING_FOR_REPLICA: Final = "WaitingForReplica"
 # Scheduled
 REASON_INSUFFICIENT_GPU: Final = "InsufficientGPU"
 REASON_NO_FITTING_NODES: Final = "NoFittingNodes"

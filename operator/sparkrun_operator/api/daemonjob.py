@@ -197,6 +197,12 @@ class DaemonJobStatus(KubeModel):
     next_event_id: int = Field(default=0, description="Id the next event will get.", ge=0)
     target: ObjectReference | None = Field(default=None, description="The resource the job acts on.")
     executor: str | None = Field(default=None, description="Operator instance executing the job.")
+    attempts: int = Field(
+        default=0,
+        description="Executions started: above 1 when a new executor resumed the job after the one "
+        "running it stopped (upgrade, crash).",
+        ge=0,
+    )
     started_at: dt.datetime | None = Field(default=None, description="When execution started.")
     finished_at: dt.datetime | None = Field(
         default=None, description="When the job reached a terminal state."

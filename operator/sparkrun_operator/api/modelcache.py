@@ -145,10 +145,18 @@ class CacheManifest(KubeModel):
 
 
 class CacheProgress(KubeModel):
-    """Download progress."""
+    """Download progress (as the downloader last reported it, at most every few seconds)."""
 
     bytes_done: int = Field(default=0, description="Bytes present and verified so far.", ge=0)
     bytes_total: int = Field(default=0, description="Bytes of the whole revision.", ge=0)
+    files_done: int | None = Field(default=None, description="Files present and verified so far.", ge=0)
+    files_total: int | None = Field(default=None, description="Files of the revision.", ge=0)
+    bytes_per_second: int | None = Field(
+        default=None, description="Download rate over the last seconds.", ge=0
+    )
+    eta_seconds: int | None = Field(
+        default=None, description="Estimated seconds until every byte is there.", ge=0
+    )
 
 
 class ModelCacheStatus(KubeModel):

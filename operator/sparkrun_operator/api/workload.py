@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field
 
 from sparkrun_operator.api import cel
+from sparkrun_operator.api.benchmark import LATENCY_METRICS, BenchmarkTemplate, GateMetric
 from sparkrun_operator.api.meta import (
     DNS_LABEL,
     DNS_SUBDOMAIN,
@@ -129,8 +130,87 @@ class TopologySpec(KubeModel):
     )
 
 
+def _cel_list(items: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{item}'" for item in items) + "]"
+
+
+class GateThreshold(KubeModel):
+    """One figure the new revision's benchmark must meet."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel.rules(
+            cel.rule("has(self.min) != has(self.max)", "set exactly one of min or max", field_path=".max"),
+            cel.rule(
+                f"!(self.metric in {_cel_list((*LATENCY_METRICS, 'errors'))}) || has(self.max)",
+                "latencies and errors are bounded by max (lower is better)",
+                field_path=".metric",
+            ),
+            cel.rule(
+                f"self.metric in {_cel_list((*LATENCY_METRICS, 'errors'))} || has(self.min)",
+                "outputTokensPerSecond, requestsPerSecond and score are bounded by min (higher is better)",
+                field_path=".metric",
+            ),
+        )
+    )
+
+    metric: GateMetric = Field(
+        description="The figure: ttftP50..e2eP99 (ms), outputTokensPerSecond, requestsPerSecond, score "
+        "(tool-eval-bench) or errors (failed requests)."
+    )
+    scenario: str | None = Field(
+        default=None,
+        description="The scenario whose result is checked; unset: every scenario of the benchmark.",
+        max_length=63,
+        pattern=DNS_LABEL,
+    )
+    min: float | None = Field(default=None, description="The figure must be at least this.", ge=0)
+    max: float | None = Field(default=None, description="The figure must be at most this.", ge=0)
+
+
+class RolloutGate(KubeModel):
+    """Benchmark a new revision's surge replica before any old replica is removed."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel.rules(
+            cel.rule(
+                "self.thresholds.all(t, !has(t.scenario) || "
+                "self.benchmark.scenarios.exists(s, s.name == t.scenario))",
+                "every threshold's scenario must be one of benchmark.scenarios",
+                field_path=".thresholds",
+            ),
+        )
+    )
+
+    benchmark: BenchmarkTemplate = Field(
+        description="The benchmark run against the new revision's first Ready replica (its pod, not the "
+        "Service or the gateway)."
+    )
+    thresholds: list[GateThreshold] = Field(
+        description="What the new revision must meet to be promoted; all of them.",
+        min_length=1,
+        max_length=32,
+    )
+    timeout_seconds: int = Field(
+        default=1800,
+        description="The benchmark's timeoutSeconds: past it the benchmark fails and the rollout is held.",
+        ge=1,
+        le=86_400,
+    )
+
+
 class RolloutSpec(KubeModel):
     """How a change of the serving revision is rolled out."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel.rules(
+            cel.rule(
+                "!has(self.gate) || self.maxSurge >= 1",
+                "rollout.gate needs maxSurge >= 1: the new revision's surge replica is benchmarked while the "
+                "old one still serves",
+                field_path=".maxSurge",
+            ),
+        )
+    )
 
     max_surge: int = Field(
         default=1,
@@ -144,6 +224,12 @@ class RolloutSpec(KubeModel):
         description="Replicas that may be unavailable during a rollout beyond those maxSurge=0 implies.",
         ge=0,
         le=100,
+    )
+    gate: RolloutGate | None = Field(
+        default=None,
+        description="Promote a new revision only when its benchmark meets these thresholds; else hold the "
+        "rollout (the old revision keeps serving) with condition Promoted=False naming the figure that "
+        "missed. Needs maxSurge >= 1.",
     )
 
 
@@ -334,7 +420,8 @@ class InferenceWorkloadStatus(KubeModel):
     )
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Ready, Progressing, Degraded, Scheduled, CacheReady, Sleeping, RecipeResolved.",
+        description="Ready, Progressing, Degraded, Scheduled, CacheReady, Sleeping, RecipeResolved, "
+        "Routable, Promoted (with spec.rollout.gate).",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     revision: str | None = Field(default=None, description="Hash of the effective serving spec now desired.")

@@ -4,18 +4,27 @@
 2. starts the testbed ``default`` (the one ``sparkrun-k8s testbed down`` stops): a real control
    plane, two KWOK GPU nodes and seven *process* nodes whose pods run as local processes with the
    vLLM engine stand-in;
-3. starts the operator, the daemon API shim (TLS) and the inference gateway next to it, as
-   processes the testbed owns (``testbed down`` stops them too);
+3. installs the chart (``helm install``, :mod:`.demo_chart`): the operator (two replicas, one
+   active), the daemon API shim and the inference gateway run as pods on the process nodes,
+   reached through kube-apiserver (the gateway's Service proxy, the daemon API's APIService).
+   Where process-node pods get no network namespaces (not root, no iproute2) the three run as
+   local processes the testbed owns instead, and the demo says so;
 4. labels the process nodes into the example InferenceCluster and applies the example
    InferenceCluster, Recipe and the three example InferenceWorkloads (one GPU; a 4-node
    TP 8 x PP 4 replica; two replicas from the recipe);
-5. waits until every workload is Ready, sends a chat completion through the gateway with the
-   ``openai`` client, and calls the daemon API with the project's client;
-6. prints a status table and what to try next.
+5. starts the local Hugging Face-compatible Hub, caches a small model from it in a ModelCache
+   (its phases as they pass, until Ready) and applies a fourth workload that starts from the
+   cache (``spec.model.cacheRef``, offline): see :mod:`.demo_cache`;
+6. waits until every workload is Ready, sends chat completions through the gateway with the
+   ``openai`` client (one to the cached model), and calls the daemon API with the project's
+   client;
+7. prints status tables and what to try next.
 
 ``--down`` stops everything at the end; by default it keeps running, and
-``<run dir>/endpoints.json`` says how to reach it (kubeconfig, gateway and daemon API URLs, the
-CA of the daemon API's certificate, the namespace it serves): the e2e suite (``e2e/``) reads it.
+``<run dir>/endpoints.json`` says how to reach it (kubeconfig, how the components were started,
+gateway and daemon API URLs, the CA that verifies them and whether the kubeconfig's token
+authenticates there, the namespace the daemon API serves, the local Hub's URL and the cache
+step's names): the e2e suite (``e2e/``) reads it.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import argparse
 import json
 import os
 import socket
+import ssl
 import sys
 import time
 from collections.abc import Callable
@@ -38,13 +48,15 @@ from rich.table import Table
 
 from sparkrun_operator.api.admission import validate
 from sparkrun_operator.api.meta import API_VERSION
+from sparkrun_operator.cli import demo_cache, demo_chart
 from sparkrun_operator.render import keys
 from sparkrun_testbed import binaries, daemons, plane
 from sparkrun_testbed.kubeapi import KubeApi
 from sparkrun_testbed.topology import NodePool, Topology
 
-#: Examples applied to the testbed, in order (the ModelCache, benchmark and job examples need a
-#: hub, a served model and the daemon API respectively, so the demo leaves them out).
+#: Examples applied to the testbed, in order (the ModelCache, benchmark and job examples need
+#: huggingface.co, a served model and the daemon API respectively, so the demo leaves them out;
+#: its cache step makes a ModelCache of its own against the local Hub: :mod:`.demo_cache`).
 APPLY = (
     "inferencecluster.yaml",
     "recipe.yaml",
@@ -82,6 +94,12 @@ class Demo:
     testbed: plane.Testbed | None = None
     gateway_url: str = ""
     shim_url: str = ""
+    #: ``helm`` (the chart's pods, reached through kube-apiserver) or ``processes``.
+    install: str = ""
+    #: The bearer token and CA for the gateway URL (the apiserver's, when installed by helm).
+    gateway_token: str | None = None
+    gateway_ca: str | None = None
+    cache: demo_cache.CacheResult = field(default_factory=demo_cache.CacheResult)
     timings: list[tuple[str, float]] = field(default_factory=list)
 
     def step(self, title: str, action: Callable[[], Any]) -> Any:
@@ -107,16 +125,21 @@ def run(args: argparse.Namespace) -> int:
         if not demo.step("1. Check the examples offline", lambda: check_examples(demo)):
             return 1
         demo.step("2. Start the testbed", lambda: start_testbed(demo, args))
-        demo.step(
-            "3. Start the operator, the daemon API shim and the gateway", lambda: start_components(demo)
-        )
+        demo.step("3. Install the operator, the daemon API shim and the gateway", lambda: install(demo))
         demo.step("4. Apply the examples", lambda: apply_examples(demo))
-        demo.step("5. Wait until every workload is Ready", lambda: wait_ready(demo, args.timeout))
-        demo.step("6. Chat through the gateway (openai client)", lambda: chat(demo))
-        demo.step("7. Call the daemon API (sparkrun_operator.client)", lambda: daemon_call(demo))
+        demo.step("5. Cache a model from the local Hub (ModelCache)", lambda: cache_model(demo))
+        demo.step("6. Wait until every workload is Ready", lambda: wait_ready(demo, args.timeout))
+        demo.step("7. Chat through the gateway (openai client)", lambda: chat(demo))
+        demo.step("8. Call the daemon API (sparkrun_operator.client)", lambda: daemon_call(demo))
         summary(demo)
         ok = True
-    except (DemoError, plane.TestbedError, binaries.BinariesMissing) as error:
+    except (
+        DemoError,
+        demo_cache.CacheStepError,
+        demo_chart.ChartStepError,
+        plane.TestbedError,
+        binaries.BinariesMissing,
+    ) as error:
         console.print(f"[red]demo failed: {error}[/red]")
         if demo.testbed is not None:
             sys.stderr.write(demo.testbed.log_tails(lines=15) + "\n")
@@ -166,7 +189,9 @@ def start_testbed(demo: Demo, args: argparse.Namespace) -> None:
             NodePool(prefix="proc", count=PROCESS_NODES, gpus=GPUS_PER_NODE, process=True),
         )
     )
-    options = plane.Options(topology=topology, crd_dirs=plane.default_crd_dirs())
+    # NB: no CRDs yet: the chart brings them (its templated CRDs cannot adopt ones it did not
+    # make); the processes fallback installs them from crds/ (install()).
+    options = plane.Options(topology=topology, crd_dirs=())
     demo.testbed = plane.Testbed.start(run_dir, bins, options, name=args.name)
     demo.console.print(
         f"testbed [bold]{args.name}[/bold] ready in {demo.testbed.state.ready_seconds:.1f} s: "
@@ -200,6 +225,30 @@ def _wait_http(
     raise DemoError(f"{what} did not answer {url} within {timeout:.0f} s ({last})")
 
 
+def install(demo: Demo) -> None:
+    """The chart's pods where process-node pods have namespaces; else local processes."""
+    testbed = demo.testbed
+    assert testbed is not None
+    mode = demo_cache.network_mode(testbed)
+    repo = binaries.repo_root()
+    if mode != "netns" or repo is None:
+        why = f"process-node pods run with {mode} addresses here" if repo else "no checkout (no chart)"
+        demo.console.print(f"[yellow]{why}: the components run as local processes instead of pods[/yellow]")
+        for directory in plane.default_crd_dirs():
+            names = testbed.install_crds(directory)
+            demo.console.print(f"installed {len(names)} CRDs from {directory}")
+        start_components(demo)
+        return
+    installed = demo_chart.install(
+        testbed, demo.console, repo=repo, namespace=NAMESPACE, cache_mount_path=demo_cache.MOUNT_PATH
+    )
+    demo.install = "helm"
+    demo.gateway_url, demo.shim_url = installed.gateway_url, installed.daemon_url
+    demo.gateway_token, demo.gateway_ca = installed.token, str(installed.ca_file)
+    demo.console.print(f"gateway {demo.gateway_url}\ndaemon API {demo.shim_url}")
+    write_endpoints(demo)
+
+
 def start_components(demo: Demo) -> None:
     testbed = demo.testbed
     assert testbed is not None
@@ -218,8 +267,9 @@ def start_components(demo: Demo) -> None:
     op_port = _free_port()
     operator = spawn(
         "sparkrun-operator",
-        [*cli, "operator", "run", "--standalone", "--liveness", f"http://127.0.0.1:{op_port}/healthz"],
-    )
+        [*cli, "operator", "run", "--standalone", "--liveness", f"http://127.0.0.1:{op_port}/healthz",
+         "--cache-mount-path", demo_cache.MOUNT_PATH],
+    )  # fmt: skip
     _wait_http(f"http://127.0.0.1:{op_port}/healthz", what="the operator", daemon=operator)
 
     cert = testbed.issue_serving_cert("127.0.0.1", "localhost")
@@ -253,6 +303,7 @@ def start_components(demo: Demo) -> None:
     )
     demo.gateway_url = f"http://127.0.0.1:{gw_port}"
     _wait_http(f"{demo.gateway_url}/v1/models", what="the gateway", daemon=gateway)
+    demo.install = "processes"
     for daemon in started:
         demo.console.print(f"{daemon.name}: pid {daemon.pid}, log {daemon.log}")
     demo.console.print(f"shim {demo.shim_url}   gateway {demo.gateway_url}")
@@ -266,10 +317,25 @@ def write_endpoints(demo: Demo) -> Path:
     path = testbed.run_dir / ENDPOINTS_FILE
     doc = {
         "kubeconfig": str(testbed.kubeconfig),
+        "install": demo.install,
         "gateway_url": demo.gateway_url,
+        # the gateway behind kube-apiserver: the kubeconfig's token and this CA
+        "gateway_ca": demo.gateway_ca,
+        "gateway_token_from_kubeconfig": demo.gateway_token is not None,
         "daemon_url": demo.shim_url,
         "daemon_ca": str(testbed.ca_file()),
         "namespace": NAMESPACE,
+        # the ModelCache step: the local Hub (empty when skipped), the cache and its workload
+        "hub_url": demo.cache.hub_url,
+        "model_cache": {
+            "name": demo_cache.CACHE,
+            "workload": demo_cache.WORKLOAD,
+            "served_name": demo_cache.SERVED,
+            "repo": demo_cache.REPO,
+            "revision": demo_cache.REVISION,
+            "mount_path": demo_cache.MOUNT_PATH,
+            "skipped": demo.cache.skipped,
+        },
     }
     path.write_text(json.dumps(doc, indent=1) + "\n")
     return path
@@ -298,6 +364,12 @@ def apply_examples(demo: Demo) -> None:
             doc = yaml.safe_load((demo.examples / name).read_text())
             api.apply(doc, namespace=NAMESPACE if doc["kind"] != "InferenceCluster" else None)
             demo.console.print(f"applied {name}: {doc['kind']}/{doc['metadata']['name']}")
+
+
+def cache_model(demo: Demo) -> None:
+    assert demo.testbed is not None
+    demo.cache = demo_cache.run(demo.testbed, demo.console, NAMESPACE)
+    write_endpoints(demo)
 
 
 def _workloads(api: KubeApi) -> list[dict[str, Any]]:
@@ -330,43 +402,55 @@ def wait_ready(demo: Demo, timeout: float) -> None:
 
 def chat(demo: Demo) -> None:
     try:
-        from openai import OpenAI
+        from openai import DefaultHttpxClient, OpenAI
     except ImportError as error:
         raise DemoError(
             "the openai package is missing: make demo installs it (pip install -e '.[dev]')"
         ) from error
-    client = OpenAI(base_url=f"{demo.gateway_url}/v1", api_key="demo", timeout=60.0, max_retries=0)
-    models = [m.id for m in client.models.list().data]
-    demo.console.print(f"models through the gateway: {', '.join(sorted(models))}")
-    reply = client.chat.completions.create(
-        model="qwen3-0.6b",
-        messages=[{"role": "user", "content": "Say hello to the platform team."}],
-        max_tokens=16,
-    )
-    demo.console.print(f"[bold]qwen3-0.6b[/bold] answered: {reply.choices[0].message.content!r}")
-    stream = client.chat.completions.create(
-        model="llama-405b",
-        messages=[{"role": "user", "content": "Stream a short answer."}],
-        max_tokens=8,
-        stream=True,
-    )
-    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
-    demo.console.print(f"[bold]llama-405b[/bold] (4 nodes) streamed: {text!r}")
+    with OpenAI(
+        base_url=f"{demo.gateway_url}/v1",
+        api_key=demo.gateway_token or "demo",
+        timeout=60.0,
+        max_retries=0,
+        http_client=DefaultHttpxClient(verify=_trust(demo.gateway_ca), timeout=60.0),
+    ) as client:
+        models = [m.id for m in client.models.list().data]
+        demo.console.print(f"models through the gateway: {', '.join(sorted(models))}")
+        reply = client.chat.completions.create(
+            model="qwen3-0.6b",
+            messages=[{"role": "user", "content": "Say hello to the platform team."}],
+            max_tokens=16,
+        )
+        demo.console.print(f"[bold]qwen3-0.6b[/bold] answered: {reply.choices[0].message.content!r}")
+        stream = client.chat.completions.create(
+            model="llama-405b",
+            messages=[{"role": "user", "content": "Stream a short answer."}],
+            max_tokens=8,
+            stream=True,
+        )
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+        demo.console.print(f"[bold]llama-405b[/bold] (4 nodes) streamed: {text!r}")
+        if demo.cache.hub_url:
+            reply = client.chat.completions.create(
+                model=demo_cache.SERVED,
+                messages=[{"role": "user", "content": "Where do your weights come from?"}],
+                max_tokens=8,
+            )
+            content = reply.choices[0].message.content
+            demo.console.print(
+                f"[bold]{demo_cache.SERVED}[/bold] (from ModelCache {demo_cache.CACHE}) answered: {content!r}"
+            )
 
 
-def _admin_token(kubeconfig: Path) -> str:
-    doc = yaml.safe_load(kubeconfig.read_text())
-    token = str(doc["users"][0]["user"].get("token") or "")
-    if not token:
-        raise DemoError("the testbed kubeconfig carries no bearer token")
-    return token
+def _trust(ca_file: str | None) -> ssl.SSLContext | bool:
+    return ssl.create_default_context(cafile=ca_file) if ca_file else True
 
 
 def daemon_call(demo: Demo) -> None:
     from sparkrun_operator.client import Client
 
     assert demo.testbed is not None
-    token = _admin_token(demo.testbed.kubeconfig)
+    token = demo_chart.admin_token(demo.testbed.kubeconfig)
     with Client(demo.shim_url, token=token, ca_cert=str(demo.testbed.ca_file())) as client:
         info = client.info()
         demo.console.print(f"daemon API info: {info}")
@@ -382,6 +466,7 @@ def summary(demo: Demo) -> None:
     assert demo.testbed is not None
     with _api(demo) as api:
         items = _workloads(api)
+        caches = demo_cache.summary_table(demo.cache, NAMESPACE, api)
     table = Table(
         "workload", "Ready", "phase", "replicas", "nodes", "workload id", title="InferenceWorkloads"
     )
@@ -396,21 +481,41 @@ def summary(demo: Demo) -> None:
             status.get("workloadId") or "",
         )
     demo.console.print(table)
+    demo.console.print(caches)
     components = Table("component", "running", "RSS MiB", "endpoint", title="Testbed")
     for comp in demo.testbed.status():
         components.add_row(comp.name, str(comp.running), f"{comp.rss_bytes / 2**20:.0f}", comp.endpoint)
     demo.console.print(components)
+    if demo.install == "helm":
+        with _api(demo) as api:
+            demo.console.print(demo_chart.pod_table(api, NAMESPACE))
     kubeconfig = demo.testbed.kubeconfig
+    if demo.install == "helm":
+        reach = (
+            "  TOKEN=$(kubectl config view --raw -o jsonpath='{.users[0].user.token}')\n"
+            f'  curl --cacert {demo.gateway_ca} -H "Authorization: Bearer $TOKEN" \\\n'
+            f"      {demo.gateway_url}/v1/models     # the gateway, through its Service\n"
+            f"  kubectl get --raw {demo_chart.DAEMON_API}/v1/info  # the daemon API (APIService)\n"
+            f"  sparkrun-k8s shim call --url {demo.shim_url} --ca-cert {demo.testbed.ca_file()} \\\n"
+            "      --token $TOKEN workloads.list\n"
+            f"  $(hack/testbed-bin.sh --print)/helm status {demo_chart.RELEASE} -n {NAMESPACE}\n"
+            f"  kubectl get pods -l app.kubernetes.io/instance={demo_chart.RELEASE} -o wide\n"
+        )
+    else:
+        reach = (
+            f"  curl {demo.gateway_url}/v1/models\n"
+            f"  curl {demo.gateway_url}/api/tags            # Ollama view\n"
+            f"  sparkrun-k8s shim call --url {demo.shim_url} --ca-cert {demo.testbed.ca_file()} \\\n"
+            "      --token $(kubectl config view --raw -o jsonpath='{.users[0].user.token}') workloads.list\n"
+        )
     demo.console.print(
         "\n[bold]Try next[/bold]\n"
         f"  export KUBECONFIG={kubeconfig}\n"
         "  kubectl get sparkrun                       # every sparkrun.dev object\n"
         "  kubectl get iw -o wide; kubectl get jobsets,pods -o wide\n"
         "  kubectl scale iw/qwen3-0-6b --replicas=2\n"
-        f"  curl {demo.gateway_url}/v1/models\n"
-        f"  curl {demo.gateway_url}/api/tags            # Ollama view\n"
-        f"  sparkrun-k8s shim call --url {demo.shim_url} --ca-cert {demo.testbed.ca_file()} \\\n"
-        "      --token $(kubectl config view --raw -o jsonpath='{.users[0].user.token}') workloads.list\n"
+        "  kubectl get modelcaches -o wide             # the cache, its commit and size\n"
+        f"{reach}"
         "  sparkrun-k8s testbed down                  # stops everything the demo started\n"
     )
     total = sum(t for _, t in demo.timings)

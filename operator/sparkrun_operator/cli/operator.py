@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
+from typing import Any
 
+from sparkrun_operator.cli import operator_stop
 from sparkrun_operator.controllers.context import DEFAULT_DRIFT_SECONDS, OperatorConfig
 from sparkrun_operator.controllers.operator import PEERING_NAME, RunOptions, describe, run
 from sparkrun_operator.render import keys
@@ -20,6 +23,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "operator", help="run the operator (controllers for the sparkrun.dev kinds)"
     )
     commands = parser.add_subparsers(dest="operator_command", metavar="SUBCOMMAND", required=True)
+    operator_stop.register(commands)
     runner = commands.add_parser("run", help="run the controllers until interrupted")
     runner.add_argument(
         "--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, else $KUBECONFIG)"
@@ -76,6 +80,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=keys.CACHE_MOUNT_PATH,
         help="where model caches are mounted in download and engine pods: HF_HOME (%(default)s)",
     )
+    _cache_flags(runner)
+    _lane_flags(runner)
+    runner.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    runner.set_defaults(func=_run)
+
+
+def _lane_flags(runner: argparse.ArgumentParser) -> None:
+    """How many passes of each lane run at once, and how long progress settles (ADR 0030)."""
     runner.add_argument(
         "--max-concurrent-passes",
         type=int,
@@ -83,13 +95,86 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="reconcile passes running at once over all objects (%(default)s)",
     )
     runner.add_argument(
-        "--max-concurrent-status-passes",
+        "--max-concurrent-writes",
         type=int,
-        default=OperatorConfig.max_concurrent_status_passes,
-        help="status-only passes (readiness) running at once, beside the others (%(default)s)",
+        default=OperatorConfig.max_concurrent_writes,
+        help="workload API writes in flight at once, both lanes, readiness first (%(default)s)",
     )
-    runner.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    runner.set_defaults(func=_run)
+    runner.add_argument(
+        "--status-settle-seconds",
+        type=float,
+        default=OperatorConfig.status_settle_seconds,
+        help="how long a status change other than readiness settles before it is written (%(default)s)",
+    )
+
+
+def _cache_flags(runner: argparse.ArgumentParser) -> None:
+    runner.add_argument(
+        "--cache-tool-scheduling",
+        type=_scheduling,
+        default={},
+        metavar="JSON",
+        help="nodeSelector/tolerations of model_cache.* tool Jobs where no ModelCache says where, e.g. "
+        '\'{"nodeSelector": {"pool": "cpu"}, "tolerations": [...]}\'',
+    )
+    runner.add_argument(
+        "--hub-token-secret",
+        type=_secret_key,
+        default=None,
+        metavar="SECRET[/KEY]",
+        help="Secret (key 'token' unless given) with the hub token of model_cache.resolve/import/repair",
+    )
+    runner.add_argument(
+        "--gateway-url",
+        default=None,
+        metavar="URL",
+        help="in-cluster base URL of the gateway (InferenceBenchmark target.via: Gateway)",
+    )
+    runner.add_argument(
+        "--workload-scheduling",
+        type=_scheduling,
+        default={},
+        metavar="JSON",
+        help="nodeSelector/tolerations of the workloads workloads.run and benchmarks.run launch",
+    )
+    runner.add_argument(
+        "--benchmark-via",
+        default="Service",
+        choices=["Service", "Endpoint", "Gateway"],
+        help="how benchmarks.run reaches the workload (InferenceBenchmark target.via)",
+    )
+    runner.add_argument(
+        "--benchmark-scheduling",
+        type=_scheduling,
+        default={},
+        metavar="JSON",
+        help="nodeSelector/tolerations of the benchmark pods benchmarks.run starts",
+    )
+    runner.add_argument(
+        "--benchmark-hf-endpoint",
+        default=None,
+        metavar="URL",
+        help="Hub the benchmark tokenizers of benchmarks.run come from (default: the tools image's)",
+    )
+
+
+def _scheduling(raw: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(raw)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not JSON: {error}") from None
+    if not isinstance(doc, dict) or set(doc) - {"nodeSelector", "tolerations"}:
+        raise argparse.ArgumentTypeError('an object with "nodeSelector" and/or "tolerations"')
+    if not isinstance(doc.get("nodeSelector", {}), dict) or not isinstance(doc.get("tolerations", []), list):
+        raise argparse.ArgumentTypeError("nodeSelector is an object, tolerations a list")
+    return doc
+
+
+def _secret_key(raw: str) -> tuple[str, str]:
+    name, _, key = raw.partition("/")
+    if not name or "/" in key:
+        raise argparse.ArgumentTypeError("SECRET or SECRET/KEY")
+    return name, key or "token"
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -119,8 +204,16 @@ def _run(args: argparse.Namespace) -> int:
                 cache_mount_path=args.cache_mount_path,
             ),
             max_concurrent_passes=args.max_concurrent_passes,
-            max_concurrent_status_passes=args.max_concurrent_status_passes,
-            api_connections=max(32, 2 * args.max_concurrent_passes + args.max_concurrent_status_passes),
+            cache_tool_scheduling=args.cache_tool_scheduling,
+            hub_token_secret=args.hub_token_secret,
+            gateway_url=args.gateway_url,
+            workload_scheduling=args.workload_scheduling,
+            benchmark_via=args.benchmark_via,
+            benchmark_scheduling=args.benchmark_scheduling,
+            benchmark_hf_endpoint=args.benchmark_hf_endpoint,
+            status_settle_seconds=args.status_settle_seconds,
+            max_concurrent_writes=args.max_concurrent_writes,
+            api_connections=max(32, 2 * args.max_concurrent_passes + args.max_concurrent_writes),
         ),
     )
     for line in describe(options):

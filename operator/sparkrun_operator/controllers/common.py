@@ -6,8 +6,8 @@
   ``/wake_up``), with explicit timeouts.
 - :func:`run_loop`: the body of a per-object reconciling daemon: wait for a poke (or the drift
   interval, or a requested requeue), coalesce bursts, run one pass, repeat until stopped.
-- :func:`run_status_lane`: beside it, status-only passes in their own small lane, so that a
-  status change (readiness) is written without waiting behind full passes.
+- beside it, the status lane (:mod:`.lane`) writes status-only changes (readiness) without
+  waiting behind full passes.
 """
 
 from __future__ import annotations
@@ -25,12 +25,15 @@ from pydantic import BaseModel
 from sparkrun_operator.controllers.context import Context
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.client import Resource
-from sparkrun_operator.retry import Backoff
+from sparkrun_operator.retry import Attempts, Backoff
 
-#: When kopf restarts a loop whose pass met an unavailable apiserver or a conflict: jittered,
-#: so that every object's loop does not come back at the same instant after an outage.
+#: When kopf restarts a loop whose pass met an unavailable apiserver: jittered, so that every
+#: object's loop does not come back at the same instant after an outage.
 RETRY_UNAVAILABLE = Backoff(initial=15.0, maximum=15.0, jitter=0.3)
-RETRY_CONFLICT = Backoff(initial=5.0, maximum=5.0, jitter=0.3)
+#: A pass that met a conflict (its view of the object was stale: kopf's own finalizer, a user's
+#: edit) runs again soon, in the same loop, once the watch has had a moment to deliver the newer
+#: object; consecutive conflicts back off to a few seconds.
+RETRY_CONFLICT = Backoff(initial=0.25, maximum=5.0, jitter=0.5)
 
 
 def status_patch(current: Mapping[str, Any] | None, desired: BaseModel) -> dict[str, Any] | None:
@@ -166,11 +169,13 @@ async def run_loop(
 
     ``reconcile`` returns seconds after which to look again regardless of events (or ``None``).
     ``precheck`` (cheap, no I/O) returns seconds to wait instead of a pass, or ``None`` to pass.
-    API unavailability and conflicts become ``kopf.TemporaryError``: kopf restarts the daemon
-    after the delay, with its own backoff bookkeeping.
+    A conflict requeues the pass after :data:`RETRY_CONFLICT` (growing while conflicts repeat);
+    API unavailability becomes ``kopf.TemporaryError``: kopf restarts the daemon after the
+    delay, with its own backoff bookkeeping.
     """
     trigger = ctx.triggers.register(key)
     config = ctx.config
+    conflicts = Attempts(RETRY_CONFLICT)
     requeue: float | None = None
     last_pass = -float("inf")
     loop = asyncio.get_running_loop()
@@ -179,7 +184,7 @@ async def run_loop(
             timeout = ctx.jitter(config.drift_seconds)
             if requeue is not None:
                 timeout = min(timeout, requeue)
-            await _poked(trigger, stopped, timeout)
+            await poked(trigger, stopped, timeout)
             if stopped:
                 return
             # NB: the first event after a quiet spell is handled at once; passes that follow
@@ -200,10 +205,14 @@ async def run_loop(
                 with ctx.metrics.reconcile_seconds.labels(kind=kind).time():
                     try:
                         requeue = await reconcile()
-                    except (errors.Unavailable, errors.Conflict) as error:
-                        ctx.metrics.reconcile_errors.labels(kind=kind, error=type(error).__name__).inc()
-                        policy = RETRY_CONFLICT if isinstance(error, errors.Conflict) else RETRY_UNAVAILABLE
-                        raise kopf.TemporaryError(str(error), delay=policy.delay(0)) from error
+                        conflicts.reset()
+                    except errors.Conflict as error:
+                        ctx.metrics.reconcile_errors.labels(kind=kind, error="Conflict").inc()
+                        requeue = conflicts.next_delay()
+                        logger.debug("conflict, again in %.2f s: %s", requeue, error)
+                    except errors.Unavailable as error:
+                        ctx.metrics.reconcile_errors.labels(kind=kind, error="Unavailable").inc()
+                        raise kopf.TemporaryError(str(error), delay=RETRY_UNAVAILABLE.delay(0)) from error
                     except errors.KubeError as error:
                         ctx.metrics.reconcile_errors.labels(kind=kind, error=type(error).__name__).inc()
                         logger.error("reconcile failed: %s", error)
@@ -214,7 +223,7 @@ async def run_loop(
         ctx.triggers.unregister(key)
 
 
-async def _poked(trigger: asyncio.Event, stopped: kopf.DaemonStopped, patience: float | None) -> None:
+async def poked(trigger: asyncio.Event, stopped: kopf.DaemonStopped, patience: float | None) -> None:
     """Until ``trigger`` is set, ``stopped``, or ``patience`` seconds (``None``: no limit) pass."""
     waiter = asyncio.ensure_future(trigger.wait())
     stopper = asyncio.ensure_future(stopped.wait())
@@ -225,41 +234,3 @@ async def _poked(trigger: asyncio.Event, stopped: kopf.DaemonStopped, patience: 
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-
-async def run_status_lane(
-    ctx: Context,
-    *,
-    key: Hashable,
-    kind: str,
-    stopped: kopf.DaemonStopped,
-    logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
-    refresh: Callable[[], Awaitable[bool]],
-) -> None:
-    """Run ``refresh`` (a status-only pass; whether it wrote) whenever ``key`` is poked.
-
-    Bounded by ``ctx.status_gate``, not ``ctx.gate``: full passes queued or running for any
-    object never delay it. No debounce (a status pass is one pure planning step and at most one
-    write). Pokes while queued for a slot coalesce. Errors are logged, never raised: the full
-    lane, which is poked by the same events, repairs and retries.
-    """
-    trigger = ctx.triggers.register(key)
-    trigger.clear()  # the full lane's first pass writes the first status
-    try:
-        while not stopped:
-            await _poked(trigger, stopped, None)
-            if stopped:
-                return
-            async with ctx.status_gate:
-                trigger.clear()
-                try:
-                    wrote = await refresh()
-                except errors.KubeError as error:
-                    logger.debug("status pass failed: %s", error)
-                    continue
-                except Exception:  # a bug here must not stop the full lane
-                    logger.exception("status pass failed")
-                    continue
-                ctx.metrics.status_passes.labels(kind=kind, wrote=str(wrote).lower()).inc()
-    finally:
-        ctx.triggers.unregister(key)

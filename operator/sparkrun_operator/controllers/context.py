@@ -12,11 +12,12 @@ import asyncio
 import random
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from sparkrun_operator.controllers.gate import PriorityGate
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.plan.names import Claim
 from sparkrun_operator.render.workload import RenderOptions
@@ -41,13 +42,29 @@ class OperatorConfig:
     #: operator restart, a mass apply) would otherwise queue thousands of requests at the
     #: apiserver, time out, and retry in a storm.
     max_concurrent_passes: int = 16
-    #: Status-only passes running at once (their own lane: readiness never waits behind full
-    #: passes; see :func:`~sparkrun_operator.controllers.common.run_status_lane`). Each is one
-    #: pure planning step and at most one write, so a burst of readiness changes (thousands of
-    #: pods turning Ready together) drains at this many writes in flight.
-    max_concurrent_status_passes: int = 16
+    #: API writes of the workload controller in flight at once, both lanes together, served
+    #: readiness first, then actions, then progress reports (ADR 0030).
+    #: A quarter of them only readiness writes may take (actions are slow at a busy apiserver).
+    max_concurrent_writes: int = 32
+    #: How long the status lane lets a progress-only status (no readiness change: scheduling,
+    #: the startup timeline) settle, so that a pod's next steps coalesce into one write.
+    #: Readiness changes are written at once (ADR 0030).
+    status_settle_seconds: float = 1.0
     #: TLS connections of the operator's client to the apiserver.
     api_connections: int = 32
+    #: ``nodeSelector``/``tolerations`` of ``model_cache.*`` tool Jobs at a location that no
+    #: ModelCache places (``--cache-tool-scheduling``).
+    cache_tool_scheduling: dict[str, Any] = field(default_factory=dict)
+    #: ``(Secret, key)`` of the hub token of ``model_cache.resolve``/``import``/``repair``.
+    hub_token_secret: tuple[str, str] | None = None
+    #: In-cluster base URL of the gateway (``--gateway-url``): InferenceBenchmark ``via: Gateway``.
+    gateway_url: str | None = None
+    #: ``--workload-scheduling``, ``--benchmark-via``, ``--benchmark-scheduling``,
+    #: ``--benchmark-hf-endpoint``: see ``ops.context.Settings``.
+    workload_scheduling: dict[str, Any] = field(default_factory=dict)
+    benchmark_via: str = "Service"
+    benchmark_scheduling: dict[str, Any] = field(default_factory=dict)
+    benchmark_hf_endpoint: str | None = None
 
 
 class Triggers:
@@ -112,6 +129,19 @@ class Metrics:
             ["kind", "wrote"],
             registry=self.registry,
         )
+        self.status_lane_seconds = Histogram(
+            "sparkrun_operator_status_lane_seconds",
+            "The status lane's writes: time queued for a slot, and the write itself, by priority.",
+            ["kind", "stage", "urgent"],
+            registry=self.registry,
+            buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+        )
+        self.loop_lag_seconds = Histogram(
+            "sparkrun_operator_loop_lag_seconds",
+            "How late the operator's event loop ran a timer (CPU saturation of the process).",
+            registry=self.registry,
+            buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10),
+        )
         self.api_writes = Counter(
             "sparkrun_operator_api_writes_total",
             "Write requests the operator's own client sent to the apiserver.",
@@ -155,8 +185,8 @@ class Context:
     triggers: Triggers = field(default_factory=Triggers)
     #: Bounds the passes running at once (``OperatorConfig.max_concurrent_passes``).
     gate: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
-    #: Bounds the status-only passes running at once (``max_concurrent_status_passes``).
-    status_gate: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
+    #: The write budget both lanes share (``max_concurrent_writes``), by priority.
+    write_gate: PriorityGate = field(default_factory=lambda: PriorityGate(32, reserved=8))
     #: Workload key -> the generation and the ``reconcile-requested`` annotation its last pass
     #: planned for (own status writes skip a pass; a new generation or request does not).
     reconciled: dict[tuple[str, str], tuple[int, str | None]] = field(default_factory=dict)

@@ -6,20 +6,22 @@ handler (``on.event``: no finalizers, no kopf bookkeeping on the objects). It
 - starts one task per non-terminal job it sees (:func:`~sparkrun_operator.ops.runner.run_job`),
   handing it the latest object of every later event (cancellation and prompt answers arrive as
   spec changes);
-- marks ``lost`` the active jobs whose executor is dead (its Lease expired), never rerunning
-  them; jobs of a live executor (another replica) are left alone;
+- takes over the active jobs whose executor is dead (its Lease expired or was released): a
+  resumable one runs again from the start, the others are recorded ``lost`` with a retryable
+  error (``ops.runner``, ADR 0025); jobs of a live executor (another replica) are left alone;
 - renews its own executor Lease every few seconds (``ops.leases``), so ``/v1/reservations``
   can tell live claims from dead ones;
 - applies retention every few minutes: finished jobs older than 7 days are deleted or, when
   submitted with an idempotency key, reduced to tombstones kept 30 days.
 
-On shutdown running tasks are cancelled; their jobs are found ``lost`` by the next executor,
-as the daemon does for a worker that died.
+On shutdown running tasks are cancelled and the executor's Leases deleted, so the next
+executor takes their jobs over without waiting for the Leases to expire.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import datetime as dt
@@ -78,6 +80,8 @@ class _Control:
         self.event = asyncio.Event()
         #: resourceVersion of our last write until the watch delivers it, and since when.
         self._written: tuple[str, float] | None = None
+        #: resourceVersions the watch delivered lately (our write may arrive before it returns).
+        self._offered: collections.deque[str] = collections.deque(maxlen=16)
 
     @property
     def obj(self) -> dict[str, Any]:
@@ -89,9 +93,11 @@ class _Control:
         before the one carrying our write's resourceVersion is older than what we hold and is
         ignored; from that event on, the watch is current again. If the watch never shows it
         (a relist skipped it), it is trusted again after :data:`WRITE_HOLD` seconds."""
+        version = _rv(obj)
+        self._offered.append(version)
         if self._written is not None:
-            version, since = self._written
-            if _rv(obj) != version and time.monotonic() - since < WRITE_HOLD:
+            written, since = self._written
+            if version != written and time.monotonic() - since < WRITE_HOLD:
                 return
             self._written = None
         self._accept(obj)
@@ -103,7 +109,14 @@ class _Control:
     async def write(self, mutate: Callable[[DaemonJobStatus, dict[str, Any]], None]) -> None:
         jobs_client = self.executor.jobs_in(self._obj["metadata"]["namespace"])
         written = await jobs_client.update_status(self._obj, mutate)
-        self._written = (_rv(written), time.monotonic())
+        version = _rv(written)
+        if version in self._offered:
+            # NB: the watch delivered our write (and maybe later changes, e.g. a cancel) while the
+            # call returned: what we hold is as new as the write or newer; keep it.
+            self._written = None
+            self.event.set()
+            return
+        self._written = (version, time.monotonic())
         self._accept(written)
 
     async def changed(self, wait: float) -> None:
@@ -177,7 +190,8 @@ class JobExecutor:
             ]
 
     async def stop(self) -> None:
-        """Cancel background work and running jobs (they will be found lost)."""
+        """Cancel background work and running jobs, then release this executor's Leases: the
+        next executor resumes the resumable jobs (and records the others lost) at once."""
         tasks = [*self._background, *self.tasks.values()]
         for task in tasks:
             task.cancel()
@@ -186,6 +200,11 @@ class JobExecutor:
                 await task
         self._background.clear()
         self.tasks.clear()
+        for namespace in sorted(self.namespaces):
+            try:
+                await leases.release(self.rest, namespace, self.executor_id)
+            except Exception:  # NB: best effort: the Lease then expires by itself
+                log.warning("releasing the executor lease in %s failed", namespace, exc_info=True)
 
     async def observe(self, kind: str, obj: dict[str, Any]) -> None:
         """Handle one watch event of a DaemonJob."""

@@ -17,6 +17,8 @@ id              key                                    value
 ``iw_gpu_pods`` node name                              :class:`~..plan.cluster.ObservedGpuPod`
 ``iw_names``    model name (served name or alias)      :class:`~..plan.names.Claim` of each
                                                        workload claiming it (all namespaces)
+``iw_gates``    ``(namespace, workload)``              :class:`~..plan.workload.ObservedGate`
+                                                       (a rollout gate's InferenceBenchmark)
 =============== ====================================== =========================================
 
 Values are small parsed records, not whole objects, to keep memory proportional to what is used.
@@ -24,11 +26,18 @@ Values are small parsed records, not whole objects, to keep memory proportional 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 import kopf
 
-from sparkrun_operator.api.resources import INFERENCE_CLUSTER, INFERENCE_WORKLOAD, MODEL_CACHE, RECIPE
+from sparkrun_operator.api.resources import (
+    INFERENCE_BENCHMARK,
+    INFERENCE_CLUSTER,
+    INFERENCE_WORKLOAD,
+    MODEL_CACHE,
+    RECIPE,
+)
 from sparkrun_operator.plan import names, observe
 from sparkrun_operator.render import keys
 
@@ -38,6 +47,9 @@ CLUSTER_ID: Final = (INFERENCE_CLUSTER.group, INFERENCE_CLUSTER.version, INFEREN
 WORKLOAD_NAMES_ID: Final = (INFERENCE_WORKLOAD.group, INFERENCE_WORKLOAD.version, INFERENCE_WORKLOAD.plural)
 JOBSET_ID: Final = (keys.JOBSET_GROUP, keys.JOBSET_VERSION, keys.JOBSET_PLURAL)
 OURS: Final = {keys.LABEL_WORKLOAD: kopf.PRESENT}
+BENCHMARK_ID: Final = (INFERENCE_BENCHMARK.group, INFERENCE_BENCHMARK.version, INFERENCE_BENCHMARK.plural)
+#: A rollout gate's InferenceBenchmarks carry the workload they gate.
+GATES: Final = {keys.LABEL_GATE_WORKLOAD: kopf.PRESENT}
 NAMES: Final = (
     "iw_jobsets",
     "iw_pods",
@@ -48,6 +60,7 @@ NAMES: Final = (
     "iw_nodes",
     "iw_gpu_pods",
     "iw_names",
+    "iw_gates",
 )
 
 
@@ -109,6 +122,12 @@ def register(registry: kopf.OperatorRegistry) -> None:
         claim = claim_of(body)
         return dict.fromkeys(claim.names, claim) if claim is not None else None
 
+    @kopf.index(*BENCHMARK_ID, id="iw_gates", labels=GATES, registry=registry)
+    async def iw_gates(*, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
+        key = observe.gate_key(body)
+        parsed = observe.gate_from(body)
+        return {key: parsed} if key and parsed else None
+
     @kopf.index("", "v1", "pods", id="iw_gpu_pods", registry=registry)
     async def iw_gpu_pods(*, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
         parsed = observe.gpu_pod_from(body)
@@ -120,6 +139,15 @@ def claim_of(body: Any) -> names.Claim | None:
     if (body.get("metadata") or {}).get("deletionTimestamp"):
         return None
     return names.claim_of(body)
+
+
+def holders(index: Any) -> Callable[[str], Iterable[names.Claim]]:
+    """The claims of one model name in the ``iw_names`` index (none without the index)."""
+
+    def of(model: str) -> Iterable[names.Claim]:
+        return () if index is None else index.get(model, ())
+
+    return of
 
 
 def rivals(index: Any, claim: names.Claim | None) -> list[names.Claim]:

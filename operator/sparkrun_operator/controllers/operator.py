@@ -16,6 +16,7 @@ kopf's own bookkeeping (finalizer, progress and diff-base annotations) uses the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import threading
@@ -27,13 +28,23 @@ import httpx
 import kopf
 from prometheus_client import start_http_server
 
-from sparkrun_operator.controllers import cluster, daemonjob, indexes, modelcache, recipe, workload
+from sparkrun_operator.api.resources import RECIPE
+from sparkrun_operator.controllers import benchmark, cluster, daemonjob, indexes, modelcache, recipe, workload
 from sparkrun_operator.controllers.context import Context, Metrics, OperatorConfig
+from sparkrun_operator.controllers.diffbase import ChangeHandledKindsDiffBase
+from sparkrun_operator.controllers.gate import PriorityGate
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.client import CLUSTER_PEERINGS, OPERATOR_MANAGER, PEERINGS, Kube, Resource, connect
+from sparkrun_operator.ops.context import Settings
 from sparkrun_operator.render import keys
+from sparkrun_operator.retry import Backoff, Schedule
 
 PEERING_NAME: Final = keys.PEERING_NAME
+#: kopf's retries of a failed API request (its watches' lists and watches, its patches): about
+#: kopf's own 1, 1, 2, 3, 5, 8, 13, 21 s, but jittered per request. kopf's fixed steps made every
+#: watch stream that broke at one instant (an apiserver outage) retry at the same instants
+#: and come back together (docs/performance.md, "Outage").
+KOPF_BACKOFFS: Final = Schedule(Backoff(initial=1.0, maximum=21.0, factor=1.6, jitter=0.5), count=8)
 log = logging.getLogger("sparkrun.operator")
 
 
@@ -56,19 +67,28 @@ class RunOptions:
     config: OperatorConfig = field(default_factory=OperatorConfig)
 
 
+#: The (group, kind) of every resource with change handlers (``on.create``/``on.update``/...):
+#: kopf keeps a diff base for these only (:mod:`.diffbase`; a unit test checks the registry).
+CHANGE_HANDLED_KINDS: Final = frozenset({(RECIPE.group, RECIPE.kind)})
+
+
 def build_settings(options: RunOptions) -> kopf.OperatorSettings:
     """kopf settings: our annotation prefix, explicit watch timeouts, events for warnings only."""
     settings = kopf.OperatorSettings()
     settings.persistence.finalizer = f"{keys.KOPF_PREFIX}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=keys.KOPF_PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=keys.KOPF_PREFIX, key="last-handled-configuration"
+    # NB: only Recipes have change handlers (controllers/recipe.py): no diff base for the rest.
+    settings.persistence.diffbase_storage = ChangeHandledKindsDiffBase(
+        kinds=CHANGE_HANDLED_KINDS, prefix=keys.KOPF_PREFIX, key="last-handled-configuration"
     )
     # NB: server-side watch timeouts, so a silently dropped connection is noticed (kopf#698).
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 10
     settings.networking.request_timeout = 60
+    settings.networking.error_backoffs = KOPF_BACKOFFS
+    settings.posting.default_backoffs = KOPF_BACKOFFS
+    settings.posting.logging_backoffs = Schedule(KOPF_BACKOFFS.policy, count=5)
     # Handler log lines at INFO would become Kubernetes Events; only warnings should.
     settings.posting.level = logging.WARNING
     settings.peering.name = options.peering_name
@@ -80,6 +100,21 @@ def build_settings(options: RunOptions) -> kopf.OperatorSettings:
     return settings
 
 
+def daemon_settings(config: OperatorConfig) -> Settings:
+    """Settings of the DaemonJob executor: the tool Jobs of ``model_cache.*`` run the image and
+    mount path of the ModelCache download Jobs."""
+    return Settings(
+        tools_image=config.render.tools_image,
+        cache_mount_path=config.render.cache_mount_path,
+        cache_tool_scheduling=dict(config.cache_tool_scheduling),
+        hub_token_secret=config.hub_token_secret,
+        workload_scheduling=dict(config.workload_scheduling),
+        benchmark_via=config.benchmark_via,
+        benchmark_scheduling=dict(config.benchmark_scheduling),
+        benchmark_hf_endpoint=config.benchmark_hf_endpoint,
+    )
+
+
 def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     """A registry with every controller, the login handler and nothing from import-time globals."""
     registry = kopf.OperatorRegistry()
@@ -87,8 +122,9 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     workload.register(registry, drift_seconds=config.drift_seconds)
     cluster.register(registry, drift_seconds=config.drift_seconds)
     recipe.register(registry)
-    daemonjob.register(registry)
+    daemonjob.register(registry, settings=daemon_settings(config))
     modelcache.register(registry)
+    benchmark.register(registry)
 
     @kopf.on.login(id="login", registry=registry)
     async def login(*, memo: Any, **_: Any) -> kopf.ConnectionInfo:
@@ -168,8 +204,11 @@ async def run(
         http=http,
         metrics=metrics,
         gate=asyncio.Semaphore(options.config.max_concurrent_passes),
-        status_gate=asyncio.Semaphore(options.config.max_concurrent_status_passes),
+        write_gate=PriorityGate(
+            options.config.max_concurrent_writes, reserved=options.config.max_concurrent_writes // 4
+        ),
     )
+    lag = asyncio.create_task(watch_loop_lag(metrics))
     try:
         if options.metrics_port is not None:
             serve_metrics(metrics, host=options.metrics_host, port=options.metrics_port)
@@ -189,8 +228,21 @@ async def run(
             ready_flag=ready_flag,
         )
     finally:
+        lag.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await lag
         await http.aclose()
         await kube.close()
+
+
+async def watch_loop_lag(metrics: Metrics, *, period: float = 0.25) -> None:
+    """Observe how late the event loop wakes a sleeper (its queue of ready callbacks: the
+    process's CPU saturation), every ``period`` seconds, until cancelled."""
+    loop = asyncio.get_running_loop()
+    while True:
+        start = loop.time()
+        await asyncio.sleep(period)
+        metrics.loop_lag_seconds.observe(max(0.0, loop.time() - start - period))
 
 
 def describe(options: RunOptions) -> Sequence[str]:

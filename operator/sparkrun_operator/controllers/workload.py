@@ -11,11 +11,11 @@ Handlers (all registered on an explicit kopf registry, with explicit ids):
 - ``timer`` ``iw-drift``: poke every workload periodically (drift repair even without events);
 - ``daemon`` ``iw-reconcile``: the per-workload full lane (:func:`common.run_loop` running
   :func:`reconcile`: observe, plan, act, write the status) and, beside it, the status lane
-  (:func:`common.run_status_lane` running :func:`refresh_status`): a JobSet or pod event is
-  written to the status (readiness, endpoints, readyReplicas) by a status-only pass with its own
-  small concurrency bound, not behind the full passes of other workloads. A status pass plans
-  with the same pure planner from the same cached state, acts on nothing, and leaves the
-  workload to the full lane whenever the plan has an action.
+  (:func:`lane.run_status_lane` running :func:`prepare_status`): a JobSet or pod event is
+  planned at once with the same pure planner from the same cached state; a status-only change
+  (readiness, endpoints, readyReplicas, progress) is written by the lane, readiness first in the
+  write budget both lanes share (``ctx.write_gate``), and the full lane is poked only when the
+  plan has something for it to do (ADR 0030).
 
 The planner (``plan/workload/``) decides and is the only author of the status (``finalize``
 folds in what the apiserver refused); this module only gathers what it looks at, carries out
@@ -39,11 +39,19 @@ import kopf
 from sparkrun_operator.api import conditions as c
 from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
 from sparkrun_operator.api.meta import utcnow
-from sparkrun_operator.api.resources import INFERENCE_WORKLOAD
+from sparkrun_operator.api.resources import INFERENCE_BENCHMARK, INFERENCE_WORKLOAD
 from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus
-from sparkrun_operator.controllers import common, indexes
+from sparkrun_operator.controllers import common, gate, indexes, lane
 from sparkrun_operator.controllers.context import Context
-from sparkrun_operator.controllers.indexes import CACHE_ID, CLUSTER_ID, JOBSET_ID, OURS, RECIPE_ID
+from sparkrun_operator.controllers.indexes import (
+    BENCHMARK_ID,
+    CACHE_ID,
+    CLUSTER_ID,
+    GATES,
+    JOBSET_ID,
+    OURS,
+    RECIPE_ID,
+)
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.client import JOBSETS, SERVICES, Resource, resource_of
 from sparkrun_operator.plan import names, observe
@@ -54,11 +62,13 @@ from sparkrun_operator.plan.workload import (
     Plan,
     finalize,
     plan,
-    status_only,
 )
 from sparkrun_operator.render import keys
 
 WORKLOADS: Resource = resource_of(INFERENCE_WORKLOAD)
+BENCHMARKS: Resource = resource_of(INFERENCE_BENCHMARK)
+#: The resource of each kind the workload planner applies or deletes.
+_CHILDREN: Mapping[str, Resource] = {"JobSet": JOBSETS, "Service": SERVICES, "InferenceBenchmark": BENCHMARKS}
 WORKLOAD_ID = (INFERENCE_WORKLOAD.group, INFERENCE_WORKLOAD.version, INFERENCE_WORKLOAD.plural)
 
 log = logging.getLogger("sparkrun.operator.workload")
@@ -153,7 +163,7 @@ def observation(
     claim = indexes.claim_of(body)
     return Observation(
         claim=claim,
-        name_conflicts=tuple(names.conflicts(claim, indexes.rivals(indices.get("iw_names"), claim)))
+        name_conflicts=tuple(names.conflicts(claim, indexes.holders(indices.get("iw_names"))))
         if claim is not None
         else (),
         name=name,
@@ -171,6 +181,7 @@ def observation(
         jobsets=tuple(jobsets),
         pods=tuple(pods),
         service=observe.first(indices.get("iw_services"), key),
+        gates=tuple(_store(indices.get("iw_gates"), key)),
         asleep=asleep,
         options=ctx.config.render,
     )
@@ -215,20 +226,15 @@ async def execute(ctx: Context, p: Plan, *, namespace: str) -> list[str]:
 
     async def guarded(coro: Any, what: str) -> None:
         try:
-            await coro
+            async with ctx.write_gate.slot(gate.ACTION):
+                await coro
         except errors.Conflict:
             pass  # a UID precondition failed: the object was replaced; the next pass sees it
         except (errors.Invalid, errors.Forbidden) as error:
             refused.append(f"{what}: {error.message}")
 
     await asyncio.gather(
-        *(
-            guarded(
-                ctx.kube.apply(JOBSETS if doc["kind"] == "JobSet" else SERVICES, doc),
-                f"{doc['kind']} {doc['metadata']['name']}",
-            )
-            for doc in p.apply
-        )
+        *(guarded(_put(ctx, doc), f"{doc['kind']} {doc['metadata']['name']}") for doc in p.apply)
     )
     await asyncio.gather(
         *(
@@ -243,8 +249,8 @@ async def execute(ctx: Context, p: Plan, *, namespace: str) -> list[str]:
     # is interrupted leaves the lowest indices serving.
     for d in p.delete:
         await guarded(
-            ctx.kube.delete(JOBSETS, d.name, namespace, uid=d.uid, propagation="Foreground"),
-            f"JobSet {d.name}",
+            ctx.kube.delete(_CHILDREN[d.kind], d.name, namespace, uid=d.uid, propagation="Foreground"),
+            f"{d.kind} {d.name}",
         )
     engine = common.Engine(ctx.http, timeout=ctx.config.engine_timeout)
     engine_errors = await asyncio.gather(*(engine.call(call.url, call.action) for call in p.engine))
@@ -252,6 +258,16 @@ async def execute(ctx: Context, p: Plan, *, namespace: str) -> list[str]:
         if message:
             log.warning("%s", message)
     return refused
+
+
+async def _put(ctx: Context, doc: Mapping[str, Any]) -> None:
+    """Apply a JobSet or the Service; create a rollout gate's InferenceBenchmark (its spec is
+    immutable: one made by an earlier pass, perhaps for another pod address, stays as it is)."""
+    if doc["kind"] == "InferenceBenchmark":
+        with contextlib.suppress(errors.AlreadyExists):
+            await ctx.kube.create(BENCHMARKS, doc)
+        return
+    await ctx.kube.apply(_CHILDREN[doc["kind"]], doc)
 
 
 @dataclass
@@ -268,6 +284,15 @@ class Writes:
     #: The Ready status of the status last written (or found current), for the gauge.
     ready: str = "Unknown"
 
+    def current(self, body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """The status as it is: the last one written while the watch has not delivered it yet
+        (``body`` is still the object it was planned from), else ``body``'s."""
+        memory = self.memory
+        version = (body.get("metadata") or {}).get("resourceVersion")
+        if memory.wire is not None and version is not None and version == memory.version:
+            return memory.wire
+        return body.get("status")
+
     async def write(
         self,
         ctx: Context,
@@ -278,7 +303,8 @@ class Writes:
         force: bool = False,
     ) -> bool:
         """Write ``status`` unless a status from a newer observation was written (``force``:
-        regardless, for what only this pass knows: refused actions)."""
+        regardless, for what only this pass knows: refused actions). The caller holds a slot of
+        the write budget (``ctx.write_gate``), taken before the lock."""
         meta = body.get("metadata") or {}
         async with self.lock:
             if observed_at < self.observed_at and not force:
@@ -321,7 +347,11 @@ async def reconcile(
     expectations.record(p)
     status = finalize(p.status, refused=refused, generation=obs.generation, now=obs.now)
     ctx.reconciled[key] = requested
-    wrote = await writes.write(ctx, body=body, status=status, observed_at=observed_at, force=bool(refused))
+    priority = gate.URGENT if urgent(writes.current(body), status) else gate.ACTION
+    async with ctx.write_gate.slot(priority):
+        wrote = await writes.write(
+            ctx, body=body, status=status, observed_at=observed_at, force=bool(refused)
+        )
     ctx.metrics.observe_ready("InferenceWorkload", key, writes.ready)
     # events only after the status write succeeded (or was not needed)
     for event in p.events:
@@ -333,32 +363,64 @@ async def reconcile(
     return p.requeue_after
 
 
-async def refresh_status(
+def prepare_status(
     ctx: Context,
     *,
     body: kopf.Body,
     indices: Mapping[str, Any],
     expectations: Expectations,
     writes: Writes,
-) -> bool:
-    """A status-only pass: the status the planner derives from the cached observed state,
-    written if it changed; whether it wrote. It never acts: when the plan has a child action
-    (so its status would depend on carrying it out), or the indexes do not show the last full
-    pass's writes yet, it leaves the workload to the full lane."""
+) -> lane.Pending | None:
+    """A status-only planning step (pure, no I/O): the status the planner derives from the
+    cached observed state, if it differs from the current one, and whether the difference is
+    urgent (readiness). It never acts: when the plan has anything for the full lane (a child
+    action, a timer, an engine to probe), or the indexes do not show the last full pass's
+    writes yet, it pokes the full lane; a status that depends on actions is left to it."""
     meta = body.get("metadata") or {}
-    key = (str(meta.get("namespace")), str(meta.get("name")))
     if meta.get("deletionTimestamp"):
-        return False
+        return None
+    key = (str(meta.get("namespace")), str(meta.get("name")))
     if catching_up(ctx, body=body, indices=indices, expectations=expectations) is not None:
-        return False
+        ctx.triggers.poke(_key(*key))
+        return None
     observed_at = time.monotonic()
     obs = observation(ctx=ctx, body=body, indices=indices, now=utcnow(), asleep=writes.asleep)
-    status = status_only(obs)
-    if status is None:
-        return False
-    wrote = await writes.write(ctx, body=body, status=status, observed_at=observed_at)
-    ctx.metrics.observe_ready("InferenceWorkload", key, writes.ready)
-    return wrote
+    p = plan(obs)
+    # NB: the full lane is only poked when it has something to do: most child events (a pod
+    # scheduled, running, Ready) only change the status, written here (ADR 0030).
+    if not p.idle or p.events or p.requeue_after is not None or obs.spec.engine.enable_sleep_mode:
+        ctx.triggers.poke(_key(*key))
+    if not p.idle:
+        return None
+    status = p.status
+    # NB: compared with our own last write while the watch has not shown it yet: a change
+    # seen meanwhile is neither taken for readiness again nor written twice.
+    current = writes.current(body)
+    if common.status_patch(current, status) is None:
+        writes.ready = _ready_of(status)
+        return None
+
+    async def write() -> bool:
+        wrote = await writes.write(ctx, body=body, status=status, observed_at=observed_at)
+        ctx.metrics.observe_ready("InferenceWorkload", key, writes.ready)
+        return wrote
+
+    return lane.Pending(urgent=urgent(current, status), write=write)
+
+
+def urgent(current: Mapping[str, Any] | None, status: InferenceWorkloadStatus) -> bool:
+    """Whether writing ``status`` over ``current`` changes what users wait for: Ready being
+    True, the ready replicas, or the endpoints that serve (progress reports are not urgent)."""
+    try:
+        before = _readiness(InferenceWorkloadStatus.model_validate(dict(current or {})))
+    except ValueError:
+        return True
+    return _readiness(status) != before
+
+
+def _readiness(status: InferenceWorkloadStatus) -> tuple[Any, ...]:
+    serving = sorted(e.url for e in status.endpoints if e.ready)
+    return (_ready_of(status) == "True", status.ready_replicas, serving)
 
 
 def catching_up(
@@ -410,13 +472,19 @@ def _register_own_pokes(registry: kopf.OperatorRegistry, *, drift_seconds: float
     def _child_changed(ctx: Context, body: kopf.Body) -> None:
         key = observe.workload_key(body)
         if key:
-            # the status lane writes readiness at once; the full lane acts if anything is to do
+            # the status lane plans at once: it writes the status, and pokes the full lane
+            # when the plan has anything else to do
             ctx.triggers.poke(_status_key(*key))
-            ctx.triggers.poke(_key(*key))
 
     @kopf.on.event(*JOBSET_ID, id="iw-jobset-changed", labels=OURS, registry=registry)
     async def iw_jobset_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
         _child_changed(memo.ctx, body)
+
+    @kopf.on.event(*BENCHMARK_ID, id="iw-gate-changed", labels=GATES, registry=registry)
+    async def iw_gate_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
+        key = observe.gate_key(body)
+        if key:
+            memo.ctx.triggers.poke(_key(*key))
 
     @kopf.on.event("", "v1", "pods", id="iw-pod-changed", labels=OURS, registry=registry)
     async def iw_pod_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
@@ -440,10 +508,12 @@ def _poke_rivals(ctx: Context, key: tuple[str, str], body: kopf.Body | None, ind
         ctx.claims.pop(key, None)
     else:
         ctx.claims[key] = claim
+    # NB: the full lane only (debounced and gated, so a burst coalesces): N workloads sharing a
+    # name poke each other N^2 times while they are created, and the status lane plans at
+    # once on every poke (ADR 0030).
     for old_or_new in (before, claim):
         for rival in indexes.rivals(index, old_or_new):
             if (rival.namespace, rival.name) != key:
-                ctx.triggers.poke(_status_key(rival.namespace, rival.name))
                 ctx.triggers.poke(_key(rival.namespace, rival.name))
 
 
@@ -497,19 +567,17 @@ def _register_daemon(registry: kopf.OperatorRegistry) -> None:
                 ctx, body=body, indices=indices, expectations=expectations, writes=writes, logger=logger
             )
 
-        async def status_pass() -> bool:
-            return await refresh_status(
-                ctx, body=body, indices=indices, expectations=expectations, writes=writes
-            )
+        def status_pass() -> lane.Pending | None:
+            return prepare_status(ctx, body=body, indices=indices, expectations=expectations, writes=writes)
 
-        lane = asyncio.create_task(
-            common.run_status_lane(
+        status_lane = asyncio.create_task(
+            lane.run_status_lane(
                 ctx,
                 key=_status_key(namespace, name),
                 kind="InferenceWorkload",
                 stopped=stopped,
                 logger=logger,
-                refresh=status_pass,
+                prepare=status_pass,
             )
         )
         try:
@@ -523,9 +591,9 @@ def _register_daemon(registry: kopf.OperatorRegistry) -> None:
                 precheck=lambda: catching_up(ctx, body=body, indices=indices, expectations=expectations),
             )
         finally:
-            lane.cancel()
+            status_lane.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await lane
+                await status_lane
             ctx.dependencies.pop((namespace, name), None)
             ctx.reconciled.pop((namespace, name), None)
             ctx.metrics.observe_ready("InferenceWorkload", (namespace, name), None)

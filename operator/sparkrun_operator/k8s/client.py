@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -521,7 +521,7 @@ class Kube:
         field_selector: str | None = None,
         timeout_seconds: int = 300,
         bookmarks: bool = True,
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         """Stream ``(type, object)`` events until the server ends the watch.
 
         A non-2xx answer raises its typed error (method ``GET``); an ``ERROR`` event raises the

@@ -185,31 +185,35 @@ class Informer:
     async def _follow(self) -> None:
         loop = asyncio.get_running_loop()
         opened, events = loop.time(), 0
-        async for kind, obj in self.kube.watch(
+        # NB: closed here, not by the garbage collector: a stopped informer (its task cancelled
+        # mid-stream) closes the watch's connection at once, even when the loop ends next.
+        stream = self.kube.watch(
             self.resource,
             self.namespace,
             resource_version=self.resource_version,
             label_selector=self.label_selector,
             field_selector=self.field_selector,
             timeout_seconds=self.watch_timeout,
-        ):
-            events += 1
-            if events == 1:
-                self.attempts.reset()
-            version = (obj.get("metadata") or {}).get("resourceVersion")
-            if version:
-                self.resource_version = str(version)
-            if kind == "BOOKMARK":
-                continue
-            if kind == "DELETED":
-                self._objects.pop(key_of(obj), None)
-            elif kind in {"ADDED", "MODIFIED"}:
-                obj = self._shape(obj)
-                self._objects[key_of(obj)] = obj
-            else:
-                raise errors.KubeError(f"unexpected watch event {kind!r}", method="WATCH")
-            self._event(kind, obj)
-            self._call(self.on_change)
+        )
+        async with contextlib.aclosing(stream):
+            async for kind, obj in stream:
+                events += 1
+                if events == 1:
+                    self.attempts.reset()
+                version = (obj.get("metadata") or {}).get("resourceVersion")
+                if version:
+                    self.resource_version = str(version)
+                if kind == "BOOKMARK":
+                    continue
+                if kind == "DELETED":
+                    self._objects.pop(key_of(obj), None)
+                elif kind in {"ADDED", "MODIFIED"}:
+                    obj = self._shape(obj)
+                    self._objects[key_of(obj)] = obj
+                else:
+                    raise errors.KubeError(f"unexpected watch event {kind!r}", method="WATCH")
+                self._event(kind, obj)
+                self._call(self.on_change)
         if events == 0 and loop.time() - opened < MIN_WATCH_SECONDS:
             # NB: a server that ends every watch at once must not make us spin.
             await self._back_off(RuntimeError("the watch ended at once"))

@@ -21,6 +21,7 @@ __all__ = [
     "CLUSTER_ROLE_BINDINGS",
     "CONFIG_MAPS",
     "CRDS",
+    "DEPLOYMENTS",
     "ENDPOINT_SLICES",
     "EVENTS",
     "JOBS",
@@ -80,6 +81,7 @@ NODES: Final = Resource("", "v1", "nodes", False, "Node")
 NAMESPACES: Final = Resource("", "v1", "namespaces", False, "Namespace")
 PODS: Final = Resource("", "v1", "pods", True, "Pod")
 JOBS: Final = Resource("batch", "v1", "jobs", True, "Job")
+DEPLOYMENTS: Final = Resource("apps", "v1", "deployments", True, "Deployment")
 CLAIMS: Final = Resource("", "v1", "persistentvolumeclaims", True, "PersistentVolumeClaim")
 VOLUMES: Final = Resource("", "v1", "persistentvolumes", False, "PersistentVolume")
 SERVICES: Final = Resource("", "v1", "services", True, "Service")

@@ -105,16 +105,6 @@ _GATEWAY_PROCESS = _off(
     "The gateway is a Deployment (scale it with `kubectl scale`); it routes to ready InferenceWorkloads "
     "from their status and EndpointSlices, so there is nothing to start, stop, sync or discover by hand.",
 )
-_MODEL_CACHE = _off(
-    "not_implemented",
-    "model caches are not exposed through the daemon API yet.",
-    "Use ModelCache resources: `kubectl apply -f modelcache.yaml`, `kubectl get modelcaches`.",
-)
-_BENCHMARKS = _off(
-    "not_implemented",
-    "benchmarks are not exposed through the daemon API yet.",
-    "Use InferenceBenchmark resources: `kubectl apply -f benchmark.yaml`, results in its status.",
-)
 _REGISTRIES = _off(
     "not_implemented",
     "recipe registries are not supported yet.",
@@ -133,13 +123,8 @@ UNAVAILABLE: Mapping[str, Availability] = {
     "tailscale.": _TAILSCALE,
     "proxy.install_service": _SYSTEMD,
     "proxy.uninstall_service": _SYSTEMD,
-    "proxy.service_status": _SYSTEMD,
-    "proxy.start": _GATEWAY_PROCESS,
-    "proxy.stop": _GATEWAY_PROCESS,
-    "proxy.sync": _GATEWAY_PROCESS,
-    "proxy.discovery.": _GATEWAY_PROCESS,
-    "model_cache.": _MODEL_CACHE,
-    "benchmarks.": _BENCHMARKS,
+    "proxy.discovery.ensure": _GATEWAY_PROCESS,
+    "proxy.discovery.stop": _GATEWAY_PROCESS,
     "catalog.registries": _REGISTRIES,
     "catalog.registries.": _REGISTRIES,
     "catalog.refresh": _REGISTRIES,
@@ -147,6 +132,48 @@ UNAVAILABLE: Mapping[str, Availability] = {
     "recipes.plan_build": _BUILDS,
     "recipes.realize": _BUILDS,
 }
+
+
+#: Job operations that a new executor runs again from the start when the one running them
+#: stopped (an operator upgrade or crash; ADR 0025): each converges on its target, so a second
+#: run adopts what the first made and repeats no effect (read-only jobs; launches that adopt an
+#: existing workload; deletes and state patches; pins, repairs and imports that rewrite the
+#: same files). Every other job is ``lost`` with a retryable ``WorkerLost`` error naming it.
+RESUMABLE: frozenset[str] = frozenset(
+    {
+        "catalog.capacity",
+        "catalog.recipe",
+        "cluster.observe",
+        "cluster.report",
+        "diagnostics.collect",
+        "discovery.snapshot",
+        "model_cache.import",
+        "model_cache.inspect",
+        "model_cache.list",
+        "model_cache.pin",
+        "model_cache.repair",
+        "model_cache.resolve",
+        "plugins.k8s.cluster_info",
+        "plugins.k8s.jobset_status",
+        "plugins.k8s.kueue_status",
+        "plugins.k8s.list_nodes",
+        "proxy.models",
+        "proxy.status",
+        "recipes.validate",
+        "workloads.endpoints",
+        "workloads.ensure_ready",
+        "workloads.find_intent",
+        "workloads.inventory",
+        "workloads.materialize",
+        "workloads.plan",
+        "workloads.plugins",
+        "workloads.run",
+        "workloads.sleep",
+        "workloads.status",
+        "workloads.stop",
+        "workloads.wake",
+    }
+)
 
 
 def availability_of(name: str) -> Availability:
@@ -183,6 +210,11 @@ class Operation:
     @property
     def enabled(self) -> bool:
         return self.availability.enabled
+
+    @property
+    def resumable(self) -> bool:
+        """Whether a new executor may run the job again when its executor stopped (ADR 0025)."""
+        return self.kind == "job" and self.name in RESUMABLE
 
     def discovery(self) -> dict[str, Any]:
         """This operation's ``GET /v1/ops`` entry (the reference's keys, in its order)."""

@@ -21,6 +21,7 @@ from sparkrun_operator.k8s.auth import UserInfo
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.ops.errors import Invalid
 from sparkrun_operator.render import keys
+from sparkrun_operator.render.modelcache import DEFAULT_TOOLS_IMAGE
 
 __all__ = ["Executor", "OperationContext", "Prompter", "Settings"]
 
@@ -45,6 +46,29 @@ class Settings:
     query_timeout: float = 30.0
     #: Poll interval while waiting on resources.
     poll_interval: float = 1.0
+    #: Image and cache mount path of the ``model_cache.*`` tool Jobs (those of ModelCaches).
+    tools_image: str = DEFAULT_TOOLS_IMAGE
+    cache_mount_path: str = keys.CACHE_MOUNT_PATH
+    #: ``nodeSelector``/``tolerations`` of tool Jobs at a location no ModelCache places.
+    cache_tool_scheduling: Mapping[str, Any] = field(default_factory=dict)
+    #: Bound of one tool Job; how long its pod may fail to start before the operation fails.
+    cache_tool_timeout: float = 900.0
+    cache_tool_start_seconds: float = 120.0
+    #: ``(Secret, key)`` of the hub token ``model_cache.resolve``/``import``/``repair`` use
+    #: (the daemon's "server-side HF credentials"); ``None``: anonymous.
+    hub_token_secret: tuple[str, str] | None = None
+    #: ``model_cache.reconcile``: how long since a claim was last seen in use before it may be
+    #: released, plus the clock-skew allowance between the operator and the apiserver.
+    claim_min_age: float = 600.0
+    clock_skew: float = 120.0
+    #: ``nodeSelector``/``tolerations`` of the InferenceWorkloads ``workloads.run`` and
+    #: ``benchmarks.run`` launch (a GPU pool); empty: wherever the scheduler puts them.
+    workload_scheduling: Mapping[str, Any] = field(default_factory=dict)
+    #: ``benchmarks.run``: how the benchmark reaches the workload (``target.via``), where its pods
+    #: run, and the Hub its tokenizer comes from (``None``: the tools image's ``HF_ENDPOINT``).
+    benchmark_via: str = "Service"
+    benchmark_scheduling: Mapping[str, Any] = field(default_factory=dict)
+    benchmark_hf_endpoint: str | None = None
 
     @property
     def gateway_ns(self) -> str:

@@ -17,6 +17,7 @@ gives it one full duration before calling it dead.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import time
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sparkrun_operator.api.daemonjob import DaemonJobStatus
+from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.client import LEASES, Kube
 from sparkrun_operator.k8s.daemonjobs import DaemonJobs
 from sparkrun_operator.ops import jobs
@@ -38,6 +40,7 @@ __all__ = [
     "executor_liveness",
     "lease_name",
     "mark_lost",
+    "release",
     "renew",
 ]
 
@@ -81,6 +84,13 @@ async def renew(
         },
         namespace=namespace,
     )
+
+
+async def release(rest: Kube, namespace: str, executor_id: str) -> None:
+    """Delete this executor's Lease (a graceful stop): other executors see it gone at once and
+    take its unfinished jobs over without waiting for the Lease to expire."""
+    with contextlib.suppress(errors.NotFound):
+        await rest.delete(LEASES, lease_name(executor_id), namespace, propagation="Background")
 
 
 class LeaseObserver:

@@ -3,7 +3,11 @@
 :func:`run_job` drives one DaemonJob, through a :class:`JobControl` given by its host (the
 controller), from ``queued`` to a terminal state:
 
-- a job another executor was running is ``lost`` (never rerun: its effects are uncertain);
+- a job whose executor stopped (upgrade, crash: another executor was running it) is resumed —
+  run again from the start, ``status.attempts`` counting — when its operation is resumable
+  (``Operation.resumable``, ADR 0025) and it was not waiting for input, at most
+  :data:`MAX_ATTEMPTS` times; otherwise it is ``lost`` with a retryable ``WorkerLost`` error
+  that names the operation and the executor;
 - ``queued`` -> ``starting`` -> ``running`` (one status write), unless cancellation was
   requested first (-> ``cancelled``);
 - the executor runs as a task; ``spec.cancel`` cancels it (-> ``cancelled``, recorded after the
@@ -47,6 +51,8 @@ __all__ = ["JobControl", "Redactor", "as_daemon_error", "run_job", "run_query"]
 
 log = logging.getLogger(__name__)
 
+#: Executions of one job at most (the first and resumptions after its executor stopped).
+MAX_ATTEMPTS = 3
 LOST_MESSAGE = (
     "The operator executing this job stopped before it finished; its effects are uncertain. "
     "Inspect and reconcile them before starting another mutation."
@@ -294,7 +300,7 @@ async def run_job(
     now = clock or (lambda: dt.datetime.now(dt.UTC))
     while True:
         job = _Job(control, executor_id=executor_id, prompt_timeout=prompt_timeout, clock=now)
-        claimed = await _claim(job, control, executor_id=executor_id, now=now)
+        claimed = await _claim(job, control, catalog=catalog, executor_id=executor_id, now=now)
         if claimed is not None:
             break
         # Cancelled (or claimed) between our read and write: start over from the new state.
@@ -311,7 +317,7 @@ async def run_job(
 
 
 async def _claim(
-    job: _Job, control: JobControl, *, executor_id: str, now: Callable[[], dt.datetime]
+    job: _Job, control: JobControl, *, catalog: Catalog, executor_id: str, now: Callable[[], dt.datetime]
 ) -> bool | None:
     """Take the job: ``True`` to run it, ``False`` when it is settled (terminal, lost,
     cancelled before it started), ``None`` when the claim lost a race (read again)."""
@@ -321,8 +327,7 @@ async def _claim(
     if state in jobs.TERMINAL:
         return False
     if state in jobs.ACTIVE and status.get("executor") != executor_id:
-        await job.finish("lost", error=DaemonError(LOST_MESSAGE, type_name="WorkerLost"))
-        return False
+        return await _take_over(job, control, catalog=catalog, executor_id=executor_id, now=now)
     if state != "queued":
         return True
     if job.cancel_requested():
@@ -335,6 +340,7 @@ async def _claim(
         t = now()
         st.executor = executor_id
         st.started_at = t
+        st.attempts = 1
         jobs.set_state(st, "starting", now=t, created=job.created)
         jobs.set_state(st, "running", now=t, created=job.created)
 
@@ -342,6 +348,55 @@ async def _claim(
         await job.write(claim)
     except Conflict:
         return None
+    return True
+
+
+async def _take_over(
+    job: _Job, control: JobControl, *, catalog: Catalog, executor_id: str, now: Callable[[], dt.datetime]
+) -> bool | None:
+    """A job whose executor stopped: resume it (``True``), or record it ``lost`` (``False``)."""
+    obj = control.obj
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    name, previous = str(spec.get("operation", "")), status.get("executor")
+    attempts = int(status.get("attempts") or 1)
+    op = catalog.find(name)
+    why = ""
+    if op is None or not op.resumable:
+        why = f"{name} is not resumable (a second run could repeat its effects)"
+    elif jobs.state_of(obj) == "waiting_input":
+        why = "it was waiting for input, and answers belong to the executor that asked"
+    elif attempts >= MAX_ATTEMPTS:
+        why = f"it was already started {attempts} times"
+    if why:
+        detail = (
+            f"The operator executing this job ({previous or 'unknown'}) stopped before it finished; "
+            f"{why}. Its effects may be partial: inspect them, then submit it again."
+        )
+        attrs = {"operation": name, "executor": previous, "attempts": attempts, "resumable": False}
+        await job.finish(
+            "lost", error=DaemonError(detail, type_name="WorkerLost", attrs=attrs, retryable=True)
+        )
+        return False
+
+    def resume(st: DaemonJobStatus, current: dict[str, Any]) -> None:
+        if (current.get("status") or {}).get("executor") != previous or jobs.state_of(
+            current
+        ) not in jobs.ACTIVE:
+            raise Conflict("job was taken over or settled concurrently")
+        st.executor = executor_id
+        st.attempts = attempts + 1
+        message = (
+            f"resumed by {executor_id} (attempt {attempts + 1}): the executor {previous} stopped "
+            "before the job finished; the operation runs again from the start"
+        )
+        data = {"feedback_version": 1, "message": message, "stage": "handover", "attempt": attempts + 1}
+        jobs.add_event(st, "feedback", data, now=now(), created=job.created)
+
+    try:
+        await job.write(resume)
+    except Conflict:
+        return None
+    log.info("DaemonJob %s: resumed %s after executor %s stopped", obj["metadata"]["name"], name, previous)
     return True
 
 

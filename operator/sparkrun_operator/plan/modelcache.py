@@ -29,6 +29,7 @@ from sparkrun_operator.api.modelcache import (
     ModelCacheSpec,
     ModelCacheStatus,
 )
+from sparkrun_operator.plan.logtail import last_event
 from sparkrun_operator.render import modelcache as render
 
 READY: Final = "Ready"
@@ -136,17 +137,7 @@ def job_name(obs: CacheObservation) -> str:
 
 def parse_log_tail(text: str) -> dict[str, Any] | None:
     """The last downloader JSON line (``progress``/``result``/``error``) of a log tail."""
-    for line in reversed(text.splitlines()):
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(doc, dict) and doc.get("event") in ("progress", "result", "error"):
-            return doc
-    return None
+    return last_event(text, ("progress", "result", "error"))
 
 
 def plan(obs: CacheObservation) -> CachePlan:
@@ -319,12 +310,32 @@ def _apply_event(status: ModelCacheStatus, event: Mapping[str, Any]) -> None:
         status.resolved_revision = commit
     done, total = event.get("bytes_done"), event.get("bytes_total")
     if isinstance(done, int) and isinstance(total, int):
-        status.progress = CacheProgress(bytes_done=done, bytes_total=total)
+        status.progress = CacheProgress(
+            bytes_done=done,
+            bytes_total=total,
+            files_done=_count(event.get("files_done")),
+            files_total=_count(event.get("files_total")),
+            bytes_per_second=_count(event.get("rate_bytes_per_s")),
+            eta_seconds=_count(event.get("eta_s")),
+        )
     if event.get("event") == "result":
         files, total_bytes = event.get("files"), event.get("total_bytes")
         if isinstance(files, int) and isinstance(total_bytes, int):
             status.manifest = CacheManifest(files=files, total_bytes=total_bytes)
-            status.progress = CacheProgress(bytes_done=total_bytes, bytes_total=total_bytes)
+            status.progress = CacheProgress(
+                bytes_done=total_bytes,
+                bytes_total=total_bytes,
+                files_done=files,
+                files_total=files,
+                eta_seconds=0,
+            )
+
+
+def _count(value: Any) -> int | None:
+    """A non-negative whole number from a downloader field (None when absent or not a number)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return None
+    return int(value)
 
 
 def _ready(
@@ -383,10 +394,20 @@ def _running(
     storage_ok: bool,
 ) -> None:
     phase: CachePhase = "Pending"
+    finished = event is not None and (event.get("event") == "result" or event.get("phase") == "Ready")
     if event is not None and event.get("phase") in _LIVE:
         phase = event["phase"]
+    elif finished or (pod is not None and pod.phase == "Succeeded"):
+        # NB: the downloader is done (all verified); the Job is not yet marked complete.
+        phase = "Verifying"
     elif pod is not None and pod.phase == "Running":
         phase = "Resolving"
+    if phase == "Verifying" and (finished or (pod is not None and pod.phase == "Succeeded")):
+        msg = "Verifying: every file verified; waiting for the download Job to complete"
+        _set_phase(status, phase, msg)
+        put(READY, False, phase, msg)
+        put(PROGRESSING, True, phase, msg)
+        return
     if phase == "Pending":
         why = pod.waiting_message if pod and pod.waiting_message else ""
         reason = pod.waiting_reason if pod and pod.waiting_reason else "Pending"

@@ -19,7 +19,8 @@ winner). Pure: no I/O.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,17 +37,23 @@ class Claim:
     aliases: tuple[str, ...] = ()
     created: dt.datetime | None = None
 
-    @property
+    # NB: cached (a frozen dataclass keeps them in its __dict__, outside eq and hash): a pass
+    # compares one claim with every rival sharing a name, and many workloads may share one.
+    @functools.cached_property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
-    @property
+    @functools.cached_property
     def names(self) -> tuple[str, ...]:
         return (self.served, *self.aliases)
 
+    @functools.cached_property
+    def _rank(self) -> tuple[dt.datetime, str, str]:
+        return (self.created or _LAST, self.namespace, self.name)
+
     def rank(self) -> tuple[dt.datetime, str, str]:
         """Smaller wins (see the module docs)."""
-        return (self.created or _LAST, self.namespace, self.name)
+        return self._rank
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,13 +114,18 @@ def owners(claims: Iterable[Claim]) -> dict[str, Claim]:
     return out
 
 
-def conflicts(claim: Claim, rivals: Iterable[Claim]) -> list[Conflict]:
-    """The names of ``claim`` that another of ``rivals`` keeps (``rivals`` may include ``claim``)."""
-    others = [r for r in rivals if r.key != claim.key]
-    won = owners([claim, *others])
+def conflicts(claim: Claim, holders: Callable[[str], Iterable[Claim]]) -> list[Conflict]:
+    """The names of ``claim`` that another claim keeps (the rule of :func:`owners`), where
+    ``holders(model)`` gives every claim of one name (the names index; it may include ``claim``):
+    one pass over each of the claim's names."""
     out = []
+    mine = claim.rank()
     for model in claim.names:
-        winner = won[model]
-        if winner.key != claim.key:
+        winner, best = claim, mine
+        for other in holders(model):
+            rank = other.rank()
+            if rank < best and other.key != claim.key:
+                winner, best = other, rank
+        if winner is not claim:
             out.append(Conflict(model=model, alias=model != claim.served, winner=winner))
     return out

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from sparkrun_operator.api.benchmark import ScenarioResult
 from sparkrun_operator.api.cluster import InferenceClusterSpec
 from sparkrun_operator.api.meta import LabelSelector
 from sparkrun_operator.api.recipe import RecipeSpec
@@ -25,6 +26,7 @@ from sparkrun_operator.plan.workload import (
     NodeCapacity,
     ObservedCache,
     ObservedCluster,
+    ObservedGate,
     ObservedJobSet,
     ObservedPod,
     ObservedRecipe,
@@ -80,6 +82,43 @@ def workload_key(obj: Obj) -> tuple[str, str] | None:
     if not workload or not namespace:
         return None
     return str(namespace), str(workload)
+
+
+def gate_key(obj: Obj) -> tuple[str, str] | None:
+    """``(namespace, workload)`` of a rollout gate's InferenceBenchmark."""
+    workload = _labels(obj).get(keys.LABEL_GATE_WORKLOAD)
+    namespace = _meta(obj).get("namespace")
+    return (str(namespace), str(workload)) if workload and namespace else None
+
+
+def gate_from(obj: Obj) -> ObservedGate | None:
+    """A rollout gate's InferenceBenchmark: its revision, phase, results and failure."""
+    meta = _meta(obj)
+    labels = _labels(obj)
+    revision = labels.get(keys.LABEL_REVISION)
+    if not revision or not meta.get("name"):
+        return None
+    status = obj.get("status") or {}
+    results = []
+    for raw in status.get("results") or []:
+        try:
+            results.append(ScenarioResult.model_validate(raw))
+        except ValueError:
+            continue
+    failed = _condition(obj, "Failed")
+    failure = None
+    if failed is not None and failed.get("status") == "True":
+        failure = (str(failed.get("reason") or "Failed"), str(failed.get("message") or ""))
+    return ObservedGate(
+        name=str(meta["name"]),
+        uid=str(meta.get("uid") or ""),
+        revision=str(revision),
+        template=str(labels.get(keys.LABEL_GATE_TEMPLATE) or ""),
+        phase=status.get("phase"),
+        results=tuple(results),
+        failure=failure,
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
 
 
 def jobset_from(obj: Obj) -> ObservedJobSet | None:
@@ -413,17 +452,24 @@ def capacity(
         candidates = cluster_plan.members(parsed, candidates)
     else:
         candidates = [n for n in candidates if n.allocatable.get(gpu_resource, 0) > 0]
+    # NB: the same accounting as cluster_plan.node_status, without building its status models:
+    # this runs on every pass of every workload with unplaced pods, over every candidate node.
     out: list[NodeCapacity] = []
     for node in candidates:
-        pods = list(gpu_pods[node.name]) if gpu_pods is not None and node.name in gpu_pods else []
-        status = cluster_plan.node_status(node, gpu_resource=gpu_resource, pods=pods)
+        pods = gpu_pods[node.name] if gpu_pods is not None and node.name in gpu_pods else ()
+        allocated = sum(
+            p.requests.get(gpu_resource, 0)
+            for p in pods
+            if p.node == node.name and p.phase not in cluster_plan.TERMINATED_PHASES
+        )
+        allocatable = node.allocatable.get(gpu_resource, 0)
         out.append(
             NodeCapacity(
                 name=node.name,
-                ready=status.ready,
-                schedulable=status.schedulable,
-                allocatable=status.gpus.allocatable,
-                free=status.gpus.free,
+                ready=node.ready,
+                schedulable=node.ready and not node.unschedulable,
+                allocatable=allocatable,
+                free=max(0, allocatable - allocated),
             )
         )
     return tuple(out)

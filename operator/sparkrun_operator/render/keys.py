@@ -45,7 +45,8 @@ MANAGED_BY_DAEMON_API: Final = DAEMON_API_MANAGER
 KOPF_PREFIX: Final = f"operator.{PREFIX}"
 
 # -- annotations ------------------------------------------------------------------------
-#: Set by ``workloads.reconcile`` (to the time asked): the operator runs a pass at once.
+#: Set by ``workloads.reconcile`` and ``model_cache.reconcile`` (to the time asked): the
+#: operator runs a pass of the object at once.
 ANNOTATION_RECONCILE_REQUESTED: Final = f"{PREFIX}/reconcile-requested"
 #: The owning identity of a workload for guarded daemon operations (``spec.manager`` default).
 ANNOTATION_MANAGER: Final = f"{PREFIX}/manager"
@@ -73,6 +74,8 @@ LABEL_RECIPE_RETAINED: Final = f"{PREFIX}/retained"
 LABEL_GATEWAY_KEY: Final = f"{PREFIX}/gateway-key"
 #: The gateway's Deployment and Service (``proxy.*`` operations read them).
 GATEWAY_NAME: Final = "sparkrun-gateway"
+#: On the gateway Deployment, set by ``proxy.stop``: the replicas ``proxy.start`` restores.
+ANNOTATION_REPLICAS_BEFORE_STOP: Final = f"{PREFIX}/replicas-before-stop"
 #: The daemon API's imperative aliases (``proxy.add_alias``; ADR 0006), read by the gateway.
 GATEWAY_ALIASES_CONFIG_MAP: Final = "sparkrun-gateway-aliases"
 
@@ -113,8 +116,31 @@ ANNOTATION_FORCE_DELETE: Final = f"{PREFIX}/force-delete"
 #: Finalizer that holds a claimed ModelCache's deletion.
 FINALIZER_MODEL_CACHE: Final = f"{PREFIX}/model-cache-in-use"
 CONTAINER_DOWNLOAD: Final = "download"
+#: On a model_cache operation's tool Job and pod: the DaemonJob it runs for.
+LABEL_CACHE_OPERATION: Final = f"{PREFIX}/cache-operation"
+CONTAINER_CACHE_TOOL: Final = "cache-tool"
+#: On a ModelCache made by ``model_cache.adopt``: when its files were last used before adoption
+#: (its age for pruning until a workload uses it).
+ANNOTATION_ADOPTED_LAST_USED: Final = f"{PREFIX}/adopted-last-used"
+#: On a ModelCache made by ``model_cache.adopt`` / ``model_cache.import``: which (any value).
+LABEL_CACHE_ENROLLED_BY: Final = f"{PREFIX}/enrolled-by"
 VOLUME_HF_TOKEN: Final = "hf-token"
 #: Where the download pod finds the hub token (a Secret key mounted as a file, never env).
 HF_TOKEN_DIR: Final = "/var/run/secrets/sparkrun.dev/hf-token"
+# -- InferenceBenchmark -----------------------------------------------------------------------
+#: Name of the InferenceBenchmark a scenario Job (and its pod) or raw-output ConfigMap belongs to.
+LABEL_BENCHMARK: Final = f"{PREFIX}/benchmark"
+#: The scenario a benchmark Job runs.
+LABEL_BENCHMARK_SCENARIO: Final = f"{PREFIX}/benchmark-scenario"
+#: The attempt (status.attempt) a benchmark Job was made for: a resume starts a new one.
+LABEL_BENCHMARK_ATTEMPT: Final = f"{PREFIX}/benchmark-attempt"
+#: On an InferenceBenchmark: a new value resumes a Failed one (its unfinished scenarios).
+ANNOTATION_BENCHMARK_RESUME: Final = f"{PREFIX}/resume"
+CONTAINER_BENCHMARK: Final = "benchmark"
+#: On a rollout gate's InferenceBenchmark: the InferenceWorkload whose new revision it measures
+#: (with :data:`LABEL_REVISION`: which revision).
+LABEL_GATE_WORKLOAD: Final = f"{PREFIX}/gate-workload"
+#: On a rollout gate's InferenceBenchmark: hash of the gate's benchmark template it was made from.
+LABEL_GATE_TEMPLATE: Final = f"{PREFIX}/gate-template"
 #: The tools image (downloader, benchmark runners) the download Jobs run.
 TOOLS_IMAGE_REPOSITORY: Final = "ghcr.io/sparkrun/sparkrun-tools"

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from sparkrun_operator import __version__
-from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.api.modelcache import ModelCacheSpec, StorageCreate
 from sparkrun_operator.render import keys
+from sparkrun_operator.render.owner import Owner
 
 DEFAULT_TOOLS_IMAGE: Final = f"{keys.TOOLS_IMAGE_REPOSITORY}:{__version__}"
 DOWNLOAD_MODULE: Final = "sparkrun_operator.runtime.download"
@@ -26,22 +26,10 @@ FATAL_EXIT_CODES: Final = (2, 3, 4, 5, 6, 9, 10)
 
 
 @dataclass(frozen=True, kw_only=True)
-class CacheOwner:
+class CacheOwner(Owner):
     """The ModelCache its children are owned by."""
 
-    name: str
-    namespace: str
-    uid: str
-
-    def reference(self) -> dict[str, Any]:
-        return {
-            "apiVersion": API_VERSION,
-            "kind": "ModelCache",
-            "name": self.name,
-            "uid": self.uid,
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
+    kind: ClassVar[str] = "ModelCache"
 
 
 @dataclass(frozen=True, kw_only=True)

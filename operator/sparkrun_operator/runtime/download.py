@@ -40,6 +40,7 @@ from huggingface_hub.utils._paths import filter_repo_objects
 from huggingface_hub.utils.tqdm import disable_progress_bars
 
 from sparkrun_operator.runtime import hferrors
+from sparkrun_operator.runtime.downloadcli import daemon_manifest, parser
 from sparkrun_operator.runtime.hfcache import (
     LEVELS,
     CacheLayout,
@@ -47,11 +48,13 @@ from sparkrun_operator.runtime.hfcache import (
     InspectReport,
     Manifest,
     Result,
+    Selection,
     VerifiedBlobs,
     VerifyLevel,
     check_file,
     hash_file,
     now,
+    select_files,
 )
 from sparkrun_operator.runtime.progress import Phase, Progress, Reporter
 
@@ -118,6 +121,9 @@ class Downloader:
         self._done_files = 0
         self._fetched = 0
         self._inflight: dict[str, int] = {}
+        #: Bytes an in-flight blob already had when this process started on it (a killed pod's
+        #: orphan): not fetched now, so not part of the rate.
+        self._inflight_base: dict[str, int] = {}
         self._phase: Phase = "Resolving"
         self._commit: str | None = None
         self._total = (0, 0)
@@ -147,6 +153,7 @@ class Downloader:
     def _event(self, message: str = "") -> Progress:
         with self._lock:
             partial = sum(self._inflight.values())
+            received = sum(max(0, n - self._inflight_base.get(e, 0)) for e, n in self._inflight.items())
             return Progress(
                 phase=self._phase,
                 repo=self.source.repo,
@@ -156,7 +163,7 @@ class Downloader:
                 bytes_total=self._total[1],
                 files_done=self._done_files,
                 files_total=self._total[0],
-                bytes_fetched=self._fetched,
+                bytes_fetched=self._fetched + received,
                 message=self.scrub(message),
             )
 
@@ -183,9 +190,26 @@ class Downloader:
 
     # -- resolve ----------------------------------------------------------------------------------
 
+    def _known_commit(self) -> Manifest | None:
+        """A complete manifest of the revision when it is a full commit (immutable) downloaded or
+        adopted with the same patterns: no need to ask the Hub (adopted caches work offline)."""
+        revision = self.source.revision
+        if len(revision) != 40 or any(c not in "0123456789abcdef" for c in revision):
+            return None
+        found = self.layout.load_manifest(revision)
+        same = found is not None and (found.allow_patterns, found.ignore_patterns) == (
+            list(self.source.allow_patterns),
+            list(self.source.ignore_patterns),
+        )
+        return found if found is not None and found.complete and same else None
+
     def resolve(self) -> Manifest:
         """The full commit of the revision and its files (patterns applied); writes the manifest."""
         self._report("Resolving", f"resolving {self.source.revision}", force=True)
+        known = self._known_commit()
+        if known is not None:
+            self._commit = known.commit
+            return known
         api = huggingface_hub.HfApi(endpoint=self.source.endpoint_url, token=self._token_arg)
         try:
             info = self._retry(
@@ -311,13 +335,16 @@ class Downloader:
             how = "present"
         else:
             blob.unlink(missing_ok=True)
+            had = max((p.stat().st_size for p in self.layout.incomplete(entry.etag)), default=0)
             with self._lock:
-                self._inflight[entry.etag] = 0
+                self._inflight[entry.etag] = had
+                self._inflight_base[entry.etag] = had
             try:
                 how = self._fetch_verified(commit, entry, blob)
             finally:
                 with self._lock:
                     self._inflight.pop(entry.etag, None)
+                    self._inflight_base.pop(entry.etag, None)
         if self.verify != "none":
             verified.record(blob, self.verify)
         for member in group:
@@ -329,8 +356,10 @@ class Downloader:
 
     def _fetch_verified(self, commit: str, entry: FileEntry, blob: Path) -> How:
         how, fetched = self._retry(lambda: self._fetch(commit, entry))
-        with self._lock:
+        with self._lock:  # NB: counted once: out of the in-flight bytes, into the fetched ones
             self._fetched += fetched
+            self._inflight.pop(entry.etag, None)
+            self._inflight_base.pop(entry.etag, None)
         if self._check(entry, blob):
             return how
         blob.unlink(missing_ok=True)  # a bad copy: once more from the start
@@ -436,31 +465,37 @@ class Downloader:
             )
         return found
 
-    def inspect(self, commit: str | None = None, level: VerifyLevel = "sha256") -> InspectReport:
-        """Check every file of the manifest (no network): missing, invalid, unreadable."""
+    def inspect(
+        self, commit: str | None = None, level: VerifyLevel = "sha256", selection: Selection = "all"
+    ) -> InspectReport:
+        """Check every (selected) file of the manifest (no network): missing, invalid, unreadable."""
         sha = self.find_commit(commit)
         manifest = self.layout.load_manifest(sha)
         assert manifest is not None
+        kept = set(select_files([f.path for f in manifest.files], selection))
+        chosen = [f for f in manifest.files if f.path in kept]
         states: dict[str, list[str]] = {"missing": [], "invalid": [], "unreadable": [], "ok": []}
         with ThreadPoolExecutor(self.workers, thread_name_prefix="inspect") as pool:
-            results = pool.map(lambda f: (f.path, check_file(self.layout, sha, f, level)), manifest.files)
+            results = pool.map(lambda f: (f.path, check_file(self.layout, sha, f, level)), chosen)
             for path, state in results:
                 states[state].append(path)
         return InspectReport(
             repo=self.source.repo,
             commit=sha,
             verify=level,
-            files=len(manifest.files),
-            total_bytes=manifest.total_bytes,
+            files=len(chosen),
+            total_bytes=sum(f.size for f in chosen),
             missing=sorted(states["missing"]),
             invalid=sorted(states["invalid"]),
             unreadable=sorted(states["unreadable"]),
             manifest=str(self.layout.manifest_path(sha)),
         )
 
-    def repair(self, commit: str | None = None, level: VerifyLevel = "sha256") -> Result:
+    def repair(
+        self, commit: str | None = None, level: VerifyLevel = "sha256", selection: Selection = "all"
+    ) -> Result:
         """Re-fetch only the files ``inspect`` finds missing or invalid."""
-        report = self.inspect(commit, level)
+        report = self.inspect(commit, level, selection)
         manifest = self.layout.load_manifest(report.commit)
         assert manifest is not None
         bad = set(report.missing) | set(report.invalid) | set(report.unreadable)
@@ -491,36 +526,6 @@ def read_token(token_file: str | None) -> str | None:
     return os.environ.get("HF_TOKEN") or None
 
 
-def _parser() -> Any:
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="python -m sparkrun_operator.runtime.download",
-        description="Download, inspect or repair a Hugging Face repository revision in a cache volume.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("download", "inspect", "repair"):
-        p = sub.add_parser(name)
-        p.add_argument("--root", required=True, help="cache root: the engine's HF_HOME (hub/ is inside)")
-        p.add_argument("--repo", required=True, help="repository id, e.g. Qwen/Qwen3-8B")
-        p.add_argument("--revision", default="main", help="branch, tag or commit (default main)")
-        p.add_argument(
-            "--commit", default=None, help="inspect/repair: this commit (default: refs/<revision>)"
-        )
-        p.add_argument("--repo-type", default="model", choices=["model", "dataset"])
-        p.add_argument("--endpoint", default=None, help="hub URL (default HF_ENDPOINT or huggingface.co)")
-        p.add_argument("--token-file", default=None, help="file holding the token (else HF_TOKEN)")
-        p.add_argument("--allow", action="append", default=[], help="glob of files to include (repeatable)")
-        p.add_argument("--ignore", action="append", default=[], help="glob of files to skip (repeatable)")
-        default_verify = "size" if name == "download" else "sha256"
-        p.add_argument("--verify", default=default_verify, choices=["none", "size", "sha256"])
-        p.add_argument("--workers", type=int, default=8)
-        p.add_argument("--status-file", default=None, help="keep the latest progress event in this file")
-        p.add_argument("--progress-interval", type=float, default=2.0, help="seconds between progress events")
-        p.add_argument("--quiet", action="store_true", help="no progress lines on stdout (result only)")
-    return parser
-
-
 def run(argv: Sequence[str] | None = None) -> int:
     """The CLI: JSON lines (progress, then ``result``/``inspect``/``error``); returns the exit code."""
     import json
@@ -529,7 +534,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     from sparkrun_operator.runtime.progress import JsonLinesSink, Sink, StatusFileSink
 
     try:
-        args = _parser().parse_args(argv)
+        args = parser().parse_args(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0) and hferrors.EXIT_USAGE
     disable_progress_bars()
@@ -554,11 +559,20 @@ def run(argv: Sequence[str] | None = None) -> int:
         )
         if args.command == "download":
             body = downloader.download().to_json()
+        elif args.command == "resolve":
+            manifest = downloader.resolve()
+            kept = set(select_files([f.path for f in manifest.files], args.selection))
+            manifest.files = [f for f in manifest.files if f.path in kept]
+            body = {"event": "manifest", "manifest": manifest.to_daemon(args.selection)}
         elif args.command == "repair":
-            body = downloader.repair(args.commit, args.verify).to_json()
+            result = downloader.repair(args.commit, args.verify, args.selection)
+            body = result.to_json() | daemon_manifest(downloader.layout, result.commit, args)
         else:
-            report = downloader.inspect(args.commit, args.verify)
-            print(json.dumps(report.to_json()), flush=True)
+            report = downloader.inspect(args.commit, args.verify, args.selection)
+            print(
+                json.dumps(report.to_json() | daemon_manifest(downloader.layout, report.commit, args)),
+                flush=True,
+            )
             return hferrors.EXIT_OK if report.clean else hferrors.EXIT_INVALID
         print(json.dumps(body), flush=True)
         return hferrors.EXIT_OK

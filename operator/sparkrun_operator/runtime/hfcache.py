@@ -22,9 +22,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 VerifyLevel = Literal["none", "size", "sha256"]
+Selection = Literal["auto", "all", "safetensors"]
+#: Weight files; ``safetensors`` selection drops the other formats' weights.
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf", ".onnx")
+_OTHER_WEIGHTS = WEIGHT_SUFFIXES[1:]
 LEVELS: dict[str, int] = {"none": 0, "size": 1, "sha256": 2}
 _BUF = 8 << 20
 MANIFEST_FORMAT = 1
+
+
+def select_files(paths: list[str], selection: Selection) -> list[str]:
+    """The files a selection keeps: ``all``; ``safetensors`` (no weights of other formats);
+    ``auto``: ``safetensors`` when the revision has safetensors weights, else ``all``."""
+    if selection == "all" or (selection == "auto" and not any(p.endswith(".safetensors") for p in paths)):
+        return list(paths)
+    return [p for p in paths if not p.endswith(_OTHER_WEIGHTS)]
 
 
 def repo_folder_name(repo_id: str, repo_type: str = "model") -> str:
@@ -76,6 +88,32 @@ class Manifest:
         body = asdict(self)
         body["files"] = [asdict(f) | {"lfs": f.lfs, "etag": f.etag} for f in self.files]
         return {"format": MANIFEST_FORMAT, **body, "total_bytes": self.total_bytes}
+
+    def to_daemon(self, selection: str = "all", provenance: str = "origin") -> dict[str, Any]:
+        """The daemon's manifest shape (``model_cache.resolve``/``import``): the commit as
+        ``revision``, per file ``checksum_algorithm`` ``sha256`` (LFS) or ``git-sha1``."""
+        weights = [f.path for f in self.files if f.path.endswith(WEIGHT_SUFFIXES)]
+        return {
+            "repo": self.repo,
+            "revision": self.commit,
+            "endpoint": self.endpoint or "",
+            "selection": selection,
+            "files": [
+                {
+                    "path": f.path,
+                    "size": f.size,
+                    "checksum_algorithm": "sha256" if f.lfs else "git-sha1",
+                    "checksum": f.sha256 if f.lfs else f.blob_id,
+                }
+                for f in self.files
+            ],
+            "weight_path": (os.path.dirname(weights[0]) or ".") if weights else None,
+            "projector_path": None,
+            "weight_files": weights,
+            "provenance": provenance,
+            "schema_version": 1,
+            "selection_version": 1,
+        }
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Manifest:

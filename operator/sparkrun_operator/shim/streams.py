@@ -36,6 +36,7 @@ from sparkrun_operator.k8s.client import PODS, Kube
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.context import Settings
 from sparkrun_operator.ops.errors import Invalid
+from sparkrun_operator.ops.secrets import known_secrets
 from sparkrun_operator.render import keys
 from sparkrun_operator.shim.sse import HEARTBEAT, frame
 
@@ -69,6 +70,22 @@ def _int(params: Mapping[str, str], name: str, low: int, high: int | None) -> in
     return value
 
 
+def _log_params(params: Mapping[str, str]) -> tuple[str, int | None, bool]:
+    """``(scope, tail, follow)`` of a log stream request; ``Invalid`` for a bad parameter."""
+    _check_known(params, _LOG_PARAMS)
+    scope = params.get("scope", "head")
+    if scope not in ("head", "all"):
+        raise Invalid("request.scope: unsupported value")
+    tail = _int(params, "tail", 0, None)
+    follow_raw = params.get("follow", "false")
+    if follow_raw not in ("true", "false"):
+        raise Invalid("follow must be true or false")
+    for selector in ("host", "container", "source_id"):
+        if selector in params and not params[selector].strip():
+            raise Invalid(f"{selector} must be a non-empty string")
+    return scope, tail, follow_raw == "true"
+
+
 def _hosts(params: Mapping[str, str]) -> list[str] | None:
     if "hosts" not in params:
         return None
@@ -96,19 +113,11 @@ class Streams:
     # -- logs -----------------------------------------------------------------------------
 
     async def logs(self, params: Mapping[str, str], recheck: Recheck) -> AsyncGenerator[bytes, None]:
-        _check_known(params, _LOG_PARAMS)
-        scope = params.get("scope", "head")
-        if scope not in ("head", "all"):
-            raise Invalid("request.scope: unsupported value")
-        tail = _int(params, "tail", 0, None)
-        follow_raw = params.get("follow", "false")
-        if follow_raw not in ("true", "false"):
-            raise Invalid("follow must be true or false")
-        follow = follow_raw == "true"
-        for selector in ("host", "container", "source_id"):
-            if selector in params and not params[selector].strip():
-                raise Invalid(f"{selector} must be a non-empty string")
-        sources = await self._log_sources(params, scope)
+        scope, tail, follow = _log_params(params)
+        sources, specs = await self._log_sources(params, scope)
+        # NB: every line is redacted: name and token patterns, and the values of the Secrets the
+        # streamed pods and their workloads reference (as diagnostics bundles are).
+        redact = await known_secrets(self.rest, self.settings.namespace, specs)
         yield b""
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize=256)
         dropped = 0
@@ -125,7 +134,7 @@ class Streams:
                     record = {
                         "type": "log",
                         **source,
-                        "text": line,
+                        "text": redact.text(line),
                         "stream": "stdout",
                         "timestamp": time.time(),
                     }
@@ -174,7 +183,10 @@ class Streams:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
 
-    async def _log_sources(self, params: Mapping[str, str], scope: str) -> list[dict[str, Any]]:
+    async def _log_sources(
+        self, params: Mapping[str, str], scope: str
+    ) -> tuple[list[dict[str, Any]], list[Any]]:
+        """The log sources the parameters select, and the specs of their pods and workloads."""
         namespace = self.settings.namespace
         workloads = {w["metadata"]["name"]: w for w in await self.rest.list(kube.WORKLOADS, namespace)}
         wanted: set[str] | None = None
@@ -195,6 +207,7 @@ class Streams:
             )
         pods = await self.rest.list(PODS, namespace, label_selector=keys.LABEL_WORKLOAD)
         sources = []
+        specs: list[Any] = []
         for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
             meta, spec = pod["metadata"], pod.get("spec", {})
             labels = meta.get("labels") or {}
@@ -209,6 +222,9 @@ class Streams:
                 continue
             if "host" in params and node != params["host"]:
                 continue
+            specs.append(spec)
+            if workload in workloads:
+                specs.append(workloads[workload].get("spec") or {})
             for container in spec.get("containers") or ():
                 source_id = f"{meta['namespace']}/{meta['name']}/{container['name']}"
                 if "container" in params and container["name"] != params["container"]:
@@ -235,7 +251,7 @@ class Streams:
                         },
                     }
                 )
-        return sources
+        return sources, specs
 
     # -- monitor --------------------------------------------------------------------------
 

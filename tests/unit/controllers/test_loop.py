@@ -1,8 +1,9 @@
 """The reconcile loop's mechanics (``controllers/common.py``, ``controllers/context.py``), with
 real asyncio timing and no apiserver: pokes coalesce, requeues come back, a precheck that says
-"wait" costs no pass, the gate bounds passes over all objects, API errors become kopf's
-TemporaryError, a status write is neither sent when equal nor repeated before the watch
-shows it, and the status lane serves pokes while full passes hold every slot of the gate."""
+"wait" costs no pass, the gate bounds passes over all objects, an unavailable apiserver becomes
+kopf's TemporaryError while a conflict requeues the pass soon, a status write is neither sent
+when equal nor repeated before the watch shows it, and the status lane serves pokes while full
+passes hold every slot of the gate."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ import kopf
 import pytest
 
 from sparkrun_operator.api.workload import InferenceWorkloadStatus
-from sparkrun_operator.controllers import common
+from sparkrun_operator.controllers import common, lane
 from sparkrun_operator.controllers.context import Context, Metrics, OperatorConfig, Triggers
+from sparkrun_operator.controllers.gate import ACTION, PROGRESS, URGENT, PriorityGate
 from sparkrun_operator.k8s import errors
 
 
@@ -142,18 +144,46 @@ async def test_the_gate_bounds_passes_over_all_objects() -> None:
     await ctx.http.aclose()
 
 
-async def test_api_errors_become_temporary_errors() -> None:
+async def test_unavailable_becomes_a_temporary_error() -> None:
     ctx = _ctx()
 
-    async def conflict() -> float | None:
-        raise errors.Conflict("changed", status=409)
+    async def unavailable() -> float | None:
+        raise errors.Unavailable("down", status=503)
 
-    task = await _run(ctx, "c", Stopped(), conflict)
+    task = await _run(ctx, "u", Stopped(), unavailable)
     with pytest.raises(kopf.TemporaryError) as raised:
         await asyncio.wait_for(task, 1)
     assert raised.value.delay is not None
-    assert 3.5 <= raised.value.delay <= 5.0  # 5 s with jitter
-    assert isinstance(raised.value.__cause__, errors.Conflict)
+    assert 10.5 <= raised.value.delay <= 15.0  # 15 s with jitter
+    assert isinstance(raised.value.__cause__, errors.Unavailable)
+    await ctx.http.aclose()
+
+
+async def test_a_conflict_runs_the_pass_again_soon_in_the_same_loop() -> None:
+    ctx = _ctx()
+    stopped = Stopped()
+    times: list[float] = []
+    third = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    async def conflicting_twice() -> float | None:
+        times.append(loop.time())
+        if len(times) <= 2:
+            raise errors.Conflict("changed", status=409)
+        third.set()
+        return None
+
+    task = await _run(ctx, "c", stopped, conflicting_twice)
+    await asyncio.wait_for(third.wait(), 3.0)
+    assert len(times) == 3, times  # no poke needed: the conflict requeued the pass
+    assert not task.done()  # the daemon was not restarted by kopf
+    first, second = times[1] - times[0], times[2] - times[1]
+    assert 0.1 <= first <= 0.5, first  # 0.25 s with jitter
+    assert 0.2 <= second <= 0.9, second  # doubled for the second conflict in a row
+    assert ctx.metrics.reconcile_errors.labels(kind="Test", error="Conflict")._value.get() == 2
+    stopped.event.set()
+    ctx.triggers.poke("c")
+    await asyncio.wait_for(task, 1)
     await ctx.http.aclose()
 
 
@@ -206,17 +236,21 @@ def test_triggers_and_ready_gauge() -> None:
     )
 
 
-def _lane(ctx: Context, key: str, stopped: Stopped, refresh: Any) -> asyncio.Task[None]:
+def _lane(ctx: Context, key: str, stopped: Stopped, prepare: Any) -> asyncio.Task[None]:
     return asyncio.create_task(
-        common.run_status_lane(
+        lane.run_status_lane(
             ctx,
             key=key,
             kind="Test",
             stopped=stopped,  # type: ignore[arg-type]
             logger=logging.getLogger("test"),
-            refresh=refresh,
+            prepare=prepare,
         )
     )
+
+
+def _urgent(write: Any) -> Any:
+    return lambda: lane.Pending(urgent=True, write=write)
 
 
 async def test_the_status_lane_does_not_wait_behind_full_passes() -> None:
@@ -238,7 +272,7 @@ async def test_the_status_lane_does_not_wait_behind_full_passes() -> None:
         return True
 
     full = [await _run(ctx, f"full{i}", stopped, slow_full_pass) for i in range(3)]
-    lane = _lane(ctx, "status", stopped, status_pass)
+    status_lane = _lane(ctx, "status", stopped, _urgent(status_pass))
     await asyncio.sleep(0.05)
     assert full_passes == 1  # one holds the gate, two queue behind it
     assert status_passes == 0  # the lane starts idle: the first full pass writes the first status
@@ -252,14 +286,14 @@ async def test_the_status_lane_does_not_wait_behind_full_passes() -> None:
     blocked.set()
     stopped.event.set()
     ctx.triggers.poke_where(lambda key: True)
-    await asyncio.wait_for(asyncio.gather(*full, lane), 2)
+    await asyncio.wait_for(asyncio.gather(*full, status_lane), 2)
     assert "status" not in list(ctx.triggers.keys())
     await ctx.http.aclose()
 
 
 async def test_the_status_lane_coalesces_and_survives_errors() -> None:
     ctx = _ctx()
-    ctx.status_gate = asyncio.Semaphore(1)
+    ctx.write_gate = PriorityGate(1)
     stopped = Stopped()
     calls = 0
     release = asyncio.Event()
@@ -274,7 +308,7 @@ async def test_the_status_lane_coalesces_and_survives_errors() -> None:
             raise RuntimeError("a bug")
         return False
 
-    lane = _lane(ctx, "s", stopped, status_pass)
+    status_lane = _lane(ctx, "s", stopped, _urgent(status_pass))
     await asyncio.sleep(0.01)
     ctx.triggers.poke("s")
     await asyncio.sleep(0.02)
@@ -283,14 +317,154 @@ async def test_the_status_lane_coalesces_and_survives_errors() -> None:
     release.set()
     await asyncio.sleep(0.05)
     assert calls == 2
-    assert not lane.done()  # neither the API error nor the bug stopped the lane
+    assert not status_lane.done()  # neither the API error nor the bug stopped the lane
     ctx.triggers.poke("s")
     await asyncio.sleep(0.02)
     assert calls == 3
     assert ctx.metrics.status_passes.labels(kind="Test", wrote="false")._value.get() == 1
     stopped.event.set()
     ctx.triggers.poke("s")
-    await asyncio.wait_for(lane, 1)
+    await asyncio.wait_for(status_lane, 1)
+    await ctx.http.aclose()
+
+
+async def test_progress_settles_into_one_write_and_readiness_does_not_wait() -> None:
+    ctx = _ctx()
+    ctx.config = OperatorConfig(drift_seconds=60, status_settle_seconds=0.3)
+    stopped = Stopped()
+    written: list[str] = []
+    wrote = asyncio.Event()
+    state = {"value": "scheduled", "urgent": False}
+
+    def prepare() -> lane.Pending | None:
+        value = state["value"]
+        if value == "nothing":
+            return None
+
+        async def write() -> bool:
+            written.append(str(value))
+            wrote.set()
+            return True
+
+        return lane.Pending(urgent=bool(state["urgent"]), write=write)
+
+    status_lane = _lane(ctx, "s", stopped, prepare)
+    await asyncio.sleep(0.01)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    for value in ("scheduled", "pulling", "running"):  # progress in quick steps: one write
+        state["value"] = value
+        ctx.triggers.poke("s")
+        await asyncio.sleep(0.05)
+    await asyncio.wait_for(wrote.wait(), 1)
+    assert written == ["running"]
+    assert loop.time() - start >= 0.3
+    # readiness is written at once, even in the middle of a settle window
+    state["value"] = "starting"
+    ctx.triggers.poke("s")
+    await asyncio.sleep(0.05)
+    state.update(value="ready", urgent=True)
+    wrote.clear()
+    start = loop.time()
+    ctx.triggers.poke("s")
+    await asyncio.wait_for(wrote.wait(), 1)
+    assert loop.time() - start < 0.15
+    assert written == ["running", "ready"]
+    # nothing to write (the status is current): no write
+    state.update(value="nothing", urgent=False)
+    ctx.triggers.poke("s")
+    await asyncio.sleep(0.4)
+    assert written == ["running", "ready"]
+    stopped.event.set()
+    ctx.triggers.poke("s")
+    await asyncio.wait_for(status_lane, 1)
+    await ctx.http.aclose()
+
+
+async def test_the_priority_gate_serves_urgent_waiters_first() -> None:
+    gate = PriorityGate(1)
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def holder() -> None:
+        async with gate.slot(PROGRESS):
+            await release.wait()
+
+    async def waiter(name: str, priority: int) -> None:
+        async with gate.slot(priority):
+            order.append(name)
+
+    first = asyncio.create_task(holder())
+    await asyncio.sleep(0)
+    tasks = [asyncio.create_task(waiter("p1", PROGRESS))]
+    await asyncio.sleep(0)
+    cancelled = asyncio.create_task(waiter("gone", URGENT))
+    await asyncio.sleep(0)
+    tasks += [asyncio.create_task(waiter("p2", PROGRESS)), asyncio.create_task(waiter("u1", URGENT))]
+    await asyncio.sleep(0)
+    tasks.append(asyncio.create_task(waiter("u2", URGENT)))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    release.set()
+    await asyncio.wait_for(asyncio.gather(first, *tasks), 1)
+    assert order == ["u1", "u2", "p1", "p2"]
+    assert gate.held == 0
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+
+
+async def test_reserved_slots_are_left_to_urgent_tickets() -> None:
+    gate = PriorityGate(3, reserved=1)
+    actions = [gate.enqueue(ACTION) for _ in range(3)]
+    assert [t.granted for t in actions] == [True, True, False]  # the third waits: one is reserved
+    urgent = gate.enqueue(URGENT)
+    assert urgent.granted  # readiness never waits for slow actions to finish
+    actions[0].close()
+    assert actions[2].granted
+    for ticket in (urgent, actions[1], actions[2]):
+        ticket.close()
+    assert (gate.held, gate.held_other) == (0, 0)
+
+
+async def test_a_queued_progress_write_that_turns_urgent_moves_up() -> None:
+    ctx = _ctx()
+    ctx.config = OperatorConfig(drift_seconds=60, status_settle_seconds=0.0)
+    ctx.write_gate = PriorityGate(1)
+    stopped = Stopped()
+    written: list[str] = []
+    state = {"urgent": False}
+
+    def prepare() -> lane.Pending:
+        hurry = state["urgent"]
+
+        async def write() -> bool:
+            written.append("ready" if hurry else "progress")
+            action_first.append(action.granted)
+            return True
+
+        return lane.Pending(urgent=hurry, write=write)
+
+    action_first: list[bool] = []
+    # the budget's one slot is held (a full pass's apply), an action waits behind it
+    holder = ctx.write_gate.enqueue(ACTION)
+    action = ctx.write_gate.enqueue(ACTION)
+    status_lane = _lane(ctx, "s", stopped, prepare)
+    await asyncio.sleep(0.01)
+    ctx.triggers.poke("s")  # a progress report: queued behind the action
+    await asyncio.sleep(0.02)
+    state["urgent"] = True  # the leader turns Ready meanwhile
+    ctx.triggers.poke("s")
+    await asyncio.sleep(0.02)
+    holder.close()
+    await asyncio.sleep(0.02)
+    assert written == ["ready"]  # the progress state never sent
+    assert action_first == [False]  # served before the action
+    assert action.granted  # which came next
+    stopped.event.set()
+    ctx.triggers.poke("s")
+    await asyncio.wait_for(status_lane, 1)
+    action.close()
+    assert ctx.write_gate.held == 0
     await ctx.http.aclose()
 
 

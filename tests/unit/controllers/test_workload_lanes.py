@@ -1,10 +1,12 @@
-"""The workload controller's status lane (``controllers/workload.py`` ``refresh_status``) and the
+"""The workload controller's status lane (``controllers/workload.py`` ``prepare_status``) and the
 writes both lanes share, on in-memory indexes and a recording client: a readiness change is
-written by a status-only pass, a plan with actions is left to the full lane, and a status
-planned from older observed state never overwrites a newer one."""
+written by a status-only pass (urgent), a plan with actions is left to the full lane (which is
+poked; a status-only change is not), and a status planned from older observed state never
+overwrites a newer one."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -13,6 +15,7 @@ from sparkrun_operator.api.meta import utcnow
 from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus
 from sparkrun_operator.controllers import workload as controller
 from sparkrun_operator.controllers.context import Context, Metrics, OperatorConfig
+from sparkrun_operator.controllers.lane import Pending
 from sparkrun_operator.plan.workload import Observation, ObservedJobSet, ObservedPod, plan
 from sparkrun_operator.render import keys
 
@@ -91,14 +94,25 @@ def _indices(*, ready: bool, service: bool = True) -> dict[str, Any]:
     }
 
 
-async def _refresh(ctx: Context, body: dict[str, Any], indices: dict[str, Any], writes: Any) -> bool:
-    return await controller.refresh_status(
+def _prepare(ctx: Context, body: dict[str, Any], indices: dict[str, Any], writes: Any) -> Pending | None:
+    return controller.prepare_status(
         ctx,
-        body=body,
+        body=body,  # type: ignore[arg-type]
         indices=indices,
         expectations=controller.Expectations(),
-        writes=writes,  # type: ignore[arg-type]
+        writes=writes,
     )
+
+
+async def _refresh(ctx: Context, body: dict[str, Any], indices: dict[str, Any], writes: Any) -> bool:
+    pending = _prepare(ctx, body, indices, writes)
+    return pending is not None and await pending.write()
+
+
+def _full_lane(ctx: Context) -> asyncio.Event:
+    full = ctx.triggers.register(("iw", *KEY))
+    full.clear()
+    return full
 
 
 def _sent(ctx: Context) -> list[dict[str, Any]]:
@@ -109,23 +123,51 @@ def _sent(ctx: Context) -> list[dict[str, Any]]:
 
 async def test_a_readiness_change_is_written_by_the_status_lane() -> None:
     ctx = _ctx()
+    full = _full_lane(ctx)
     writes = controller.Writes()
     assert await _refresh(ctx, _body(), _indices(ready=False), writes)
     assert _sent(ctx)[-1]["readyReplicas"] == 0
+    first = _sent(ctx)[-1]
+    # the leader turns Ready: urgent (written at once, first in the gate)
+    pending = _prepare(ctx, _body(first, version="2"), _indices(ready=True), writes)
+    assert pending is not None
+    assert pending.urgent
     assert await _refresh(ctx, _body(version="2"), _indices(ready=True), writes)
     status = _sent(ctx)[-1]
     assert (status["readyReplicas"], status["phase"]) == (1, "Running")
     assert status["endpoints"] == [{"replica": 0, "url": "http://10.0.0.7:8000", "ready": True}]
+    # a poke before the watch shows that write (the object is still the one it was planned
+    # from): compared with the write, nothing differs, nothing is sent or taken for readiness
+    assert _prepare(ctx, _body(version="2"), _indices(ready=True), writes) is None
     # the watch shows the write: nothing differs, nothing is sent
     assert not await _refresh(ctx, _body(status, version="3"), _indices(ready=True), writes)
     assert len(_sent(ctx)) == 2
     assert writes.ready == "True"
+    # a status-only change needs no full pass
+    assert not full.is_set()
+    await ctx.http.aclose()
+
+
+async def test_a_progress_only_change_is_not_urgent() -> None:
+    ctx = _ctx()
+    writes = controller.Writes()
+    indices = _indices(ready=False)
+    assert await _refresh(ctx, _body(), indices, writes)
+    status = _sent(ctx)[-1]
+    # the leader's startup timeline (a progress report) is all that differs
+    stale = {**status, "startup": [e for e in status["startup"] if e["stage"] != "scheduled"]}
+    assert stale != status
+    pending = _prepare(ctx, _body(stale, version="2"), indices, writes)
+    assert pending is not None
+    assert not pending.urgent
     await ctx.http.aclose()
 
 
 async def test_a_plan_with_actions_is_left_to_the_full_lane() -> None:
     ctx = _ctx()
-    assert not await _refresh(ctx, _body(), _indices(ready=True, service=False), controller.Writes())
+    full = _full_lane(ctx)
+    assert _prepare(ctx, _body(), _indices(ready=True, service=False), controller.Writes()) is None
+    assert full.is_set()  # the Service is missing: the full lane is poked to apply it
     body = _body()
     body["metadata"]["deletionTimestamp"] = "2026-09-01T12:01:00Z"
     assert not await _refresh(ctx, body, _indices(ready=True), controller.Writes())

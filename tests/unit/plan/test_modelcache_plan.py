@@ -89,15 +89,69 @@ def test_one_job_at_a_time_and_stale_ones_go() -> None:
     ],
 )
 def test_live_phases_come_from_the_pod_log(event: dict[str, Any] | None, phase: str) -> None:
+    _check_live_phase(event, phase, "Running")
+
+
+def test_progress_in_status_has_files_rate_and_eta() -> None:
+    event = {
+        "event": "progress",
+        "phase": "Downloading",
+        "commit": SHA,
+        "bytes_done": 40,
+        "bytes_total": 100,
+        "files_done": 2,
+        "files_total": 5,
+        "rate_bytes_per_s": 12.7,
+        "eta_s": 4.7,
+    }
     pod = ObservedDownloadPod(name="p", phase="Running", node="n1", last_event=event)
+    progress = plan(_obs(jobs=(_job(),), pods=(pod,))).status.progress
+    assert progress is not None
+    assert progress.to_wire() == {
+        "bytesDone": 40,
+        "bytesTotal": 100,
+        "filesDone": 2,
+        "filesTotal": 5,
+        "bytesPerSecond": 12,
+        "etaSeconds": 4,
+    }
+    odd = {**event, "eta_s": None, "rate_bytes_per_s": "fast", "files_done": -1}
+    pod = ObservedDownloadPod(name="p", phase="Running", node="n1", last_event=odd)
+    wire = plan(_obs(jobs=(_job(),), pods=(pod,))).status.progress.to_wire()  # type: ignore[union-attr]
+    assert "etaSeconds" not in wire
+    assert "bytesPerSecond" not in wire
+    assert "filesDone" not in wire
+
+
+@pytest.mark.parametrize(
+    ("event", "pod_phase"),
+    [
+        (
+            {"event": "progress", "phase": "Ready", "commit": SHA, "bytes_done": 10, "bytes_total": 10},
+            "Running",
+        ),
+        ({"event": "result", "commit": SHA, "files": 2, "total_bytes": 10}, "Running"),
+        ({"event": "result", "commit": SHA, "files": 2, "total_bytes": 10}, "Succeeded"),
+    ],
+)
+def test_done_but_the_job_not_yet_complete_stays_verifying(event: dict[str, Any], pod_phase: str) -> None:
+    """Between the downloader's last line and the Job's completion the phase never falls back to
+    Pending ("waiting for the download pod") with every byte done."""
+    p = _check_live_phase(event, "Verifying", pod_phase)
+    assert "waiting for the download Job" in (p.status.message or "")
+
+
+def _check_live_phase(event: dict[str, Any] | None, phase: str, pod_phase: str) -> Any:
+    pod = ObservedDownloadPod(name="p", phase=pod_phase, node="n1", last_event=event)
     p = plan(_obs(jobs=(_job(),), pods=(pod,)))
     assert p.status.phase == phase
     assert _cond(p.status, "Progressing").status == "True"
     assert _cond(p.status, "Ready").status == "False"
-    if event and event.get("bytes_total"):
+    if event and event.get("bytes_total") and event.get("phase") in ("Downloading", "Verifying"):
         assert p.status.progress is not None
         assert p.status.progress.bytes_total == 10
         assert "bytes" in (p.status.message or "")
+    return p
 
 
 def test_success_is_ready_with_the_commit_and_manifest_and_the_node_of_a_rwo_claim() -> None:

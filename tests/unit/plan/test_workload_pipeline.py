@@ -5,11 +5,13 @@ the pure index helpers of ``plan/observe.py`` the controller's observation is bu
 from __future__ import annotations
 
 import datetime as dt
+import random
 from typing import Any
 
 from sparkrun_operator.api import conditions as c
 from sparkrun_operator.api.meta import find_condition
 from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus
+from sparkrun_operator.plan import cluster as cluster_plan
 from sparkrun_operator.plan import names, observe
 from sparkrun_operator.plan.cluster import ObservedGpuPod, ObservedNode
 from sparkrun_operator.plan.workload import (
@@ -144,6 +146,41 @@ def test_capacity_of_cluster_members_or_gpu_nodes() -> None:
     assert [n.name for n in members] == ["gpu-0"]
 
 
+def test_capacity_agrees_with_the_clusters_node_status() -> None:
+    """``capacity`` does the cluster status's GPU accounting without its models: same figures."""
+    rng = random.Random(7)
+    gpu = "nvidia.com/gpu"
+    for _ in range(200):
+        nodes = [
+            ObservedNode(
+                name=f"n{i}",
+                ready=rng.random() > 0.2,
+                unschedulable=rng.random() < 0.2,
+                allocatable={gpu: rng.choice([0, 1, 4, 8])},
+            )
+            for i in range(rng.randint(1, 6))
+        ]
+        pods: dict[str, list[ObservedGpuPod]] = {}
+        for _ in range(rng.randint(0, 12)):
+            node = rng.choice(nodes).name
+            phase = rng.choice(["Running", "Pending", "Succeeded", "Failed"])
+            # an index entry of another node's pod too (a stale key): neither counts it
+            bound = node if rng.random() > 0.1 else "elsewhere"
+            pods.setdefault(node, []).append(
+                ObservedGpuPod(node=bound, phase=phase, requests={gpu: rng.randint(0, 8)})
+            )
+        got = observe.capacity(cluster=None, cluster_raw=None, nodes=nodes, gpu_pods=pods, gpu_resource=gpu)
+        for capacity in got:
+            node = next(n for n in nodes if n.name == capacity.name)
+            want = cluster_plan.node_status(node, gpu_resource=gpu, pods=pods.get(node.name, []))
+            assert (capacity.ready, capacity.schedulable, capacity.allocatable, capacity.free) == (
+                want.ready,
+                want.schedulable,
+                want.gpus.allocatable,
+                want.gpus.free,
+            )
+
+
 def test_needs_capacity_and_recipe_of() -> None:
     placed = ObservedPod(name="p", jobset="j", role="leader", node="gpu-0")
     assert observe.needs_capacity([])
@@ -160,7 +197,8 @@ def test_routable_names_the_older_workload_that_keeps_a_contested_name() -> None
     the rule is the gateway's (plan/names.py)."""
     mine = names.Claim(namespace="ns", name="qwen", served="qwen", aliases=("small",), created=NOW)
     older = names.Claim(namespace="other", name="first", served="small", created=NOW - dt.timedelta(days=1))
-    lost = tuple(names.conflicts(mine, [mine, older]))
+    index = {"qwen": [mine], "small": [mine, older]}
+    lost = tuple(names.conflicts(mine, lambda model: index.get(model, [])))
     status = plan(_obs(claim=mine, name_conflicts=lost)).status
     routable = next(cond for cond in status.conditions if cond.type == c.ROUTABLE)
     assert (routable.status, routable.reason) == ("False", c.REASON_NAME_CONFLICT)
@@ -169,3 +207,36 @@ def test_routable_names_the_older_workload_that_keeps_a_contested_name() -> None
     fine = plan(_obs(claim=mine)).status
     ok = next(cond for cond in fine.conditions if cond.type == c.ROUTABLE)
     assert (ok.status, ok.reason) == ("True", c.REASON_NAMES_ACCEPTED)
+
+
+def test_conflicts_agree_with_the_gateways_owners() -> None:
+    """The planner's per-name scan of the names index (``conflicts``) reports exactly the names
+    that the gateway's rule (``owners`` over every claim) gives to another workload, for random
+    claims sharing names, timestamps missing or equal."""
+    rng = random.Random(11)
+    base = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    pool = ["a", "b", "c", "d"]
+    for _ in range(300):
+        claims = []
+        for i in range(rng.randint(1, 8)):
+            picked = rng.sample(pool, rng.randint(1, 3))
+            created = None if rng.random() < 0.2 else base + dt.timedelta(seconds=rng.randint(0, 3))
+            claims.append(
+                names.Claim(
+                    namespace=rng.choice(["x", "y"]),
+                    name=f"w{i}",
+                    served=picked[0],
+                    aliases=tuple(picked[1:]),
+                    created=created,
+                )
+            )
+        index: dict[str, list[names.Claim]] = {}
+        for claim in claims:
+            for model in claim.names:
+                index.setdefault(model, []).append(claim)
+        won = names.owners(claims)
+        for claim in claims:
+            want = [(m, won[m].key) for m in claim.names if won[m].key != claim.key]
+            got = names.conflicts(claim, lambda model, index=index: index.get(model, ()))
+            assert [(c.model, c.winner.key) for c in got] == want, (claim, claims)
+            assert all(c.alias == (c.model != claim.served) for c in got)

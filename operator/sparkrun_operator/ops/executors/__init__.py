@@ -8,7 +8,17 @@ Kubernetes resources.
 from __future__ import annotations
 
 from sparkrun_operator.ops.context import Executor
-from sparkrun_operator.ops.executors import clusters, diagnostics, kubernetes, proxy, recipes, workloads
+from sparkrun_operator.ops.executors import (
+    benchmarks,
+    clusters,
+    diagnostics,
+    gateway_deployment,
+    kubernetes,
+    modelcache,
+    proxy,
+    recipes,
+    workloads,
+)
 
 __all__ = ["EXECUTORS"]
 
@@ -17,6 +27,9 @@ EXECUTORS: dict[str, Executor] = {
     **workloads.EXECUTORS,
     **diagnostics.EXECUTORS,
     **proxy.EXECUTORS,
+    **gateway_deployment.EXECUTORS,
     **kubernetes.EXECUTORS,
     **recipes.EXECUTORS,
+    **modelcache.EXECUTORS,
+    **benchmarks.EXECUTORS,
 }

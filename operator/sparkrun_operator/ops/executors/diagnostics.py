@@ -23,14 +23,14 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-from collections.abc import Awaitable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
 from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.api.resources import DAEMON_JOB
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.k8s.client import EVENTS, NODES, PODS, SECRETS
-from sparkrun_operator.ops import authz, kube
+from sparkrun_operator.ops import authz, kube, secrets
 from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import Invalid
 from sparkrun_operator.ops.executors.shared import endpoint_entry, recipe_specs
@@ -76,45 +76,9 @@ def read_bundle(secret: Mapping[str, Any]) -> bytes:
     return gzip.decompress(base64.b64decode(packed))
 
 
-def _secret_refs(value: Any) -> Iterator[tuple[str, str | None]]:
-    """``(name, key)`` of every Secret reference in a spec (``key`` ``None``: all keys):
-    ``secretKeyRef``, ``secretRef`` (envFrom), ``*SecretRef`` fields, ``secret.secretName``."""
-    if isinstance(value, dict):
-        for field, item in value.items():
-            is_ref = isinstance(item, dict) and str(field).lower().endswith(("secretkeyref", "secretref"))
-            if is_ref and isinstance(item.get("name"), str):
-                key = item.get("key")
-                yield item["name"], key if isinstance(key, str) else None
-            if field == "secret" and isinstance(item, dict) and isinstance(item.get("secretName"), str):
-                yield item["secretName"], None
-            yield from _secret_refs(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _secret_refs(item)
-
-
 async def known_secrets(ctx: OperationContext, specs: list[Any]) -> Redactor:
     """A redactor knowing the values of the Secrets that ``specs`` reference (in the namespace)."""
-    redactor = Redactor()
-    wanted: dict[str, set[str] | None] = {}
-    for name, key in _secret_refs(specs):
-        keys_ = wanted.setdefault(name, set())
-        if key is None or keys_ is None:
-            wanted[name] = None
-        else:
-            keys_.add(key)
-    for name, selected in sorted(wanted.items(), key=lambda item: item[0]):
-        try:
-            found = await ctx.rest.get(SECRETS, name, ctx.namespace)
-        except k8s_errors.KubeError:
-            continue  # not readable: the value cannot be in what we may read either
-        for key, raw in ((found or {}).get("data") or {}).items():
-            if selected is None or key in selected:
-                try:
-                    redactor.add(base64.b64decode(raw).decode("utf-8", "replace"))
-                except ValueError:
-                    continue
-    return redactor
+    return await secrets.known_secrets(ctx.rest, ctx.namespace, specs)
 
 
 class _Bundle:

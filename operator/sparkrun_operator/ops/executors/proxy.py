@@ -253,6 +253,11 @@ async def unregister_loaded_model(ctx: OperationContext, args: dict[str, Any]) -
     return {"added": 0, "removed": removed, "proxy_running": await _running(ctx)}
 
 
+#: For the gateway Deployment's operations (``gateway_deployment.py``).
+gateway_state = _state
+update_state = _update
+gateway_running = _running
+
 EXECUTORS: dict[str, Executor] = {
     "proxy.add_alias": add_alias,
     "proxy.remove_alias": remove_alias,

@@ -24,7 +24,8 @@ Rules (ARCHITECTURE section 5):
 - children are deleted with UID preconditions (a new object may reuse the name).
 
 :func:`plan` is a pipeline of stages, one module each: ``gates`` (recipe, spec, cache,
-cluster: may block) -> ``identity`` (ids, the serving revision) -> ``children`` (Service,
+cluster: may block) -> ``identity`` (ids, the serving revision) -> ``rolloutgate`` (the
+benchmark a gated rollout waits for, and its verdict) -> ``children`` (Service,
 JobSets) -> ``sleep`` (engine sleep/wake calls) -> ``counts``, ``scheduled`` and ``conditions``
 (the status). :func:`status_only` runs the same stages for the status alone;
 :func:`finalize` folds what the apiserver refused into the status to write.
@@ -33,7 +34,16 @@ JobSets) -> ``sleep`` (engine sleep/wake calls) -> ``counts``, ``scheduled`` and
 from __future__ import annotations
 
 from sparkrun_operator.api.workload import InferenceWorkloadStatus
-from sparkrun_operator.plan.workload import children, conditions, counts, gates, identity, scheduled, sleep
+from sparkrun_operator.plan.workload import (
+    children,
+    conditions,
+    counts,
+    gates,
+    identity,
+    rolloutgate,
+    scheduled,
+    sleep,
+)
 from sparkrun_operator.plan.workload.conditions import finalize
 from sparkrun_operator.plan.workload.model import (
     FAILED_BACKOFF,
@@ -48,6 +58,7 @@ from sparkrun_operator.plan.workload.model import (
     Observation,
     ObservedCache,
     ObservedCluster,
+    ObservedGate,
     ObservedJobSet,
     ObservedPod,
     ObservedRecipe,
@@ -68,6 +79,7 @@ __all__ = [
     "Observation",
     "ObservedCache",
     "ObservedCluster",
+    "ObservedGate",
     "ObservedJobSet",
     "ObservedPod",
     "ObservedRecipe",
@@ -86,14 +98,22 @@ def plan(obs: Observation) -> Plan:
     status = _carried(obs)
     found = gates.check(obs, cond, status)
     inputs = identity.settle(obs, found, status, out)
-    children.plan_children(obs, out, inputs)
+    verdict = rolloutgate.plan_gate(obs, out)
+    children.plan_children(obs, out, inputs, verdict)
     engines = sleep.plan_engines(obs, out, found.effective)
     counted = counts.count(obs, status, revision=out.revision)
     scheduled.scheduled(
         cond=cond, obs=obs, counted=counted, inputs=inputs, cluster_problem=found.cluster_problem
     )
     conditions.report(
-        obs=obs, out=out, cond=cond, status=status, counted=counted, blocked=found.blocked, sleep=engines
+        obs=obs,
+        out=out,
+        cond=cond,
+        status=status,
+        counted=counted,
+        blocked=found.blocked,
+        sleep=engines,
+        gate=verdict,
     )
     return out
 

@@ -4,6 +4,9 @@ Rollouts replace JobSets at other revisions (surge first with ``maxSurge > 0``, 
 with ``maxSurge == 0``, never more than ``replicas + maxSurge`` JobSets counting ones still
 being deleted); scale down deletes the highest indices first; terminal JobSets are recreated;
 ``Stopped`` suspends (or, under Kueue, deletes). While a gate blocks, nothing new is created.
+With a rollout gate (``plan/workload/rolloutgate.py``) old JobSets stay until the verdict
+promotes the new revision; a held one removes the new revision's JobSets from slots an old one
+still serves.
 """
 
 from __future__ import annotations
@@ -23,19 +26,22 @@ from sparkrun_operator.plan.workload.model import (
     plural,
     slot_of,
 )
+from sparkrun_operator.plan.workload.rolloutgate import Verdict
 from sparkrun_operator.render import names
 from sparkrun_operator.render.workload import Owner, ServingInputs, render_jobset, render_service
 
 
-def plan_children(obs: Observation, out: Plan, inputs: ServingInputs | None) -> None:
-    """Service and JobSet actions into ``out``."""
+def plan_children(
+    obs: Observation, out: Plan, inputs: ServingInputs | None, verdict: Verdict | None = None
+) -> None:
+    """Service and JobSet actions into ``out`` (``verdict``: the rollout gate's)."""
     owner = Owner(name=obs.name, uid=obs.uid)
     desired_service = render_service(namespace=obs.namespace, workload=obs.name, owner=owner)
     if _service_differs(obs.service, desired_service):
         out.apply.append(desired_service)
     live = [js for js in obs.jobsets if not js.deleting]
     if inputs is not None and out.revision is not None:
-        _plan_jobsets(obs=obs, out=out, inputs=inputs, owner=owner, live=live)
+        _plan_jobsets(obs=obs, out=out, inputs=inputs, owner=owner, live=live, verdict=verdict or Verdict())
     else:
         # Hold: keep what runs, create nothing new. Terminal and surplus JobSets still go.
         _cleanup_only(obs=obs, out=out, live=live)
@@ -66,6 +72,7 @@ class _Rollout:
     owner: Owner
     revision: str
     queued: bool
+    verdict: Verdict
     deleted: set[str] = field(default_factory=set)
     budget: int = 0
     unavailable: int = 0
@@ -90,12 +97,20 @@ class _Rollout:
 
 
 def _plan_jobsets(
-    *, obs: Observation, out: Plan, inputs: ServingInputs, owner: Owner, live: list[ObservedJobSet]
+    *,
+    obs: Observation,
+    out: Plan,
+    inputs: ServingInputs,
+    owner: Owner,
+    live: list[ObservedJobSet],
+    verdict: Verdict,
 ) -> None:
     spec = obs.spec
     assert out.revision is not None
     queued = inputs.queue_name is not None
-    run = _Rollout(obs=obs, out=out, inputs=inputs, owner=owner, revision=out.revision, queued=queued)
+    run = _Rollout(
+        obs=obs, out=out, inputs=inputs, owner=owner, revision=out.revision, queued=queued, verdict=verdict
+    )
     if run.stopped and queued:
         # Kueue would re-admit a suspended JobSet: delete them on Stop.
         for js in sorted(live, key=slot_of, reverse=True):
@@ -123,8 +138,11 @@ def _plan_jobsets(
     for slot in range(spec.replicas):
         items = by_slot.get(slot, [])
         current = next((js for js in items if js.revision == run.revision), None)
-        olds = [js for js in items if js.revision != run.revision]
-        if current is None:
+        olds = _gated_olds(run, [js for js in items if js.revision != run.revision])
+        if olds and run.verdict.held:
+            if current is not None:
+                run.delete(current, f"rollout held: {run.verdict.reason}; the old revision keeps serving")
+        elif current is None:
             if _replace_first(run, olds):
                 continue  # the old ones go first; the survivors keep their state until then
             _missing_slot(run, slot, olds, terminating=slot in deleting_slots)
@@ -201,8 +219,9 @@ def _missing_slot(run: _Rollout, slot: int, olds: list[ObservedJobSet], *, termi
 
 
 def _current_slot(run: _Rollout, current: ObservedJobSet, olds: list[ObservedJobSet]) -> None:
-    """The slot runs the serving revision: old ones go once it is Ready; it follows the state."""
-    if olds and (current.leader_ready or run.stopped):
+    """The slot runs the serving revision: old ones go once it is Ready (and, with a rollout gate,
+    promoted); it follows the state."""
+    if olds and ((current.leader_ready and run.verdict.promote) or run.stopped):
         for old in olds:
             run.delete(old, f"replaced by {current.name} (revision {run.revision}), which is Ready")
     want = run.want_suspend
@@ -212,6 +231,19 @@ def _current_slot(run: _Rollout, current: ObservedJobSet, olds: list[ObservedJob
         run.out.events.append(
             Event(type="Normal", reason=f"{verb}JobSet", message=f"{verb} JobSet {current.name}")
         )
+
+
+def _gated_olds(run: _Rollout, olds: list[ObservedJobSet]) -> list[ObservedJobSet]:
+    """A slot keeps one old JobSet: the oldest Ready one (else the oldest); intermediate
+    revisions (a spec change while one was surging, being benchmarked or held) go, so that the
+    newest revision gets the surge budget instead of waiting for a JobSet that is no longer
+    wanted. ``maxSurge 0`` and ``Stopped`` replace the old ones their own way."""
+    if len(olds) < 2 or run.stopped or run.obs.spec.rollout.max_surge == 0:
+        return olds
+    ranked = sorted(olds, key=lambda js: (not js.leader_ready, js.created or run.obs.now, js.name))
+    for old in ranked[1:]:
+        run.delete(old, f"superseded by revision {run.revision} before it replaced the old replica")
+    return ranked[:1]
 
 
 def _cleanup_only(*, obs: Observation, out: Plan, live: list[ObservedJobSet]) -> None:

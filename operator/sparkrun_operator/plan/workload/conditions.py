@@ -23,6 +23,7 @@ from sparkrun_operator.plan.workload.model import (
     Plan,
     plural,
 )
+from sparkrun_operator.plan.workload.rolloutgate import Verdict
 from sparkrun_operator.plan.workload.sleep import Sleep
 
 _FATAL = frozenset({c.REASON_INVALID_SPEC, c.REASON_RECIPE_INVALID})
@@ -50,8 +51,10 @@ def report(
     counted: Sequence[ObservedJobSet],
     blocked: Block | None,
     sleep: Sleep,
+    gate: Verdict | None = None,
 ) -> None:
-    """Degraded, Sleeping, Progressing, Ready and the phase into ``status``; ``out.status`` set."""
+    """Degraded, Sleeping, Progressing, Promoted (with a rollout gate), Ready and the phase into
+    ``status``; ``out.status`` set."""
     revision = out.revision
     counts = _Counts(
         counted=counted,
@@ -66,8 +69,10 @@ def report(
     _sleeping(cond, sleep)
     _routable(obs, cond)
     rolling = bool(counts.old) or any(js.deleting for js in obs.jobsets)
-    _progressing(obs, out, cond, counts, blocked=blocked, rolling=rolling, status=status)
-    status.phase = _ready(obs, cond, counts, blocked=blocked, rolling=rolling, sleep=sleep)
+    _progressing(obs, out, cond, counts, blocked=blocked, rolling=rolling, status=status, gate=gate)
+    # a held rollout is not updating: the old revision serves, nothing moves until the spec does
+    moving = rolling and not (gate is not None and gate.held)
+    status.phase = _ready(obs, cond, counts, blocked=blocked, rolling=moving, sleep=sleep)
     status.conditions = cond.finish()
     out.status = status
     if out.requeue_after is None and (counts.failed or counts.completed):
@@ -148,19 +153,25 @@ def _progressing(
     blocked: Block | None,
     rolling: bool,
     status: InferenceWorkloadStatus,
+    gate: Verdict | None,
 ) -> None:
     spec = obs.spec
     desired = spec.replicas
     current = len(counts.current)
+    if gate is not None and gate.state != "Off":
+        cond.set(c.PROMOTED, gate.state == "Promoted", gate.reason, gate.message)
     if blocked is not None and not counts.counted:
         cond.set(c.PROGRESSING, False, blocked[0], blocked[1])
+    elif gate is not None and gate.held and rolling:
+        cond.set(c.PROGRESSING, False, gate.reason, gate.message)
     elif rolling and out.revision is not None:
         cond.set(
             c.PROGRESSING,
             True,
             c.REASON_ROLLING_OUT,
             f"rolling out revision {out.revision}: {current} of {desired} replicas updated, "
-            f"{plural(len(counts.old), 'old replica')} left (maxSurge {spec.rollout.max_surge})",
+            f"{plural(len(counts.old), 'old replica')} left (maxSurge {spec.rollout.max_surge})"
+            + (f"; {gate.message}" if gate is not None and gate.state in ("Waiting", "Benchmarking") else ""),
         )
     elif current != desired or not out.idle:
         reason = c.REASON_CREATING if not counts.counted else c.REASON_SCALING

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from sparkrun_operator.api.benchmark import ScenarioResult
 from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
 from sparkrun_operator.api.meta import Condition, LabelSelector, Toleration, set_condition
 from sparkrun_operator.api.recipe import RecipeSpec
@@ -135,6 +136,21 @@ class ObservedRecipe:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ObservedGate:
+    """An InferenceBenchmark a rollout gate made for one revision (labelled with it)."""
+
+    name: str
+    uid: str
+    revision: str
+    template: str
+    phase: str | None = None
+    results: tuple[ScenarioResult, ...] = ()
+    #: ``Failed``: the reason and message of its Failed condition.
+    failure: tuple[str, str] | None = None
+    deleting: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
 class Observation:
     """Everything the planner looks at for one workload."""
 
@@ -163,6 +179,8 @@ class Observation:
     claim: Claim | None = None
     #: Its names another workload keeps (:func:`~sparkrun_operator.plan.names.conflicts`).
     name_conflicts: tuple[Conflict, ...] = ()
+    #: The rollout gate's benchmarks (``spec.rollout.gate``), any revision.
+    gates: tuple[ObservedGate, ...] = ()
 
 
 # -- actions ------------------------------------------------------------------------------

@@ -145,6 +145,8 @@ def workload_spec(
         spec["model"] = {"name": recipe.model, "servedName": str(overrides["served_model_name"])}
         if recipe.model_revision:
             spec["model"]["revision"] = recipe.model_revision
+    if ctx.settings.workload_scheduling:
+        spec["scheduling"] = dict(ctx.settings.workload_scheduling)
     try:
         InferenceWorkloadSpec.model_validate(spec)
     except ValueError as error:

@@ -1,0 +1,258 @@
+"""``model_cache.inspect``, ``repair``, ``resolve`` and ``import``: a revision's files against its
+manifest, run by the downloader and the cache tool in tool Jobs (ADR 0023).
+
+- ``inspect`` (read; the claim mounted read-only): every selected file of the revision's manifest
+  is present and valid (size; sha256 / git blob sha1 with ``checksums: true``), or a failure.
+- ``repair`` (operate): inspect, then re-fetch only what is missing or invalid (the downloader's
+  ``repair``), then report the repaired revision; ``dry_run`` and ``offline`` only inspect.
+- ``resolve`` (read): the origin's immutable manifest of a revision (no cache needed).
+- ``import`` (operate): save a supplied manifest — or, with ``fetch_manifest: true``, one resolved
+  from the origin — on the volume and report how complete the cache is; never downloads weights.
+
+The revision is a commit or a ref; ``file_selection`` is ``auto`` (safetensors weights when the
+revision has them), ``all`` or ``safetensors``. ``projector``, ``local_cache_dir`` and the
+host-to-host ``transfer_mode`` values name things that do not exist on Kubernetes and are refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from sparkrun_operator.ops.context import Executor, OperationContext
+from sparkrun_operator.ops.errors import Invalid
+from sparkrun_operator.ops.executors.modelcache import common
+from sparkrun_operator.ops.executors.modelcache.location import Location, locate, parse_cache_dir
+from sparkrun_operator.render.cachetool import DOWNLOAD_MODULE, TOOL_MODULE
+
+#: Bound of a supplied manifest (it travels in the tool Job's arguments).
+MAX_MANIFEST_BYTES = 256 * 1024
+ACCESS_CONTEXT = "kubernetes-job"
+
+
+def _refuse_host_only(args: Mapping[str, Any]) -> None:
+    if args.get("projector"):
+        raise Invalid(
+            "projector is not supported here: select files with file_selection (auto, all, safetensors)"
+        )
+    if args.get("local_cache_dir"):
+        raise Invalid("local_cache_dir is a path on the daemon's host; here repair fetches from the origin")
+    if args.get("transfer_mode", "auto") not in ("auto", "pull"):
+        raise Invalid(
+            f"transfer_mode {args['transfer_mode']!r} moves files between hosts; here only auto/pull exist"
+        )
+
+
+def _level(args: Mapping[str, Any]) -> str:
+    return "sha256" if args.get("checksums") else "size"
+
+
+def _revision_args(args: Mapping[str, Any]) -> list[str]:
+    revision = args.get("revision")
+    if revision is None:
+        return []
+    return ["--commit", str(revision)] if common.is_commit(str(revision)) else ["--revision", str(revision)]
+
+
+def _endpoint(args: Mapping[str, Any]) -> list[str]:
+    endpoint = args.get("endpoint")
+    if endpoint is None:
+        return []
+    if not str(endpoint).startswith(("http://", "https://")):
+        raise Invalid(f"endpoint {endpoint!r} must be an http(s) URL")
+    return ["--endpoint", str(endpoint)]
+
+
+def validation_report(event: Mapping[str, Any], host: str, *, repo: str) -> dict[str, Any]:
+    """The daemon's validation report from the downloader's ``inspect`` event."""
+    failures = [
+        {"path": p, "reason": kind}
+        for kind in ("missing", "invalid", "unreadable")
+        for p in event.get(kind) or ()
+    ]
+    clean = not failures
+    detail = (
+        f"{event.get('files', 0)} files checked at {event.get('verify')}: all present and valid"
+        if clean
+        else f"{len(failures)} of {event.get('files', 0)} files missing, invalid or unreadable"
+    )
+    return {
+        "host": host,
+        "manifest_id": f"{repo}@{event.get('commit')}",
+        "level": str(event.get("verify") or "size"),
+        "status": "complete" if clean else "incomplete",
+        "complete": clean,
+        "checked_files": int(event.get("files") or 0),
+        "failures": sorted(failures, key=lambda f: f["path"]),
+        "detail": detail,
+        "access_context": ACCESS_CONTEXT,
+    }
+
+
+async def _inspect(
+    ctx: OperationContext, loc: Location, args: Mapping[str, Any], *, step: str = "inspect"
+) -> tuple[dict[str, Any], str]:
+    model = str(args["model"])
+    tool_args = [
+        "inspect",
+        "--repo",
+        model,
+        *_revision_args(args),
+        "--verify",
+        _level(args),
+        "--selection",
+        str(args.get("file_selection", "auto")),
+        "--print-manifest",
+        "--quiet",
+    ]
+    run = common.tool(ctx, loc, step, tool_args, module=DOWNLOAD_MODULE)
+    return await common.run_checked(ctx, run, f"inspecting {model} at {loc.cache_dir}", ok=("inspect",))
+
+
+async def inspect(ctx: OperationContext, args: dict[str, Any]) -> list[dict[str, Any]]:
+    _refuse_host_only(args)
+    loc = await locate(ctx, args)
+    event, host = await _inspect(ctx, loc, args)
+    return [validation_report(event, host, repo=str(args["model"]))]
+
+
+async def repair(ctx: OperationContext, args: dict[str, Any]) -> dict[str, Any]:
+    _refuse_host_only(args)
+    loc = await locate(ctx, args)
+    model = str(args["model"])
+    event, host = await _inspect(ctx, loc, args)
+    report = validation_report(event, host, repo=model)
+    if not (args.get("dry_run") or args.get("offline")) and not report["complete"]:
+        tool_args = [
+            "repair",
+            "--repo",
+            model,
+            "--commit",
+            str(event["commit"]),
+            "--verify",
+            _level(args),
+            "--selection",
+            str(args.get("file_selection", "auto")),
+            "--print-manifest",
+            "--quiet",
+            *_endpoint(args),
+        ]
+        run = common.tool(ctx, loc, "repair", tool_args, module=DOWNLOAD_MODULE, read_only=False, token=True)
+        await common.run_checked(ctx, run, f"repairing {model} at {loc.cache_dir}", ok=("result",))
+        event, host = await _inspect(ctx, loc, args, step="verify")
+        report = validation_report(event, host, repo=model)
+    manifest = event.get("manifest_daemon") or {}
+    binding = {
+        "model": model,
+        "host": host,
+        "cache_root": loc.cache_dir,
+        "manifest": manifest,
+        "report": report,
+        "snapshot_override": None,
+    }
+    return {"manifest": manifest, "bindings": [binding]}
+
+
+async def _resolve(ctx: OperationContext, loc: Location | None, args: Mapping[str, Any]) -> dict[str, Any]:
+    model = str(args["model"])
+    revision = args.get("revision")
+    tool_args = [
+        "resolve",
+        "--repo",
+        model,
+        *(["--revision", str(revision)] if revision else []),
+        "--selection",
+        str(args.get("file_selection", "auto")),
+        "--quiet",
+        *_endpoint(args),
+    ]
+    run = common.tool(ctx, None, "resolve", tool_args, module=DOWNLOAD_MODULE, token=True)
+    if loc is not None:  # placed like the location's tools (nodes with egress), root still scratch
+        selector, tolerations = loc.scheduling()
+        run = dataclasses.replace(run, node_selector=selector, tolerations=tolerations)
+    event, _host = await common.run_checked(ctx, run, f"resolving {model}", ok=("manifest",))
+    manifest: dict[str, Any] = event["manifest"]
+    return manifest
+
+
+async def resolve(ctx: OperationContext, args: dict[str, Any]) -> dict[str, Any]:
+    _refuse_host_only(args)
+    loc = await locate(ctx, args) if args.get("cache_dir") else None
+    return await _resolve(ctx, loc, args)
+
+
+def _checked_manifest(manifest: Any, model: str, revision: str | None) -> dict[str, Any]:
+    if not isinstance(manifest, dict):
+        raise Invalid("manifest must be an object (a model_cache.resolve result)")
+    if len(json.dumps(manifest)) > MAX_MANIFEST_BYTES:
+        raise Invalid(f"manifest is larger than {MAX_MANIFEST_BYTES} bytes")
+    if manifest.get("repo") != model:
+        raise Invalid(f"manifest.repo {manifest.get('repo')!r} is not model {model!r}")
+    commit = str(manifest.get("revision") or "")
+    if not common.is_commit(commit):
+        raise Invalid("manifest.revision must be the full commit the manifest was resolved at")
+    if revision is not None and common.is_commit(revision) and revision != commit:
+        raise Invalid(f"manifest.revision {commit} is not the requested revision {revision}")
+    files = manifest.get("files")
+    if not isinstance(files, list) or not files:
+        raise Invalid("manifest.files must list the revision's files")
+    return manifest
+
+
+async def import_manifest(ctx: OperationContext, args: dict[str, Any]) -> list[dict[str, Any]]:
+    _refuse_host_only(args)
+    model = str(args["model"])
+    parse_cache_dir(str(args["cache_dir"]))
+    manifest = args.get("manifest")
+    if manifest is None:
+        if args.get("offline"):
+            raise Invalid("offline: true requires a supplied manifest (even with fetch_manifest)")
+        if not args.get("fetch_manifest"):
+            raise Invalid(
+                "supply manifest (e.g. a model_cache.resolve result), or fetch_manifest: true to resolve it "
+                "from the origin once"
+            )
+    loc = await locate(ctx, args)
+    if manifest is None:
+        manifest = await _resolve(ctx, loc, args)
+    checked = _checked_manifest(manifest, model, args.get("revision"))
+    tool_args = [
+        "import",
+        "--commit",
+        str(checked["revision"]),
+        "--manifest-json",
+        json.dumps(checked, separators=(",", ":")),
+        "--verify",
+        _level(args),
+    ]
+    run = common.tool(ctx, loc, "import", tool_args, module=TOOL_MODULE, read_only=False)
+    event, host = await common.run_checked(ctx, run, f"importing {model} at {loc.cache_dir}", ok=("report",))
+    failures = list(event.get("failures") or [])
+    complete = bool(event.get("complete"))
+    return [
+        {
+            "host": host,
+            "manifest_id": f"{model}@{checked['revision']}",
+            "level": _level(args),
+            "status": "complete" if complete else "incomplete",
+            "complete": complete,
+            "checked_files": int(event.get("checked_files") or 0),
+            "failures": failures,
+            "detail": (
+                "manifest saved; every file present and valid"
+                if complete
+                else f"manifest saved; {len(failures)} files missing or invalid (repair fetches them)"
+            ),
+            "access_context": ACCESS_CONTEXT,
+        }
+    ]
+
+
+EXECUTORS: dict[str, Executor] = {
+    "model_cache.inspect": inspect,
+    "model_cache.repair": repair,
+    "model_cache.resolve": resolve,
+    "model_cache.import": import_manifest,
+}
