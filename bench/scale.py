@@ -120,6 +120,67 @@ async def operator_passes(port: int) -> dict[str, float]:
     return {"passes": values["count"], "mean_s": values["sum"] / values["count"] if values["count"] else 0.0}
 
 
+def _histogram(text: str, name: str, **labels: str) -> dict[str, float]:
+    """Count, mean and an upper bound of the p50/p99 (bucket edges) of one histogram series."""
+    want = [f'{k}="{v}"' for k, v in labels.items()]
+    buckets: list[tuple[float, float]] = []
+    total = count = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name) or not all(part in line for part in want):
+            continue
+        value = float(line.rsplit(" ", 1)[1])
+        if line.startswith(f"{name}_bucket"):
+            edge = re.search(r'le="([^"]+)"', line)
+            if edge:
+                buckets.append((float(edge.group(1)), value))
+        elif line.startswith(f"{name}_sum"):
+            total = value
+        elif line.startswith(f"{name}_count"):
+            count = value
+    buckets.sort()
+
+    def quantile(q: float) -> float:
+        return next((edge for edge, seen in buckets if seen >= q * count), float("nan"))
+
+    return {
+        "n": count,
+        "mean": total / count if count else float("nan"),
+        "p50_le": quantile(0.5),
+        "p99_le": quantile(0.99),
+    }
+
+
+async def operator_lanes(port: int) -> dict[str, Any]:
+    """Where a status write's time went inside the operator: the status lane's queueing and
+    writes (by urgency), its pass counts, and the event loop's lag (CPU saturation)."""
+    async with httpx.AsyncClient() as local:
+        text = (await local.get(f"http://127.0.0.1:{port}/metrics", timeout=10)).text
+    out: dict[str, Any] = {"loop_lag_s": _histogram(text, "sparkrun_operator_loop_lag_seconds")}
+    for stage in ("queued", "write"):
+        for urgent in ("true", "false"):
+            out[f"status_{stage}_urgent_{urgent}_s"] = _histogram(
+                text, "sparkrun_operator_status_lane_seconds", stage=stage, urgent=urgent
+            )
+    for wrote in ("true", "false"):
+        match = re.search(
+            rf'^sparkrun_operator_status_passes_total{{kind="InferenceWorkload",wrote="{wrote}"}} (\S+)$',
+            text,
+            re.M,
+        )
+        out[f"status_passes_wrote_{wrote}"] = float(match.group(1)) if match else 0.0
+    return out
+
+
+async def throttled(http: httpx.AsyncClient) -> float:
+    """Requests the apiserver answered 429 (Too Many Requests) so far, all clients."""
+    text = (await http.get("/metrics")).text
+    return sum(
+        float(value)
+        for labels, value in re.findall(r"^apiserver_request_total\{([^}]*)\} (\S+)$", text, re.M)
+        if 'code="429"' in labels
+    )
+
+
 def per_object(counts: dict[tuple[str, str, str], float], n: int) -> dict[str, float]:
     out: dict[str, float] = {}
     for (resource, sub, verb), value in sorted(counts.items()):
@@ -160,6 +221,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 await asyncio.sleep(5)
 
                 before = await write_counts(http)
+                throttled_before = await throttled(http)
                 cpu_before = operator.cpu_seconds()
                 peak = [operator.rss_bytes()]
                 stop = asyncio.Event()
@@ -181,6 +243,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 all_jobsets = (max(readiness.jobsets.values()) - start) if readiness.jobsets else float("nan")
                 print(f"every JobSet created after {all_jobsets:.1f} s", flush=True)
                 after = await write_counts(http)
+                throttled_converging = await throttled(http) - throttled_before
                 converge_cpu = operator.cpu_seconds() - cpu_before
                 await asyncio.sleep(5)  # late follow-up events of the last objects
                 idle_before = await write_counts(http)
@@ -197,6 +260,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 if name in readiness.pods_ready and name != "single"
             ]
             passes = await operator_passes(metrics_port)
+            lanes = await operator_lanes(metrics_port)
             writes = diff_counts(before, after)
             idle = diff_counts(idle_before, idle_after)
             ours = {
@@ -229,6 +293,8 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                         "max": max(lags) if lags else float("nan"),
                     },
                     "operator_passes": passes,
+                    "operator_lanes": lanes,
+                    "apiserver_429_converging": throttled_converging,
                     "all_jobsets_s": all_jobsets,
                     "n_times_single_s": args.workloads * single,
                     "operator_peak_rss_mib": peak[0] / 2**20,
@@ -339,6 +405,9 @@ def main() -> int:
     print(f", max {lag['max']:.2f} s")
     passes = result["operator_passes"]
     print(f"operator passes: {passes['passes']:.0f}, mean {passes['mean_s'] * 1000:.0f} ms")
+    for key, value in result["operator_lanes"].items():
+        print(f"  {key}: {value}")
+    print(f"apiserver 429 answers while converging: {result['apiserver_429_converging']:.0f}")
     rss, cpu = result["operator_peak_rss_mib"], result["operator_cpu_s_converging"]
     print(f"operator peak RSS {rss:.0f} MiB, CPU {cpu:.1f} s")
     print(f"operator writes per object: {result['operator_writes_total_per_object']:.2f}")
