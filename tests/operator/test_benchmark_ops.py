@@ -115,11 +115,13 @@ def test_run_launches_measures_and_stops_then_resume_is_complete(
 
 def test_unknown_framework_and_missing_benchmark(env: tuple[Daemon, Hub]) -> None:
     daemon, _ = env
-    job = _call(daemon, "benchmarks.run", {"recipe": RECIPE, "framework": "locust"}, timeout=60)
-    assert job["state"] == "failed"
-    text = json.dumps(job["error"])
-    assert "unknown benchmark framework 'locust'; known: llama-benchy, tool-eval-bench" in text
-    assert "422" in text or "ValueError" in text
+    # refused at submission: 422 naming the known frameworks, no job
+    detail = daemon.refused_at_submission(
+        "operator", "benchmarks.run", {"recipe": RECIPE, "framework": "locust"}
+    )
+    assert detail == "unknown benchmark framework 'locust'; known: llama-benchy, tool-eval-bench"
+    resume = daemon.refused_at_submission("operator", "benchmarks.resume", {"benchmark_id": "Bench_Nope"})
+    assert "benchmark_id name 'Bench_Nope' is not a valid Kubernetes object name" in resume
     missing = _call(daemon, "benchmarks.resume", {"benchmark_id": "bench-nope"}, timeout=60)
     assert missing["state"] == "failed"
     assert "no benchmark bench-nope" in json.dumps(missing["error"])

@@ -76,11 +76,26 @@ class Daemon:
                 time.sleep(0.2)
 
     def submit(self, who: str, name: str, arguments: dict[str, Any], **headers: str) -> str:
-        with self.http(who, **headers) as client:
-            answer = client.post(f"/v1/ops/{name}", json=arguments)
+        answer = self.post_op(who, name, arguments, **headers)
         assert answer.status_code == 202, answer.text
         job_id: str = answer.json()["job_id"]
         return job_id
+
+    def post_op(self, who: str, name: str, arguments: dict[str, Any], **headers: str) -> httpx.Response:
+        with self.http(who, **headers) as client:
+            return client.post(f"/v1/ops/{name}", json=arguments)
+
+    def refused_at_submission(self, who: str, name: str, arguments: dict[str, Any]) -> str:
+        """``POST /v1/ops/{name}`` answers 422 (the daemon's ValueError envelope) and no
+        DaemonJob is created; the refusal's detail."""
+        before = len(self.kube.list_items(API, "DaemonJob", namespace=self.namespace))
+        answer = self.post_op(who, name, arguments)
+        assert answer.status_code == 422, answer.text
+        body = answer.json()
+        assert body["error"] == {"type": "ValueError", "retryable": False, "attrs": {}}, body
+        assert len(self.kube.list_items(API, "DaemonJob", namespace=self.namespace)) == before
+        detail: str = body["detail"]
+        return detail
 
     def job_object(self, job_id: str) -> dict[str, Any]:
         found = self.kube.get(API, "DaemonJob", job_id, namespace=self.namespace)

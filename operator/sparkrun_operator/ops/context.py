@@ -23,7 +23,7 @@ from sparkrun_operator.ops.errors import Invalid
 from sparkrun_operator.render import keys
 from sparkrun_operator.render.modelcache import DEFAULT_TOOLS_IMAGE
 
-__all__ = ["Executor", "OperationContext", "Prompter", "Settings"]
+__all__ = ["ArgumentCheck", "Executor", "OperationContext", "Prompter", "Settings"]
 
 
 @dataclass(frozen=True)
@@ -118,3 +118,9 @@ class OperationContext:
 
 
 Executor = Callable[[OperationContext, dict[str, Any]], Coroutine[Any, Any, Any]]
+
+#: A pure check of one job operation's arguments: raises ``Invalid`` for what its executor would
+#: refuse before touching the cluster, so the daemon API answers 422 at submission instead of a
+#: job that fails after its 202. The executor runs the same check (a DaemonJob can be created
+#: without the daemon API).
+ArgumentCheck = Callable[[Mapping[str, Any], Settings], None]

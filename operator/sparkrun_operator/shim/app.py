@@ -38,7 +38,7 @@ This module holds the route table and dispatch; the handlers live in one mixin p
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import metadata
 
 from starlette.requests import Request
@@ -48,7 +48,7 @@ from sparkrun_operator.k8s.auth import RequestHeaderConfig
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.k8s.daemonjobs import JobCache
 from sparkrun_operator.ops.catalog import Catalog
-from sparkrun_operator.ops.context import Executor
+from sparkrun_operator.ops.context import ArgumentCheck, Executor
 from sparkrun_operator.ops.jobstore import JobService
 from sparkrun_operator.shim import docs
 from sparkrun_operator.shim.boundary import Boundary, Errors, json_response
@@ -90,6 +90,7 @@ class Shim(InfoRoutes, OperationRoutes, JobRoutes, EventRoutes, AdminRoutes):
         cache: JobCache,
         catalog: Catalog,
         executors: dict[str, Executor],
+        argument_checks: Mapping[str, ArgumentCheck] | None = None,
         front_proxy: RequestHeaderConfig | None = None,
         on_shutdown: Callable[[], None] | None = None,
     ) -> None:
@@ -100,6 +101,7 @@ class Shim(InfoRoutes, OperationRoutes, JobRoutes, EventRoutes, AdminRoutes):
         self.cache = cache
         self.catalog = catalog
         self.executors = executors
+        self.argument_checks = argument_checks or {}
         self.front_proxy = front_proxy
         self.on_shutdown = on_shutdown
         self.draining = False

@@ -55,6 +55,9 @@ class OperationRoutes(ShimState):
         if op.kind == "stream":
             raise Invalid("Use a stream endpoint for this operation")
         if op.kind == "job":
+            check = self.argument_checks.get(op.name)
+            if check is not None:
+                check(arguments, self.config.settings)
             self.query_cache.clear()
             key = request.headers.get("idempotency-key") or None
             job_id = await self.jobs.submit(

@@ -40,7 +40,7 @@ from sparkrun_operator.k8s.client import DAEMON_API_MANAGER, Kube
 from sparkrun_operator.k8s.daemonjobs import DaemonJobs, JobCache
 from sparkrun_operator.ops import catalog as catalog_mod
 from sparkrun_operator.ops.context import Settings
-from sparkrun_operator.ops.executors import EXECUTORS
+from sparkrun_operator.ops.executors import ARGUMENT_CHECKS, EXECUTORS
 from sparkrun_operator.ops.jobstore import DEFAULT_MAX_ACTIVE_JOBS, JobService
 from sparkrun_operator.shim.aggregated import Discovery, front_proxy_protocol
 from sparkrun_operator.shim.app import Shim, ShimConfig
@@ -122,6 +122,7 @@ async def build(options: ServeOptions, rest: Kube | None = None, *, sync_timeout
         cache=cache,
         catalog=catalog_mod.load(),
         executors=EXECUTORS,
+        argument_checks=ARGUMENT_CHECKS,
         front_proxy=front_proxy,
     )
 

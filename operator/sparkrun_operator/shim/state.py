@@ -5,7 +5,7 @@ caller/job-access helpers its handlers use)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +18,7 @@ from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.k8s.daemonjobs import JobCache
 from sparkrun_operator.ops import jobs as joblib
 from sparkrun_operator.ops.catalog import Catalog, Operation
-from sparkrun_operator.ops.context import Executor, Settings
+from sparkrun_operator.ops.context import ArgumentCheck, Executor, Settings
 from sparkrun_operator.ops.errors import Forbidden, NotFound
 from sparkrun_operator.ops.jobstore import JobService
 from sparkrun_operator.ops.schema import parse_json_object
@@ -77,6 +77,7 @@ class ShimState:
     cache: JobCache
     catalog: Catalog
     executors: dict[str, Executor]
+    argument_checks: Mapping[str, ArgumentCheck]
     front_proxy: RequestHeaderConfig | None
     on_shutdown: Callable[[], None] | None
     draining: bool

@@ -3,11 +3,13 @@
 :data:`EXECUTORS` maps every enabled operation of the catalog to its executor (a unit test
 checks the two sets are equal). Each module's docstring says how its operations map onto
 Kubernetes resources.
+:data:`ARGUMENT_CHECKS` holds the pure argument checks some job operations have (every key is
+an enabled job operation; a unit test checks it).
 """
 
 from __future__ import annotations
 
-from sparkrun_operator.ops.context import Executor
+from sparkrun_operator.ops.context import ArgumentCheck, Executor
 from sparkrun_operator.ops.executors import (
     benchmarks,
     clusters,
@@ -20,7 +22,7 @@ from sparkrun_operator.ops.executors import (
     workloads,
 )
 
-__all__ = ["EXECUTORS"]
+__all__ = ["ARGUMENT_CHECKS", "EXECUTORS"]
 
 EXECUTORS: dict[str, Executor] = {
     **clusters.EXECUTORS,
@@ -33,3 +35,6 @@ EXECUTORS: dict[str, Executor] = {
     **modelcache.EXECUTORS,
     **benchmarks.EXECUTORS,
 }
+
+#: The job operations whose arguments the daemon API checks at submission (422 before the 202).
+ARGUMENT_CHECKS: dict[str, ArgumentCheck] = {**modelcache.CHECKS, **benchmarks.CHECKS}

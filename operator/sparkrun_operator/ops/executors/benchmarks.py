@@ -35,7 +35,7 @@ from sparkrun_operator.api.resources import INFERENCE_BENCHMARK
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.k8s.client import resource_of
 from sparkrun_operator.ops import kube
-from sparkrun_operator.ops.context import Executor, OperationContext
+from sparkrun_operator.ops.context import ArgumentCheck, Executor, OperationContext, Settings
 from sparkrun_operator.ops.errors import DaemonError, Invalid, NotFound
 from sparkrun_operator.ops.executors.diagnostics import collect_bundle
 from sparkrun_operator.ops.executors.workloads.launch import _run_result, launch
@@ -231,14 +231,28 @@ async def _measure(ctx: OperationContext, name: str, body: dict[str, Any], limit
         raise
 
 
+def _launch_args(args: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: args[k] for k in ("recipe", "cluster", "hosts", "overrides", "solo") if k in args}
+
+
+def check_run(args: Mapping[str, Any], settings: Settings) -> None:
+    """What ``benchmarks.run`` refuses before it launches anything: the framework, category,
+    profile and bench arguments (the InferenceBenchmark they make), or the benchmark to resume."""
+    if args.get("resume"):
+        kube.check_name(str(args["resume"]), "resume")
+        return
+    spec_for(args, workload_name(_launch_args(args)), settings)
+
+
+def check_resume(args: Mapping[str, Any], _settings: Settings | None = None) -> None:
+    kube.check_name(str(args.get("benchmark_id") or ""), "benchmark_id")
+
+
 async def run(ctx: OperationContext, args: dict[str, Any]) -> Any:
     await _warn(ctx, args)
     if args.get("resume"):
         return await resume(ctx, {"benchmark_id": args["resume"], "timeout": args.get("timeout")})
-    _framework(args)
-    launch_args: dict[str, Any] = {
-        k: args[k] for k in ("recipe", "cluster", "hosts", "overrides", "solo") if k in args
-    }
+    launch_args = _launch_args(args)
     target = workload_name(launch_args)
     spec = spec_for(args, target, ctx.settings)
     name = benchmark_id(ctx, target)
@@ -323,3 +337,4 @@ async def resume(ctx: OperationContext, args: dict[str, Any]) -> Any:
 
 
 EXECUTORS: dict[str, Executor] = {"benchmarks.run": run, "benchmarks.resume": resume}
+CHECKS: dict[str, ArgumentCheck] = {"benchmarks.run": check_run, "benchmarks.resume": check_resume}

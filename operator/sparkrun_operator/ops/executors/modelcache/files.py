@@ -21,7 +21,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from sparkrun_operator.ops.context import Executor, OperationContext
+from sparkrun_operator.ops.context import ArgumentCheck, Executor, OperationContext, Settings
 from sparkrun_operator.ops.errors import Invalid
 from sparkrun_operator.ops.executors.modelcache import common
 from sparkrun_operator.ops.executors.modelcache.location import Location, locate, parse_cache_dir
@@ -42,6 +42,30 @@ def _refuse_host_only(args: Mapping[str, Any]) -> None:
     if args.get("transfer_mode", "auto") not in ("auto", "pull"):
         raise Invalid(
             f"transfer_mode {args['transfer_mode']!r} moves files between hosts; here only auto/pull exist"
+        )
+
+
+def check_files(args: Mapping[str, Any], _settings: Settings | None = None) -> None:
+    """What ``inspect``, ``repair`` and ``resolve`` refuse before they start a tool Job."""
+    _refuse_host_only(args)
+    if args.get("cache_dir") is not None:
+        parse_cache_dir(str(args["cache_dir"]))
+    _endpoint(args)
+
+
+def check_import(args: Mapping[str, Any], _settings: Settings | None = None) -> None:
+    """``import``: the file checks, a cache location, and a supplied manifest or the way to get one."""
+    check_files(args)
+    parse_cache_dir(str(args.get("cache_dir") or ""))
+    manifest = args.get("manifest")
+    if manifest is not None:
+        _checked_manifest(manifest, str(args.get("model")), args.get("revision"))
+    elif args.get("offline"):
+        raise Invalid("offline: true requires a supplied manifest (even with fetch_manifest)")
+    elif not args.get("fetch_manifest"):
+        raise Invalid(
+            "supply manifest (e.g. a model_cache.resolve result), or fetch_manifest: true to resolve it "
+            "from the origin once"
         )
 
 
@@ -112,14 +136,14 @@ async def _inspect(
 
 
 async def inspect(ctx: OperationContext, args: dict[str, Any]) -> list[dict[str, Any]]:
-    _refuse_host_only(args)
+    check_files(args)
     loc = await locate(ctx, args)
     event, host = await _inspect(ctx, loc, args)
     return [validation_report(event, host, repo=str(args["model"]))]
 
 
 async def repair(ctx: OperationContext, args: dict[str, Any]) -> dict[str, Any]:
-    _refuse_host_only(args)
+    check_files(args)
     loc = await locate(ctx, args)
     model = str(args["model"])
     event, host = await _inspect(ctx, loc, args)
@@ -178,7 +202,7 @@ async def _resolve(ctx: OperationContext, loc: Location | None, args: Mapping[st
 
 
 async def resolve(ctx: OperationContext, args: dict[str, Any]) -> dict[str, Any]:
-    _refuse_host_only(args)
+    check_files(args)
     loc = await locate(ctx, args) if args.get("cache_dir") else None
     return await _resolve(ctx, loc, args)
 
@@ -202,18 +226,9 @@ def _checked_manifest(manifest: Any, model: str, revision: str | None) -> dict[s
 
 
 async def import_manifest(ctx: OperationContext, args: dict[str, Any]) -> list[dict[str, Any]]:
-    _refuse_host_only(args)
+    check_import(args)
     model = str(args["model"])
-    parse_cache_dir(str(args["cache_dir"]))
     manifest = args.get("manifest")
-    if manifest is None:
-        if args.get("offline"):
-            raise Invalid("offline: true requires a supplied manifest (even with fetch_manifest)")
-        if not args.get("fetch_manifest"):
-            raise Invalid(
-                "supply manifest (e.g. a model_cache.resolve result), or fetch_manifest: true to resolve it "
-                "from the origin once"
-            )
     loc = await locate(ctx, args)
     if manifest is None:
         manifest = await _resolve(ctx, loc, args)
@@ -249,6 +264,13 @@ async def import_manifest(ctx: OperationContext, args: dict[str, Any]) -> list[d
         }
     ]
 
+
+CHECKS: dict[str, ArgumentCheck] = {
+    "model_cache.inspect": check_files,
+    "model_cache.repair": check_files,
+    "model_cache.resolve": check_files,
+    "model_cache.import": check_import,
+}
 
 EXECUTORS: dict[str, Executor] = {
     "model_cache.inspect": inspect,

@@ -31,10 +31,10 @@ from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.k8s.daemonjobs import DAEMON_JOBS
 from sparkrun_operator.ops import jobs, kube
-from sparkrun_operator.ops.context import Executor, OperationContext
+from sparkrun_operator.ops.context import ArgumentCheck, Executor, OperationContext, Settings
 from sparkrun_operator.ops.errors import Conflict, Invalid, NotFound
 from sparkrun_operator.ops.executors.modelcache import common, inventory
-from sparkrun_operator.ops.executors.modelcache.location import CACHES, Location, locate
+from sparkrun_operator.ops.executors.modelcache.location import CACHES, Location, locate, parse_cache_dir
 from sparkrun_operator.render import keys
 
 DEFAULT_MIN_AGE_DAYS = 7.0
@@ -105,15 +105,26 @@ async def pin(ctx: OperationContext, args: dict[str, Any]) -> list[dict[str, Any
     return [_report(ctx, loc, host, body, entries, dry_run=False)]
 
 
-async def prune(ctx: OperationContext, args: dict[str, Any]) -> list[dict[str, Any]]:
-    loc = await locate(ctx, args)
-    dry_run = bool(args.get("dry_run", True))
-    min_age = float(args.get("min_age_days", DEFAULT_MIN_AGE_DAYS))
-    if min_age < 0:
+def check_location(args: Mapping[str, Any], _settings: Settings | None = None) -> None:
+    """``cache_dir``, when given, names a claim and a directory (the operations' shared argument)."""
+    if args.get("cache_dir") is not None:
+        parse_cache_dir(str(args["cache_dir"]))
+
+
+def check_prune(args: Mapping[str, Any], _settings: Settings | None = None) -> None:
+    check_location(args)
+    if float(args.get("min_age_days", DEFAULT_MIN_AGE_DAYS)) < 0:
         raise Invalid("min_age_days must be >= 0")
     for key in ("max_bytes", "min_free_bytes"):
         if args.get(key) is not None and int(args[key]) < 0:
             raise Invalid(f"{key} must be >= 0")
+
+
+async def prune(ctx: OperationContext, args: dict[str, Any]) -> list[dict[str, Any]]:
+    check_prune(args)
+    loc = await locate(ctx, args)
+    dry_run = bool(args.get("dry_run", True))
+    min_age = float(args.get("min_age_days", DEFAULT_MIN_AGE_DAYS))
     body, host, entries = await _inventory(ctx, loc, min_age_days=min_age)
     free = int(body.get("free_bytes") or 0)
     chosen, met = inventory.select_for_prune(
@@ -177,13 +188,18 @@ async def _named_by_pending_job(ctx: OperationContext, workload: str) -> str | N
     return None
 
 
-async def reconcile(ctx: OperationContext, args: dict[str, Any]) -> list[dict[str, Any]]:
-    loc = await locate(ctx, args)
-    model, revision, claim = str(args["model"]), str(args["revision"]), str(args["claim"])
-    if not common.is_commit(revision):
+def check_reconcile(args: Mapping[str, Any], _settings: Settings | None = None) -> None:
+    check_location(args)
+    if not common.is_commit(str(args.get("revision"))):
         raise Invalid("model_cache.reconcile requires a full immutable revision (a 40-hex commit)")
     if args.get("confirm_inactive") is not True:
         raise Invalid("confirm_inactive must be true: stop every workload and launch behind the claim first")
+
+
+async def reconcile(ctx: OperationContext, args: dict[str, Any]) -> list[dict[str, Any]]:
+    check_reconcile(args)
+    loc = await locate(ctx, args)
+    model, revision, claim = str(args["model"]), str(args["revision"]), str(args["claim"])
     holders = [
         t for t in common.trackers(loc) if t.repo == model and t.commit == revision and claim in t.claims
     ]
@@ -277,13 +293,19 @@ def _adopted_cache(
     }
 
 
-async def adopt(ctx: OperationContext, args: dict[str, Any]) -> list[dict[str, Any]]:
-    loc = await locate(ctx, args)
-    model, all_models = args.get("model"), bool(args.get("all_models", False))
-    if bool(model) == all_models:
+def check_adopt(args: Mapping[str, Any], _settings: Settings | None = None) -> None:
+    check_location(args)
+    all_models = bool(args.get("all_models", False))
+    if bool(args.get("model")) == all_models:
         raise Invalid("model_cache.adopt takes either model (optionally revision) or all_models: true")
     if all_models and args.get("revision"):
         raise Invalid("revision narrows model; it cannot be combined with all_models")
+
+
+async def adopt(ctx: OperationContext, args: dict[str, Any]) -> list[dict[str, Any]]:
+    check_adopt(args)
+    loc = await locate(ctx, args)
+    model = args.get("model")
     dry_run = bool(args.get("dry_run", True))
     body, host, entries = await _inventory(ctx, loc, repo=str(model) if model else None)
     commit = (
@@ -389,6 +411,15 @@ async def delete(ctx: OperationContext, args: dict[str, Any]) -> list[dict[str, 
         )
     ]
 
+
+CHECKS: dict[str, ArgumentCheck] = {
+    "model_cache.list": check_location,
+    "model_cache.pin": check_location,
+    "model_cache.prune": check_prune,
+    "model_cache.reconcile": check_reconcile,
+    "model_cache.adopt": check_adopt,
+    "model_cache.delete": check_location,
+}
 
 EXECUTORS: dict[str, Executor] = {
     "model_cache.list": list_cache,
