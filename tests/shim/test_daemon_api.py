@@ -533,6 +533,12 @@ def test_unknown_fields_and_bad_bodies_are_422(daemon: Daemon) -> None:
             assert client.post(path, json=[1]).json()["detail"] == "Request must be a JSON object"
         nested = client.post("/v1/workloads/run", json={"recipe": "r", "overrides": {"api_token": "x"}})
         assert nested.status_code == 422
+    # argument checks after the schema: an override Kubernetes has no meaning for, no job created
+    detail = daemon.refused_at_submission(
+        "admin", "workloads.run", {"recipe": "r", "overrides": {"port": 9000}}
+    )
+    assert detail.startswith("override 'port' is not supported on Kubernetes; supported: enable_sleep_mode")
+    with daemon.http("admin") as client:
         assert client.post("/v1/ops/no.such", json={}).status_code == 404
         assert client.get("/v1/ops/cluster.create").status_code == 405
         assert client.get("/v1/nothing-here").json() == {"detail": "Not Found"}

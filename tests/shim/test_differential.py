@@ -165,20 +165,22 @@ class Both:
         )
 
     def wait(self, ref_id: str, shim_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        out = []
-        for client, job_id, token in (
-            (self._ref, ref_id, self.reference.tokens["admin"]),
-            (self._shim, shim_id, self.daemon.token("admin")),
-        ):
-            deadline = time.monotonic() + 60
-            while True:
-                job = client.get(f"/v1/jobs/{job_id}", headers={"Authorization": "Bearer " + token}).json()
-                if job["state"] in TERMINAL:
-                    out.append(job)
-                    break
-                assert time.monotonic() < deadline, job
-                time.sleep(0.2)
-        return out[0], out[1]
+        return self.wait_reference(ref_id), _finished(self._shim, shim_id, self.daemon.token("admin"))
+
+    def wait_reference(self, job_id: str) -> dict[str, Any]:
+        return _finished(self._ref, job_id, self.reference.tokens["admin"])
+
+
+def _finished(client: httpx.Client, job_id: str, token: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 60
+    while True:
+        job: dict[str, Any] = client.get(
+            f"/v1/jobs/{job_id}", headers={"Authorization": "Bearer " + token}
+        ).json()
+        if job["state"] in TERMINAL:
+            return job
+        assert time.monotonic() < deadline, job
+        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -273,6 +275,21 @@ def test_disabled_operations_are_typed_403s(both: Both) -> None:
     error = pair.shim.json()["error"]
     assert error["type"] == "FeatureDisabled"
     assert error["attrs"]["reason"] == "not_applicable"
+
+
+def test_argument_errors_are_refused_before_a_job_here(both: Both) -> None:
+    """Deliberate difference (docs/daemon-api.md): the reference daemon accepts the job and its
+    executor fails it; the shim answers the executor's words as 422 at submission."""
+    body = {"recipe": "no-such-recipe", "framework": "locust"}
+    pair = both.send("POST", "/v1/ops/benchmarks.run", json=body)
+    assert pair.reference.status_code == 202, pair.reference.text
+    # (the reference's job fails in its executor; waited for, so later tests meet an idle daemon)
+    assert both.wait_reference(pair.reference.json()["job_id"])["state"] == "failed"
+    assert pair.shim.status_code == 422
+    assert pair.shim.json() == {
+        "detail": "unknown benchmark framework 'locust'; known: llama-benchy, tool-eval-bench",
+        "error": {"type": "ValueError", "retryable": False, "attrs": {}},
+    }
 
 
 def test_job_lifecycle_matches(both: Both) -> None:

@@ -40,7 +40,7 @@ from sparkrun_operator.ops.errors import DaemonError, Invalid, NotFound
 from sparkrun_operator.ops.executors.diagnostics import collect_bundle
 from sparkrun_operator.ops.executors.workloads.launch import _run_result, launch
 from sparkrun_operator.ops.executors.workloads.lifecycle import wait_for
-from sparkrun_operator.ops.executors.workloads.request import warn_ignored, workload_name
+from sparkrun_operator.ops.executors.workloads.request import parse_overrides, warn_ignored, workload_name
 from sparkrun_operator.render import keys
 from sparkrun_operator.runtime import benchframeworks
 
@@ -241,6 +241,7 @@ def check_run(args: Mapping[str, Any], settings: Settings) -> None:
     if args.get("resume"):
         kube.check_name(str(args["resume"]), "resume")
         return
+    parse_overrides(args)
     spec_for(args, workload_name(_launch_args(args)), settings)
 
 

@@ -32,9 +32,9 @@ Modules: :mod:`.request` (recipe resolution for a launch), :mod:`.preview` (plan
 
 from __future__ import annotations
 
-from sparkrun_operator.ops.context import Executor
+from sparkrun_operator.ops.context import ArgumentCheck, Executor
 from sparkrun_operator.ops.executors.shared import endpoint_entry, recipe_specs, served_names
-from sparkrun_operator.ops.executors.workloads.bulk import stop_all, stop_matching
+from sparkrun_operator.ops.executors.workloads.bulk import check_stop_matching, stop_all, stop_matching
 from sparkrun_operator.ops.executors.workloads.inventory import (
     endpoints,
     find_intent,
@@ -46,8 +46,17 @@ from sparkrun_operator.ops.executors.workloads.inventory import (
 from sparkrun_operator.ops.executors.workloads.launch import ensure_ready, run
 from sparkrun_operator.ops.executors.workloads.lifecycle import reconcile, sleep, status, stop, wake
 from sparkrun_operator.ops.executors.workloads.preview import materialize, plan
+from sparkrun_operator.ops.executors.workloads.request import check_launch
 
-__all__ = ["EXECUTORS", "endpoint_entry", "recipe_specs", "served_names", "workload_row"]
+__all__ = ["CHECKS", "EXECUTORS", "endpoint_entry", "recipe_specs", "served_names", "workload_row"]
+
+CHECKS: dict[str, ArgumentCheck] = {
+    "workloads.run": check_launch,
+    "workloads.ensure_ready": check_launch,
+    "workloads.plan": check_launch,
+    "workloads.materialize": check_launch,
+    "workloads.stop_matching": check_stop_matching,
+}
 
 EXECUTORS: dict[str, Executor] = {
     "workloads.run": run,

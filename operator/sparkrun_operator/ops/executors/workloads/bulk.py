@@ -8,7 +8,7 @@ from typing import Any
 
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.ops import kube
-from sparkrun_operator.ops.context import OperationContext
+from sparkrun_operator.ops.context import OperationContext, Settings
 from sparkrun_operator.ops.errors import Invalid
 from sparkrun_operator.ops.executors.workloads.request import parse_overrides
 
@@ -65,10 +65,15 @@ async def _delete_all(
     return removed, hosts, errors
 
 
-async def stop_matching(ctx: OperationContext, args: dict[str, Any]) -> Any:
+def check_stop_matching(args: Mapping[str, Any], _settings: Settings | None = None) -> None:
+    """A selector is required, and overrides (which narrow a recipe match) must be known ones."""
     if not any(args.get(k) for k in ("workload_id", "recipe", "hosts", "cluster")):
         raise Invalid("Provide workload_id, recipe, hosts or cluster to select the workloads to stop")
     parse_overrides(args)
+
+
+async def stop_matching(ctx: OperationContext, args: dict[str, Any]) -> Any:
+    check_stop_matching(args)
     selected, hosts, seen = await _selected(ctx, args)
     removed, touched, errors = await _delete_all(ctx, selected, seen)
     return {

@@ -15,7 +15,7 @@ from sparkrun_operator.api.resources import INFERENCE_CLUSTER
 from sparkrun_operator.api.workload import InferenceWorkloadSpec
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.ops import kube
-from sparkrun_operator.ops.context import OperationContext
+from sparkrun_operator.ops.context import OperationContext, Settings
 from sparkrun_operator.ops.errors import Invalid, NotFound
 from sparkrun_operator.recipe import identity as recipe_identity
 from sparkrun_operator.recipe.resolve import resolve
@@ -95,6 +95,12 @@ def parse_overrides(args: Mapping[str, Any]) -> dict[str, Any]:
             )
         out[_OVERRIDES[key]] = value
     return out
+
+
+def check_launch(args: Mapping[str, Any], _settings: Settings | None = None) -> None:
+    """What a launch, plan or render refuses before it reads its recipe: override keys that have
+    no meaning on Kubernetes (the daemon API answers 422 at submission)."""
+    parse_overrides(args)
 
 
 def _int(value: Any, what: str) -> int:
