@@ -199,27 +199,11 @@ def register(registry: kopf.OperatorRegistry) -> None:
         ctx: Context = memo.ctx
         ctx.triggers.poke_where(lambda key: isinstance(key, tuple) and key[:2] == ("ib", namespace))
 
-    @kopf.daemon(*BENCHMARK_ID, id="ib-reconcile", cancellation_timeout=10.0, registry=registry)
-    async def ib_reconcile(
-        *,
-        name: str,
-        namespace: str | None,
-        body: kopf.Body,
-        memo: Any,
-        stopped: kopf.DaemonStopped,
-        logger: logging.Logger | logging.LoggerAdapter[Any],
-        **_: Any,
-    ) -> None:
-        ctx: Context = memo.ctx
-
-        async def one_pass() -> float | None:
-            return await reconcile(ctx, body)
-
-        await common.run_loop(
-            ctx,
-            key=_key(str(namespace), name),
-            kind="InferenceBenchmark",
-            stopped=stopped,
-            logger=logger,
-            reconcile=one_pass,
-        )
+    common.reconcile_daemon(
+        registry,
+        BENCHMARK_ID,
+        handler_id="ib-reconcile",
+        kind="InferenceBenchmark",
+        key=_key,
+        reconcile=reconcile,
+    )

@@ -234,3 +234,37 @@ async def poked(trigger: asyncio.Event, stopped: kopf.DaemonStopped, patience: f
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+def reconcile_daemon(
+    registry: kopf.OperatorRegistry,
+    resource: tuple[str, str, str],
+    *,
+    handler_id: str,
+    kind: str,
+    key: Callable[[str, str], Hashable],
+    reconcile: Callable[[Context, Mapping[str, Any]], Awaitable[float | None]],
+) -> None:
+    """Register one kopf daemon per object of ``resource`` that runs :func:`run_loop` over
+    ``reconcile(ctx, body)``: the controllers whose pass needs nothing but the object
+    (InferenceBenchmark, ModelCache; the workload and cluster daemons add indexes and lanes)."""
+
+    @kopf.daemon(*resource, id=handler_id, cancellation_timeout=10.0, registry=registry)
+    async def reconcile_each(
+        *,
+        name: str,
+        namespace: str | None,
+        body: kopf.Body,
+        memo: Any,
+        stopped: kopf.DaemonStopped,
+        logger: logging.Logger | logging.LoggerAdapter[Any],
+        **_: Any,
+    ) -> None:
+        ctx: Context = memo.ctx
+
+        async def one_pass() -> float | None:
+            return await reconcile(ctx, body)
+
+        await run_loop(
+            ctx, key=key(str(namespace), name), kind=kind, stopped=stopped, logger=logger, reconcile=one_pass
+        )

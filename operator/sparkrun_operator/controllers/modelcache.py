@@ -201,27 +201,6 @@ def register(registry: kopf.OperatorRegistry) -> None:
             if cache is not None and (cache.get("metadata") or {}).get("deletionTimestamp"):
                 await reconcile(ctx, cache)
 
-    @kopf.daemon(*CACHE_ID, id="mc-reconcile", cancellation_timeout=10.0, registry=registry)
-    async def mc_reconcile(
-        *,
-        name: str,
-        namespace: str | None,
-        body: kopf.Body,
-        memo: Any,
-        stopped: kopf.DaemonStopped,
-        logger: logging.Logger | logging.LoggerAdapter[Any],
-        **_: Any,
-    ) -> None:
-        ctx: Context = memo.ctx
-
-        async def one_pass() -> float | None:
-            return await reconcile(ctx, body)
-
-        await common.run_loop(
-            ctx,
-            key=_key(str(namespace), name),
-            kind="ModelCache",
-            stopped=stopped,
-            logger=logger,
-            reconcile=one_pass,
-        )
+    common.reconcile_daemon(
+        registry, CACHE_ID, handler_id="mc-reconcile", kind="ModelCache", key=_key, reconcile=reconcile
+    )
