@@ -99,10 +99,7 @@ async def observe(ctx: Context, body: Mapping[str, Any]) -> BenchmarkObservation
     meta = body.get("metadata") or {}
     name, namespace = str(meta["name"]), str(meta["namespace"])
     spec = InferenceBenchmarkSpec.model_validate(body.get("spec") or {})
-    try:
-        previous = InferenceBenchmarkStatus.model_validate(body.get("status") or {})
-    except ValueError:
-        previous = InferenceBenchmarkStatus()
+    previous = common.current_status(body, InferenceBenchmarkStatus)
     workload = None
     gpu_product = None
     recipe = None

@@ -44,10 +44,7 @@ async def reconcile(ctx: Context, *, body: kopf.Body, indices: Mapping[str, Any]
         return None
     name = str(meta["name"])
     spec = InferenceClusterSpec.model_validate(body.get("spec") or {})
-    try:
-        previous = InferenceClusterStatus.model_validate(body.get("status") or {})
-    except ValueError:
-        previous = InferenceClusterStatus()
+    previous = common.current_status(body, InferenceClusterStatus)
     nodes: list[ObservedNode] = _all(indices.get("iw_nodes"))
     pods: list[ObservedGpuPod] = _all(indices.get("iw_gpu_pods"))
     refs: list[ClusterRef] = []

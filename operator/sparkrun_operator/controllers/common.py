@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import kopf
@@ -34,6 +34,18 @@ RETRY_UNAVAILABLE = Backoff(initial=15.0, maximum=15.0, jitter=0.3)
 #: edit) runs again soon, in the same loop, once the watch has had a moment to deliver the newer
 #: object; consecutive conflicts back off to a few seconds.
 RETRY_CONFLICT = Backoff(initial=0.25, maximum=5.0, jitter=0.5)
+
+
+S = TypeVar("S", bound=BaseModel)
+
+
+def current_status(body: Mapping[str, Any], model: type[S]) -> S:
+    """The object's status as ``model``, or a fresh one when it does not parse (a hand-edited
+    status: the planner starts over rather than failing the pass)."""
+    try:
+        return model.model_validate(body.get("status") or {})
+    except ValueError:
+        return model()
 
 
 def status_patch(current: Mapping[str, Any] | None, desired: BaseModel) -> dict[str, Any] | None:

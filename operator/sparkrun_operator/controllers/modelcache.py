@@ -59,10 +59,7 @@ async def observe(ctx: Context, body: Mapping[str, Any]) -> CacheObservation:
     meta = body.get("metadata") or {}
     name, namespace = str(meta["name"]), str(meta["namespace"])
     spec = ModelCacheSpec.model_validate(body.get("spec") or {})
-    try:
-        previous = ModelCacheStatus.model_validate(body.get("status") or {})
-    except ValueError:
-        previous = ModelCacheStatus()
+    previous = common.current_status(body, ModelCacheStatus)
     claim_name = spec.storage.claim_name or name
     selector = f"{keys.LABEL_MODEL_CACHE}={name}"
     raw_claim, raw_jobs, raw_pods, workloads = await asyncio.gather(

@@ -28,10 +28,7 @@ async def reconcile(ctx: Context, *, body: kopf.Body) -> None:
     """Compute and write the Recipe's status; warn with an event when it is not servable."""
     meta = body.get("metadata") or {}
     spec = RecipeSpec.model_validate(body.get("spec") or {})
-    try:
-        previous = RecipeStatus.model_validate(body.get("status") or {})
-    except ValueError:
-        previous = RecipeStatus()
+    previous = common.current_status(body, RecipeStatus)
     status = plan_status(
         spec=spec, generation=int(meta.get("generation") or 0), previous=previous, now=utcnow()
     )

@@ -133,10 +133,7 @@ def observation(
     name = str(meta["name"])
     namespace = str(meta["namespace"])
     spec = InferenceWorkloadSpec.model_validate(body.get("spec") or {})
-    try:
-        status = InferenceWorkloadStatus.model_validate(body.get("status") or {})
-    except ValueError:
-        status = InferenceWorkloadStatus()  # a hand-edited status: start over
+    status = common.current_status(body, InferenceWorkloadStatus)
     recipe = None
     if spec.recipe is not None:
         raw_recipe = observe.first(indices.get("iw_recipes"), (namespace, spec.recipe.name))
