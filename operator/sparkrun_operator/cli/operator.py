@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import os
 from typing import Any
 
+from sparkrun_operator import runner
 from sparkrun_operator.cli import operator_stop
 from sparkrun_operator.controllers.context import DEFAULT_DRIFT_SECONDS, OperatorConfig
 from sparkrun_operator.controllers.operator import PEERING_NAME, RunOptions, describe, run
@@ -219,7 +219,7 @@ def _run(args: argparse.Namespace) -> int:
     for line in describe(options):
         logging.getLogger("sparkrun.operator").info("%s", line)
     try:
-        asyncio.run(run(options))
+        runner.run(run(options))
     except KeyboardInterrupt:
         return 130
     return 0

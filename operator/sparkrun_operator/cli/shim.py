@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 
+from sparkrun_operator import runner
 from sparkrun_operator.client import Client, DaemonError
 from sparkrun_operator.shim.listener import Limits
 from sparkrun_operator.shim.server import ServeOptions, serve
@@ -104,7 +105,7 @@ def _serve(args: argparse.Namespace) -> int:
         await serve(options, stop=stop)
 
     try:
-        asyncio.run(main())
+        runner.run(main())
     except ValueError as error:
         print(f"sparkrun-k8s shim serve: {error}", file=sys.stderr)
         return 2

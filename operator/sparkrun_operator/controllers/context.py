@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -67,17 +68,46 @@ class OperatorConfig:
     benchmark_hf_endpoint: str | None = None
 
 
+class Poke(asyncio.Event):
+    """A daemon's wake-up event that remembers when it was set: ``clear()`` (the daemon took
+    the pokes so far) keeps the time of the first set it absorbed until :meth:`taken`, so a
+    daemon can tell how long the pokes behind its work waited for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._set_at: float | None = None
+        self._absorbed: float | None = None
+
+    def set(self) -> None:
+        if not self.is_set():
+            self._set_at = time.monotonic()
+        super().set()
+
+    def clear(self) -> None:
+        if self.is_set() and self._absorbed is None:
+            self._absorbed = self._set_at
+        super().clear()
+
+    def taken(self) -> float | None:
+        """The ``time.monotonic()`` of the first poke cleared since the last call (``None``:
+        none), and forget it; a poke still set is the next call's."""
+        absorbed, self._absorbed = self._absorbed, None
+        return absorbed
+
+
 class Triggers:
     """Per-object wake-up events, keyed by e.g. ``("iw", namespace, name)``."""
 
     def __init__(self) -> None:
-        self._events: dict[Hashable, asyncio.Event] = {}
+        self._events: dict[Hashable, Poke] = {}
+        #: Pokes so far (all keys): whether anything happened lately.
+        self.pokes = 0
 
-    def register(self, key: Hashable) -> asyncio.Event:
+    def register(self, key: Hashable) -> Poke:
         """The event of ``key`` (created set, so the first pass runs at once)."""
         event = self._events.get(key)
         if event is None:
-            event = self._events[key] = asyncio.Event()
+            event = self._events[key] = Poke()
             event.set()
         return event
 
@@ -86,6 +116,7 @@ class Triggers:
 
     def poke(self, key: Hashable) -> bool:
         """Wake ``key``'s daemon; ``False`` when no daemon runs for it (yet)."""
+        self.pokes += 1
         event = self._events.get(key)
         if event is None:
             return False
@@ -99,6 +130,7 @@ class Triggers:
             if predicate(key):
                 event.set()
                 count += 1
+        self.pokes += count
         return count
 
     def keys(self) -> Iterator[Hashable]:
@@ -131,7 +163,8 @@ class Metrics:
         )
         self.status_lane_seconds = Histogram(
             "sparkrun_operator_status_lane_seconds",
-            "The status lane's writes: time queued for a slot, and the write itself, by priority.",
+            "The status lane's writes by priority: time queued for a slot, the write itself, and "
+            "from the child event that poked the lane to its status written.",
             ["kind", "stage", "urgent"],
             registry=self.registry,
             buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
@@ -141,6 +174,14 @@ class Metrics:
             "How late the operator's event loop ran a timer (CPU saturation of the process).",
             registry=self.registry,
             buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10),
+        )
+        self.gc_pause_seconds = Histogram(
+            "sparkrun_operator_gc_pause_seconds",
+            "Pauses of Python's cyclic garbage collector in the operator's process, by generation "
+            "(the event loop runs nothing meanwhile).",
+            ["generation"],
+            registry=self.registry,
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2),
         )
         self.api_writes = Counter(
             "sparkrun_operator_api_writes_total",
@@ -155,20 +196,27 @@ class Metrics:
             registry=self.registry,
         )
         self._ready: dict[tuple[str, Hashable], str] = {}
+        self._ready_counts: dict[tuple[str, str], int] = {}
 
     def observe_ready(self, kind: str, key: Hashable, ready: str | None) -> None:
-        """Record ``key``'s Ready status (``None``: the object is gone) and refresh the gauge."""
+        """Record ``key``'s Ready status (``None``: the object is gone) and move the gauge
+        (constant time: a count per kind and status, not a scan of every object)."""
         slot = (kind, key)
-        if ready is None:
-            self._ready.pop(slot, None)
-        else:
+        before = self._ready.pop(slot, None)
+        if ready is not None:
             self._ready[slot] = ready
-        counts: dict[str, int] = {"True": 0, "False": 0, "Unknown": 0}
-        for (k, _), value in self._ready.items():
-            if k == kind:
-                counts[value] = counts.get(value, 0) + 1
-        for value, count in counts.items():
+        if before == ready:
+            return
+        for value, step in ((before, -1), (ready, 1)):
+            if value is None:
+                continue
+            count = self._ready_counts.get((kind, value), 0) + step
+            self._ready_counts[(kind, value)] = count
             self.objects.labels(kind=kind, ready=value).set(count)
+        for value in ("True", "False", "Unknown"):  # every status shows, 0 until seen
+            if (kind, value) not in self._ready_counts:
+                self._ready_counts[(kind, value)] = 0
+                self.objects.labels(kind=kind, ready=value).set(0)
 
     def count_write(self, verb: str, _path: str) -> None:
         self.api_writes.labels(verb=verb).inc()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,7 @@ async def run_status_lane(
     """
     trigger = ctx.triggers.register(key)
     trigger.clear()  # the full lane's first pass writes the first status
+    trigger.taken()
     settle = ctx.config.status_settle_seconds
     try:
         while not stopped:
@@ -67,11 +69,18 @@ async def run_status_lane(
             pending = _guarded(prepare, logger)
             if pending is not None and not pending.urgent:
                 pending = await _settled(trigger, stopped, settle, prepare, pending, logger)
-            if pending is None or stopped:
-                continue
-            wrote = await _write(ctx, kind, trigger, stopped, prepare, pending, logger)
+            wrote = None
+            if pending is not None and not stopped:
+                wrote = await _write(ctx, kind, trigger, stopped, prepare, pending, logger)
             if wrote is not None:
                 ctx.metrics.status_passes.labels(kind=kind, wrote=str(wrote).lower()).inc()
+            # NB: from the first poke this write took in (a child event) to the status written;
+            # a poke that came after its last planning is the next write's
+            poked_at = trigger.taken()
+            if wrote and pending is not None and poked_at is not None:
+                ctx.metrics.status_lane_seconds.labels(
+                    kind=kind, stage="poked", urgent=str(pending.urgent).lower()
+                ).observe(time.monotonic() - poked_at)
     finally:
         ctx.triggers.unregister(key)
 

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import random
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -30,6 +32,7 @@ from prometheus_client import start_http_server
 
 from sparkrun_operator.api.resources import RECIPE
 from sparkrun_operator.controllers import benchmark, cluster, daemonjob, indexes, modelcache, recipe, workload
+from sparkrun_operator.controllers.collector import collect_when_quiet
 from sparkrun_operator.controllers.context import Context, Metrics, OperatorConfig
 from sparkrun_operator.controllers.diffbase import ChangeHandledKindsDiffBase
 from sparkrun_operator.controllers.gate import PriorityGate
@@ -209,6 +212,9 @@ async def run(
         ),
     )
     lag = asyncio.create_task(watch_loop_lag(metrics))
+    collector = asyncio.create_task(collect_when_quiet(ctx.triggers))
+    stack = contextlib.ExitStack()
+    stack.enter_context(observing_gc(metrics))
     try:
         if options.metrics_port is not None:
             serve_metrics(metrics, host=options.metrics_host, port=options.metrics_port)
@@ -228,9 +234,11 @@ async def run(
             ready_flag=ready_flag,
         )
     finally:
-        lag.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await lag
+        stack.close()
+        for task in (lag, collector):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await http.aclose()
         await kube.close()
 
@@ -243,6 +251,27 @@ async def watch_loop_lag(metrics: Metrics, *, period: float = 0.25) -> None:
         start = loop.time()
         await asyncio.sleep(period)
         metrics.loop_lag_seconds.observe(max(0.0, loop.time() - start - period))
+
+
+@contextlib.contextmanager
+def observing_gc(metrics: Metrics) -> Iterator[None]:
+    """Observe every pause of the cyclic garbage collector (the loop runs nothing meanwhile)
+    in ``metrics.gc_pause_seconds`` while the block runs."""
+    started: list[float] = []
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started.append(time.perf_counter())
+        elif started:
+            pause = time.perf_counter() - started.pop()
+            metrics.gc_pause_seconds.labels(generation=str(info["generation"])).observe(pause)
+
+    observe: Callable[[str, dict[str, int]], None] = callback
+    gc.callbacks.append(observe)
+    try:
+        yield
+    finally:
+        gc.callbacks.remove(observe)
 
 
 def describe(options: RunOptions) -> Sequence[str]:

@@ -8,7 +8,9 @@ passes hold every slot of the gate."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
+import time
 from typing import Any
 
 import httpx
@@ -19,6 +21,7 @@ from sparkrun_operator.api.workload import InferenceWorkloadStatus
 from sparkrun_operator.controllers import common, lane
 from sparkrun_operator.controllers.context import Context, Metrics, OperatorConfig, Triggers
 from sparkrun_operator.controllers.gate import ACTION, PROGRESS, URGENT, PriorityGate
+from sparkrun_operator.controllers.operator import observing_gc
 from sparkrun_operator.k8s import errors
 
 
@@ -223,17 +226,53 @@ def test_triggers_and_ready_gauge() -> None:
     event = triggers.register("x")
     assert event.is_set()  # the first pass runs without waiting for an event
     event.clear()
+    assert event.taken() is not None  # the set of registration, absorbed by that clear
     assert triggers.poke("x")
     assert event.is_set()
     assert triggers.poke_where(lambda key: key == "x") == 1
+    assert event.taken() is None  # nothing cleared since
+    before = time.monotonic()
+    event.clear()
+    first = event.taken()  # the first poke absorbed by the clear, not the later ones
+    assert first is not None
+    assert first <= before
+    assert event.taken() is None  # taken
+    event.clear()
+    assert event.taken() is None  # a clear with no poke since absorbs nothing
+    assert not triggers.poke("unknown")
     metrics = Metrics()
     metrics.observe_ready("K", "a", "True")
     metrics.observe_ready("K", "b", "False")
     metrics.observe_ready("K", "a", None)
-    assert metrics.registry.get_sample_value("sparkrun_operator_objects", {"kind": "K", "ready": "True"}) == 0
-    assert (
-        metrics.registry.get_sample_value("sparkrun_operator_objects", {"kind": "K", "ready": "False"}) == 1
-    )
+    metrics.observe_ready("L", "a", "Unknown")
+
+    def gauge(kind: str, ready: str) -> float | None:
+        return metrics.registry.get_sample_value("sparkrun_operator_objects", {"kind": kind, "ready": ready})
+
+    assert (gauge("K", "True"), gauge("K", "False"), gauge("K", "Unknown")) == (0, 1, 0)
+    assert (gauge("L", "True"), gauge("L", "Unknown")) == (0, 1)
+    metrics.observe_ready("K", "b", "False")  # the same again moves nothing
+    metrics.observe_ready("K", "c", "True")
+    metrics.observe_ready("K", "b", "True")
+    metrics.observe_ready("K", "gone", None)  # never seen
+    assert (gauge("K", "True"), gauge("K", "False"), gauge("K", "Unknown")) == (2, 0, 0)
+
+
+def test_gc_pauses_are_observed_while_the_operator_runs() -> None:
+    metrics = Metrics()
+
+    def pauses() -> float:
+        return (
+            metrics.registry.get_sample_value("sparkrun_operator_gc_pause_seconds_count", {"generation": "2"})
+            or 0
+        )
+
+    with observing_gc(metrics):
+        gc.collect()
+        gc.collect()
+    assert pauses() == 2
+    gc.collect()  # after the block: no longer observed
+    assert pauses() == 2
 
 
 def _lane(ctx: Context, key: str, stopped: Stopped, prepare: Any) -> asyncio.Task[None]:
@@ -370,6 +409,18 @@ async def test_progress_settles_into_one_write_and_readiness_does_not_wait() -> 
     await asyncio.wait_for(wrote.wait(), 1)
     assert loop.time() - start < 0.15
     assert written == ["running", "ready"]
+
+    def poked(urgent: str, sample: str) -> float | None:
+        labels = {"kind": "Test", "stage": "poked", "urgent": urgent}
+        return ctx.metrics.registry.get_sample_value(
+            f"sparkrun_operator_status_lane_seconds_{sample}", labels
+        )
+
+    # from the first poke to the written status: the progress write waited out the window
+    assert poked("false", "count") == 1
+    assert (poked("false", "sum") or 0) >= 0.3
+    assert poked("true", "count") == 1
+    assert (poked("true", "sum") or 1) < 0.15
     # nothing to write (the status is current): no write
     state.update(value="nothing", urgent=False)
     ctx.triggers.poke("s")
