@@ -16,6 +16,19 @@ def full_collections() -> int:
     return int(gc.get_stats()[2]["collections"])
 
 
+def full_collection() -> asyncio.Event:
+    """Set at the end of the next full collection (the collector runs it on this loop)."""
+    done = asyncio.Event()
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "stop" and info["generation"] == 2:
+            done.set()
+            gc.callbacks.remove(callback)
+
+    gc.callbacks.append(callback)
+    return done
+
+
 def make_due() -> None:
     """One generation 1 collection: with ``every=1`` a full collection is due."""
     gc.collect(1)
@@ -45,8 +58,7 @@ async def test_a_due_full_collection_waits_for_a_quiet_moment() -> None:
             await asyncio.sleep(0.02)
         assert full_collections() == before
         quiet_since = time.monotonic()
-        while full_collections() == before and time.monotonic() - quiet_since < 5:
-            await asyncio.sleep(0.02)
+        await asyncio.wait_for(full_collection().wait(), 5)
         assert full_collections() == before + 1
         assert time.monotonic() - quiet_since >= 1.0  # after a second without changes
         await asyncio.sleep(0.2)
