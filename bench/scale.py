@@ -10,7 +10,10 @@ scheduler and marked Running/Ready by KWOK):
 - API writes per object while converging, from the apiserver's ``apiserver_request_total``
   by resource (the operator is the only writer of InferenceWorkloads after their creation, of
   their status, of Services and of JobSet specs; JobSet status is the JobSet controller's);
-- writes while idle: the same counters over ``--idle-seconds`` after convergence.
+- writes while idle: the same counters over ``--idle-seconds`` after convergence;
+- with ``--probe``, the floor of the readiness lag: on each leader pod Ready this process
+  creates a ConfigMap and times seeing it through its watch (one write and one watch event,
+  under the same load: what the operator's own readiness write cannot beat).
 
 Run: ``python -m bench.scale [--workloads 1000 --nodes 250]``.
 """
@@ -24,6 +27,7 @@ import json
 import re
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,19 +49,28 @@ from bench._operator import (
 )
 
 OPERATOR_RESOURCES = ("inferenceworkloads", "services", "jobsets")
+#: ``--probe``: the workload a probe ConfigMap stands for.
+PROBE_LABEL = "bench.sparkrun.dev/probe-for"
 
 
 class Readiness:
     """Which workloads are Ready (from a watch), and when the last one became so; when each
     workload's JobSet first appeared (the operator's own part of the work)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_pod_ready: Callable[[str], None] | None = None) -> None:
         self.ready: dict[str, float] = {}
         self.jobsets: dict[str, float] = {}
         self.pods_ready: dict[str, float] = {}
+        self.probes: dict[str, float] = {}
         self.changed = asyncio.Event()
+        self.on_pod_ready = on_pod_ready
 
     def __call__(self, kind: str, obj: dict[str, Any], when: float) -> None:
+        if obj.get("kind") == "ConfigMap":
+            owner = obj["metadata"].get("labels", {}).get(PROBE_LABEL)
+            if owner and owner not in self.probes:
+                self.probes[owner] = when
+            return
         if obj.get("kind") == "Pod":
             owner = obj["metadata"].get("labels", {}).get("sparkrun.dev/workload")
             conditions = (obj.get("status") or {}).get("conditions") or []
@@ -68,6 +81,8 @@ class Readiness:
             ):
                 self.pods_ready[owner] = when
                 self.changed.set()
+                if self.on_pod_ready is not None:
+                    self.on_pod_ready(owner)
             return
         if obj.get("kind") == "JobSet":
             owner = obj["metadata"].get("labels", {}).get("sparkrun.dev/workload")
@@ -222,10 +237,21 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 "127.0.0.1",
                 *args.operator_args,
             )
-            readiness = Readiness()
             path = WORKLOADS.format(ns="scale")
             pods = "/api/v1/namespaces/scale/pods"
-            async with watching(http, [path, JOBSETS.format(ns="scale"), pods], readiness):
+            configmaps = "/api/v1/namespaces/scale/configmaps"
+            probes: set[asyncio.Task[Any]] = set()
+
+            def probe(owner: str) -> None:
+                # NB: the floor of the operator's part: one write of our own, seen through a watch
+                body = {"metadata": {"name": f"probe-{owner}", "labels": {PROBE_LABEL: owner}}}
+                task = asyncio.create_task(call(http, "POST", configmaps, json=body))
+                probes.add(task)
+                task.add_done_callback(probes.discard)
+
+            readiness = Readiness(probe if args.probe else None)
+            watched = [path, JOBSETS.format(ns="scale"), pods] + ([configmaps] if args.probe else [])
+            async with watching(http, watched, readiness):
                 # the single-object cost, on the same testbed, operator warm
                 start = time.perf_counter()
                 await call(http, "POST", path, json=workload("single", "scale"))
@@ -276,6 +302,11 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 for name in readiness.ready
                 if name in readiness.pods_ready and name != "single"
             ]
+            floor = [
+                readiness.probes[name] - readiness.pods_ready[name]
+                for name in readiness.probes
+                if name in readiness.pods_ready and name != "single"
+            ]
             passes = await operator_passes(metrics_port)
             lanes = await operator_lanes(metrics_port)
             writes = diff_counts(before, after)
@@ -308,6 +339,12 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                         "p50": _common.median(lags),
                         "p99": _common.pct(lags, 0.99),
                         "max": max(lags) if lags else float("nan"),
+                    },
+                    "probe_lag_s": {
+                        "n": len(floor),
+                        "p50": _common.median(floor) if floor else float("nan"),
+                        "p99": _common.pct(floor, 0.99) if floor else float("nan"),
+                        "max": max(floor) if floor else float("nan"),
                     },
                     "benchmark_loop_lag_s": {
                         "p50": _common.median(own_lags),
@@ -393,6 +430,12 @@ def main() -> int:
     parser.add_argument("--patience", type=float, default=600.0, help="give up converging after this")
     parser.add_argument("--idle-seconds", type=float, default=60.0)
     parser.add_argument(
+        "--probe",
+        action="store_true",
+        help="on each leader pod Ready, also create a ConfigMap and time seeing it: the floor "
+        "of pod Ready -> workload Ready (one write and one watch event) under the same load",
+    )
+    parser.add_argument(
         "--direct",
         action="store_true",
         help="no operator: this process makes the operator's calls itself (the physical limit)",
@@ -425,6 +468,12 @@ def main() -> int:
     lag = result["ready_lag_s"]
     print(f"leader pod Ready -> workload Ready: p50 {lag['p50']:.2f} s, p99 {lag['p99']:.2f} s", end="")
     print(f", max {lag['max']:.2f} s")
+    floor = result["probe_lag_s"]
+    if floor["n"]:
+        print("  the floor (--probe: a ConfigMap created on each leader pod Ready, seen):", end="")
+        print(
+            f" p50 {floor['p50']:.2f} s, p99 {floor['p99']:.2f} s, max {floor['max']:.2f} s (n={floor['n']})"
+        )
     own = result["benchmark_loop_lag_s"]
     print(f"(this benchmark's own loop lag: p50 {own['p50']:.3f} s, p99 {own['p99']:.3f} s", end="")
     print(f", max {own['max']:.2f} s)")
