@@ -9,6 +9,9 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# make test runs the suite on this many pytest-xdist workers, each with its own session testbed
+# (a module, and all of e2e/, stays on one worker: tests/conftest.py); 0 runs it in one process.
+TEST_WORKERS ?= 2
 BENCH_ARGS ?=
 
 .PHONY: sizes help venv demo test unit verify crds generate lint fmt typecheck importlint chart-lint policy test-vllm-args testbed-bin ssa-check testbed-up testbed-down bench bench-gateway bench-reconcile bench-scale clean
@@ -28,7 +31,7 @@ demo: $(STAMP) testbed-bin ## bring up the local testbed and run the main flow e
 	$(BIN)/sparkrun-k8s demo
 
 test: verify testbed-bin ssa-check ## install everything, run every check and the whole test suite
-	SPARKRUN_TESTBED_BIN="$$(hack/testbed-bin.sh --print)" $(BIN)/pytest $(PYTEST_ARGS)
+	SPARKRUN_TESTBED_BIN="$$(hack/testbed-bin.sh --print)" $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 unit: $(STAMP) ## only the tests that need no testbed
 	$(BIN)/pytest -m 'not testbed' $(PYTEST_ARGS)

@@ -68,6 +68,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.testbed)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``make test`` runs ``-n 2 --dist loadfile``: each module stays on one worker (its
+    module-scoped fixtures: a shim, a Hub, a reference daemon), and all of ``e2e/`` does too
+    (its session ``target`` is a whole demo, started once)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModuleScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "e2e" if nodeid.startswith("e2e/") else super()._split_scope(nodeid)
+
+    return ModuleScheduling(config, log)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Under CI=true, build missing binaries before any test runs (outside per-test timeouts)."""
     if not IN_CI or not any(item.get_closest_marker("testbed") for item in session.items):

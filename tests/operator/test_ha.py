@@ -283,7 +283,11 @@ def _settled(kube: KubeApi, namespace: str, names: list[str], *, seconds: float 
 #: ``asyncio.current_task()``; a callback runs outside any task, so when a replica is paused while
 #: a watch request still waits for its headers, asyncio logs that callback's AssertionError (the
 #: request then completes and the stream stops at its next check: nothing is lost). Not ours.
-KOPF_CANCEL_CALLBACK = "Exception in callback stream.<locals>.request_cancel_callback"
+#: asyncio names the callback ``stream.<locals>.request_cancel_callback(...)``, uvloop (the
+#: operator's loop, ADR 0032) ``<function stream.<locals>.request_cancel_callback at 0x...>``.
+KOPF_CANCEL_CALLBACK = re.compile(
+    r"Exception in callback <?(?:function )?stream\.<locals>\.request_cancel_callback\b"
+)
 
 
 def _without_kopf_cancel_callback(lines: list[str]) -> list[str]:
@@ -292,7 +296,7 @@ def _without_kopf_cancel_callback(lines: list[str]) -> list[str]:
     out: list[str] = []
     skipping = False
     for line in lines:
-        if KOPF_CANCEL_CALLBACK in line:
+        if KOPF_CANCEL_CALLBACK.search(line):
             skipping = True
             continue
         if skipping and re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ", line):
@@ -305,13 +309,21 @@ def _without_kopf_cancel_callback(lines: list[str]) -> list[str]:
 def test_only_the_kopf_cancel_callback_record_is_left_out() -> None:
     log = [
         "2026-12-04 01:15:40,152 INFO kopf._core.engines.peering: Pausing operations",
-        f"2026-12-04 01:15:40,157 ERROR asyncio: {KOPF_CANCEL_CALLBACK}(<Task finished>)",
+        "2026-12-04 01:15:40,157 ERROR asyncio: Exception in callback "
+        "stream.<locals>.request_cancel_callback(<Task finished>)",
         "Traceback (most recent call last):",
+        "AssertionError",
+        "2026-12-05 00:21:38,499 ERROR asyncio: Exception in callback "
+        "<function stream.<locals>.request_cancel_callback at 0x7fae33729da0>",
+        "handle: <Handle stream.<locals>.request_cancel_callback>",
+        "Traceback (most recent call last):",
+        '  File "uvloop/cbhandles.pyx", line 66, in uvloop.loop.Handle._run',
         "AssertionError",
         "2026-12-04 01:15:41,000 ERROR sparkrun.operator: a real error",
         "Traceback (most recent call last):",
+        "2026-12-04 01:15:42,000 ERROR asyncio: Exception in callback other_callback()",
     ]
-    assert _without_kopf_cancel_callback(log) == [log[0], *log[4:]]
+    assert _without_kopf_cancel_callback(log) == [log[0], *log[9:]]
 
 
 def _log_problems(proc: OperatorProcess) -> list[str]:

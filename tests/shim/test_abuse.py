@@ -136,6 +136,9 @@ def test_bad_token_flood_is_bounded_and_good_callers_unaffected(shim: Daemon, ku
     assert statuses == {200: len(latencies)}, statuses
     # The flood's address spends its budget; the good caller at most one review per cache TTL.
     assert reviews <= BURST + RATE * elapsed + 5, figures
+    # NB: the flood came from 127.0.0.1, as the module's other tests do: give its budget back
+    # (a full bucket refills in BURST / RATE seconds) so their first new token is not refused.
+    time.sleep(BURST / RATE)
 
 
 def test_a_repeated_bad_token_is_answered_from_the_negative_cache(shim: Daemon, kube: KubeApi) -> None:
