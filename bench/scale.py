@@ -340,6 +340,18 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                         "p99": _common.pct(lags, 0.99),
                         "max": max(lags) if lags else float("nan"),
                     },
+                    # per workload, seconds since the creates began: for where a tail comes from
+                    "timeline": {
+                        name: {
+                            "pod_ready": round(readiness.pods_ready[name] - start, 3),
+                            "ready": round(readiness.ready[name] - start, 3),
+                            "probe": round(readiness.probes[name] - start, 3)
+                            if name in readiness.probes
+                            else None,
+                        }
+                        for name in readiness.ready
+                        if name in readiness.pods_ready and name != "single"
+                    },
                     "probe_lag_s": {
                         "n": len(floor),
                         "p50": _common.median(floor) if floor else float("nan"),

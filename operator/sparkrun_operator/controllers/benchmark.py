@@ -194,7 +194,7 @@ def register(registry: kopf.OperatorRegistry) -> None:
     async def ib_workload_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
         namespace = (body.get("metadata") or {}).get("namespace")
         ctx: Context = memo.ctx
-        ctx.triggers.poke_where(lambda key: isinstance(key, tuple) and key[:2] == ("ib", namespace))
+        ctx.triggers.poke_group("ib", namespace)
 
     common.reconcile_daemon(
         registry,

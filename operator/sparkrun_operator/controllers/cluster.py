@@ -74,7 +74,7 @@ def register(registry: kopf.OperatorRegistry, *, drift_seconds: float) -> None:
     """Register the cluster controller's handlers on ``registry`` (indexes are shared)."""
 
     def poke_all(ctx: Context) -> None:
-        ctx.triggers.poke_where(lambda key: isinstance(key, tuple) and key[0] == "ic")
+        ctx.triggers.poke_group("ic")
 
     @kopf.on.event("", "v1", "nodes", id="ic-node-changed", registry=registry)
     async def ic_node_changed(*, memo: Any, **_: Any) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -96,12 +96,25 @@ class Poke(asyncio.Event):
 
 
 class Triggers:
-    """Per-object wake-up events, keyed by e.g. ``("iw", namespace, name)``."""
+    """Per-object wake-up events, keyed by e.g. ``("iw", namespace, name)``.
+
+    Tuple keys are also filed under their first one and two parts (``("ib",)``,
+    ``("ib", namespace)``), so :meth:`poke_group` wakes a kind, or a kind in one namespace,
+    without looking at every other key: a node or pod event pokes every cluster's daemon, and
+    a workload event every benchmark of its namespace, at any number of workloads.
+    """
 
     def __init__(self) -> None:
         self._events: dict[Hashable, Poke] = {}
+        self._groups: dict[tuple[Hashable, ...], dict[Hashable, Poke]] = {}
         #: Pokes so far (all keys): whether anything happened lately.
         self.pokes = 0
+
+    @staticmethod
+    def _prefixes(key: Hashable) -> tuple[tuple[Hashable, ...], ...]:
+        if not isinstance(key, tuple) or not key:
+            return ()
+        return (key[:1], key[:2]) if len(key) > 1 else (key[:1],)
 
     def register(self, key: Hashable) -> Poke:
         """The event of ``key`` (created set, so the first pass runs at once)."""
@@ -109,10 +122,19 @@ class Triggers:
         if event is None:
             event = self._events[key] = Poke()
             event.set()
+            for prefix in self._prefixes(key):
+                self._groups.setdefault(prefix, {})[key] = event
         return event
 
     def unregister(self, key: Hashable) -> None:
-        self._events.pop(key, None)
+        if self._events.pop(key, None) is None:
+            return
+        for prefix in self._prefixes(key):
+            group = self._groups.get(prefix)
+            if group is not None:
+                group.pop(key, None)
+                if not group:
+                    del self._groups[prefix]
 
     def poke(self, key: Hashable) -> bool:
         """Wake ``key``'s daemon; ``False`` when no daemon runs for it (yet)."""
@@ -123,15 +145,18 @@ class Triggers:
         event.set()
         return True
 
-    def poke_where(self, predicate: Callable[[Hashable], bool]) -> int:
-        """Wake every daemon whose key matches; the number woken."""
-        count = 0
-        for key, event in self._events.items():
-            if predicate(key):
-                event.set()
-                count += 1
-        self.pokes += count
-        return count
+    def poke_group(self, *prefix: Hashable) -> int:
+        """Wake every daemon whose (tuple) key starts with ``prefix``, one or two parts (e.g.
+        ``"ic"``, or ``"ib", namespace``); the number woken."""
+        if not 1 <= len(prefix) <= 2:
+            raise ValueError(f"a group is the first one or two parts of a key, not {prefix!r}")
+        group = self._groups.get(prefix)
+        if not group:
+            return 0
+        for event in group.values():
+            event.set()
+        self.pokes += len(group)
+        return len(group)
 
     def keys(self) -> Iterator[Hashable]:
         return iter(list(self._events))

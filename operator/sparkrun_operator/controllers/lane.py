@@ -67,11 +67,13 @@ async def run_status_lane(
                 return
             trigger.clear()
             pending = _guarded(prepare, logger)
+            fresh = True  # planned just now, nothing awaited since
             if pending is not None and not pending.urgent:
                 pending = await _settled(trigger, stopped, settle, prepare, pending, logger)
+                fresh = False
             wrote = None
             if pending is not None and not stopped:
-                wrote = await _write(ctx, kind, trigger, stopped, prepare, pending, logger)
+                wrote = await _write(ctx, kind, trigger, stopped, prepare, pending, logger, fresh=fresh)
             if wrote is not None:
                 ctx.metrics.status_passes.labels(kind=kind, wrote=str(wrote).lower()).inc()
             # NB: from the first poke this write took in (a child event) to the status written;
@@ -93,11 +95,15 @@ async def _write(
     prepare: Prepare,
     pending: Pending,
     logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
+    *,
+    fresh: bool = False,
 ) -> bool | None:
-    """Write in a slot of ``ctx.write_gate``; whether it wrote (``None``: failed or moot)."""
+    """Write in a slot of ``ctx.write_gate``; whether it wrote (``None``: failed or moot).
+    ``fresh``: ``pending`` was planned without awaiting anything since."""
     loop = asyncio.get_running_loop()
     queued = loop.time()
     ticket = ctx.write_gate.enqueue(URGENT if pending.urgent else PROGRESS)
+    at_once = fresh and ticket.granted
     try:
         if not await _granted(ticket, trigger, stopped, prepare, logger):
             return None
@@ -106,10 +112,11 @@ async def _write(
         ctx.metrics.status_lane_seconds.labels(kind=kind, stage="queued", urgent=urgent).observe(
             started - queued
         )
-        trigger.clear()
         # NB: planned again with the slot ours: the newest observation is written, and states
-        # that came and went while queued are never written at all.
-        latest = _guarded(prepare, logger)
+        # that came and went while queued are never written at all. A fresh plan whose slot was
+        # granted at once, with no poke since, is that newest observation: written as it is.
+        latest = pending if at_once and not trigger.is_set() else _guarded(prepare, logger)
+        trigger.clear()
         if latest is None:
             return None
         try:

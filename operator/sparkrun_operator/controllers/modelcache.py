@@ -183,7 +183,7 @@ def register(registry: kopf.OperatorRegistry) -> None:
         meta = body.get("metadata") or {}
         ctx: Context = memo.ctx
         namespace = meta.get("namespace")
-        ctx.triggers.poke_where(lambda key: isinstance(key, tuple) and key[:2] == ("mc", namespace))
+        ctx.triggers.poke_group("mc", namespace)
 
     @kopf.on.event(*WORKLOAD_ID, id="mc-workload-changed", registry=registry)
     async def mc_workload_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:

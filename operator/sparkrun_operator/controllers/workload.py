@@ -156,6 +156,7 @@ def observation(
             nodes=[n for node in list(nodes) for n in nodes[node]],
             gpu_pods=indices.get("iw_gpu_pods"),
             gpu_resource=cluster.gpu_resource if cluster is not None else DEFAULT_GPU_RESOURCE,
+            count_free=observe.needs_free(pods),
         )
     claim = indexes.claim_of(body)
     return Observation(
@@ -496,7 +497,9 @@ def _register_own_pokes(registry: kopf.OperatorRegistry, *, drift_seconds: float
 
 def _poke_rivals(ctx: Context, key: tuple[str, str], body: kopf.Body | None, index: Any) -> None:
     """When the names a workload claims change (or it goes), re-plan every workload sharing an
-    old or new name with it: their ``Routable`` condition may change (plan/names.py)."""
+    old or new name with it that ranks after it: their ``Routable`` condition may change
+    (plan/names.py). An older rival's cannot: it keeps a name against any newer claim, and the
+    winner its condition names is older than both."""
     claim = indexes.claim_of(body) if body is not None else None
     before = ctx.claims.get(key)
     if claim == before:
@@ -505,12 +508,17 @@ def _poke_rivals(ctx: Context, key: tuple[str, str], body: kopf.Body | None, ind
         ctx.claims.pop(key, None)
     else:
         ctx.claims[key] = claim
-    # NB: the full lane only (debounced and gated, so a burst coalesces): N workloads sharing a
-    # name poke each other N^2 times while they are created, and the status lane plans at
-    # once on every poke (ADR 0030).
+    # NB: the full lane only (debounced and gated, so a burst coalesces): the status lane
+    # plans at once on every poke (ADR 0030).
+    # NB: creation stamps have one-second resolution, so workloads created in one burst tie on
+    # time and rank by namespace and name; a new workload is newer than nearly every rival, so
+    # a burst of N no longer pokes N^2 times.
     for old_or_new in (before, claim):
+        if old_or_new is None:
+            continue
+        mine = old_or_new.rank()
         for rival in indexes.rivals(index, old_or_new):
-            if (rival.namespace, rival.name) != key:
+            if rival.rank() > mine and (rival.namespace, rival.name) != key:
                 ctx.triggers.poke(_key(rival.namespace, rival.name))
 
 

@@ -436,6 +436,11 @@ def needs_capacity(pods: Iterable[ObservedPod]) -> bool:
     return not pods or any(p.node is None and not p.deleting for p in pods)
 
 
+def needs_free(pods: Iterable[ObservedPod]) -> bool:
+    """Whether it needs free GPUs per node too: an unplaced pod the scheduler could not place."""
+    return any(p.node is None and not p.deleting and p.unschedulable for p in pods)
+
+
 def capacity(
     *,
     cluster: ObservedCluster | None,
@@ -443,9 +448,11 @@ def capacity(
     nodes: Iterable[ObservedNode],
     gpu_pods: Index | None,
     gpu_resource: str,
+    count_free: bool = True,
 ) -> tuple[NodeCapacity, ...]:
     """GPU accounting of the candidate nodes: the cluster's members (an existing ``cluster``),
-    else every node with ``gpu_resource``."""
+    else every node with ``gpu_resource``; free GPUs (from ``gpu_pods``) only with
+    ``count_free`` (else ``free`` is ``None``)."""
     candidates = list(nodes)
     if cluster is not None and cluster.exists and cluster_raw is not None:
         parsed = InferenceClusterSpec.model_validate(cluster_raw.get("spec") or {})
@@ -456,13 +463,24 @@ def capacity(
     # this runs on every pass of every workload with unplaced pods, over every candidate node.
     out: list[NodeCapacity] = []
     for node in candidates:
+        allocatable = node.allocatable.get(gpu_resource, 0)
+        if not count_free:
+            out.append(
+                NodeCapacity(
+                    name=node.name,
+                    ready=node.ready,
+                    schedulable=node.ready and not node.unschedulable,
+                    allocatable=allocatable,
+                    free=None,
+                )
+            )
+            continue
         pods = gpu_pods[node.name] if gpu_pods is not None and node.name in gpu_pods else ()
         allocated = sum(
             p.requests.get(gpu_resource, 0)
             for p in pods
             if p.node == node.name and p.phase not in cluster_plan.TERMINATED_PHASES
         )
-        allocatable = node.allocatable.get(gpu_resource, 0)
         out.append(
             NodeCapacity(
                 name=node.name,

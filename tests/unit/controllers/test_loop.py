@@ -142,7 +142,8 @@ async def test_the_gate_bounds_passes_over_all_objects() -> None:
     await asyncio.sleep(0.3)
     assert most == 2
     stopped.event.set()
-    ctx.triggers.poke_where(lambda key: True)
+    for key in [*ctx.triggers.keys()]:  # wake every daemon to see it stopped
+        ctx.triggers.poke(key)
     await asyncio.wait_for(asyncio.gather(*tasks), 2)
     await ctx.http.aclose()
 
@@ -220,6 +221,46 @@ async def test_status_memory() -> None:
     await ctx.http.aclose()
 
 
+def test_group_pokes_wake_a_kind_or_a_kind_in_one_namespace() -> None:
+    triggers = Triggers()
+    keys = [
+        ("ib", "a", "one"),
+        ("ib", "a", "two"),
+        ("ib", "b", "one"),
+        ("ic", "x"),
+        ("mc", "a", "one"),
+        "plain",
+    ]
+    events = {key: triggers.register(key) for key in keys}
+    for event in events.values():
+        event.clear()
+
+    def woken() -> set[object]:
+        out = {key for key, event in events.items() if event.is_set()}
+        for event in events.values():
+            event.clear()
+        return out
+
+    assert triggers.poke_group("ib", "a") == 2
+    assert woken() == {("ib", "a", "one"), ("ib", "a", "two")}
+    assert triggers.poke_group("ib") == 3
+    assert woken() == {("ib", "a", "one"), ("ib", "a", "two"), ("ib", "b", "one")}
+    assert triggers.poke_group("ic") == 1
+    assert woken() == {("ic", "x")}
+    assert triggers.poke_group("ib", "c") == 0
+    assert woken() == set()
+    triggers.unregister(("ib", "a", "one"))
+    triggers.unregister(("ib", "a", "one"))  # twice: no error
+    assert triggers.poke_group("ib", "a") == 1
+    assert woken() == {("ib", "a", "two")}
+    triggers.unregister(("ib", "a", "two"))
+    assert triggers.poke_group("ib", "a") == 0
+    assert triggers.poke_group("ib") == 1
+    assert woken() == {("ib", "b", "one")}
+    with pytest.raises(ValueError, match="one or two parts"):
+        triggers.poke_group("ib", "a", "one")
+
+
 def test_triggers_and_ready_gauge() -> None:
     triggers = Triggers()
     assert not triggers.poke("x")
@@ -229,7 +270,7 @@ def test_triggers_and_ready_gauge() -> None:
     assert event.taken() is not None  # the set of registration, absorbed by that clear
     assert triggers.poke("x")
     assert event.is_set()
-    assert triggers.poke_where(lambda key: key == "x") == 1
+    assert triggers.poke("x")
     assert event.taken() is None  # nothing cleared since
     before = time.monotonic()
     event.clear()
@@ -324,7 +365,8 @@ async def test_the_status_lane_does_not_wait_behind_full_passes() -> None:
     assert sample == 3
     blocked.set()
     stopped.event.set()
-    ctx.triggers.poke_where(lambda key: True)
+    for key in [*ctx.triggers.keys()]:  # wake every daemon to see it stopped
+        ctx.triggers.poke(key)
     await asyncio.wait_for(asyncio.gather(*full, status_lane), 2)
     assert "status" not in list(ctx.triggers.keys())
     await ctx.http.aclose()

@@ -144,6 +144,15 @@ def test_capacity_of_cluster_members_or_gpu_nodes() -> None:
         cluster=cluster, cluster_raw=raw, nodes=nodes, gpu_pods=None, gpu_resource="nvidia.com/gpu"
     )
     assert [n.name for n in members] == ["gpu-0"]
+    uncounted = observe.capacity(
+        cluster=None,
+        cluster_raw=None,
+        nodes=nodes,
+        gpu_pods=gpu_pods,
+        gpu_resource="nvidia.com/gpu",
+        count_free=False,
+    )
+    assert [(n.name, n.allocatable, n.free) for n in uncounted] == [("gpu-0", 8, None), ("gpu-1", 4, None)]
 
 
 def test_capacity_agrees_with_the_clusters_node_status() -> None:
@@ -186,6 +195,10 @@ def test_needs_capacity_and_recipe_of() -> None:
     assert observe.needs_capacity([])
     assert not observe.needs_capacity([placed])
     assert observe.needs_capacity([placed, ObservedPod(name="q", jobset="j", role="worker")])
+    pending = ObservedPod(name="q", jobset="j", role="worker")
+    refused = ObservedPod(name="r", jobset="j", role="worker", unschedulable="0/4 nodes: Insufficient gpu")
+    assert not observe.needs_free([placed, pending])  # free GPUs explain only a refused pod
+    assert observe.needs_free([placed, refused])
     assert observe.recipe_of(None, name="r").exists is False
     assert observe.recipe_of({"model": "Qwen/Qwen3-0.6B"}, name="r").spec is not None
     broken = observe.recipe_of({"model": 7, "defaults": "no"}, name="r")

@@ -110,7 +110,9 @@ class NodeCapacity:
     ready: bool = True
     schedulable: bool = True
     allocatable: int = 0
-    free: int = 0
+    #: ``None`` when not counted: the planner needs free GPUs only to explain an unschedulable
+    #: pod, and counting them walks every GPU pod of every candidate node.
+    free: int | None = 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -111,12 +111,13 @@ def _unschedulable(cond: Conditions, obs: Observation, ask: _Ask, pending: Seque
         )
         return True
     free = ""
-    if obs.capacity is not None:
-        free_nodes = [n for n in obs.capacity if n.ready and n.schedulable and n.free >= ask.gpus]
-        total_free = sum(n.free for n in obs.capacity if n.ready and n.schedulable)
+    usable = [n for n in obs.capacity or () if n.ready and n.schedulable]
+    counts = [n.free for n in usable if n.free is not None]
+    if obs.capacity is not None and len(counts) == len(usable):  # counted: see observe.needs_free
+        fitting = sum(1 for count in counts if count >= ask.gpus)
         free = (
-            f"; {ask.where} has {total_free} {ask.resource} free, on "
-            f"{plural(len(free_nodes), 'node')} with at least {ask.gpus} free"
+            f"; {ask.where} has {sum(counts)} {ask.resource} free, on "
+            f"{plural(fitting, 'node')} with at least {ask.gpus} free"
         )
     cond.set(
         c.SCHEDULED,
