@@ -78,11 +78,14 @@ class Targets:
         workers: list[int],
         baseline: str | None = None,
         upstream: str = "standin",
+        proxy_cpus: set[int] | None = None,
     ) -> None:
         self.procs: dict[str, Proc] = {}
         self.ports: dict[str, int] = {}
         self.workers = workers
         self.baseline = baseline
+        #: ``--pin``: the CPUs of the proxies (the upstream and the generator keep this process's)
+        self.proxy_cpus = proxy_cpus
         try:
             self._start(workdir, profile, litellm, upstream)
         except BaseException:
@@ -112,7 +115,7 @@ class Targets:
                 ],
                 workdir / f"{name}-{profile}.log",
             )
-            self.procs[name] = gateway
+            self._proxy(name, gateway)
             gateway.wait_http(f"http://127.0.0.1:{gport}/healthz")
         if self.baseline:  # another build of the gateway (e.g. a checkout of main), side by side
             bport = free_port()
@@ -124,7 +127,7 @@ class Targets:
                 ],
                 workdir / f"baseline-{profile}.log",
             )
-            self.procs["baseline"] = base
+            self._proxy("baseline", base)
             base.wait_http(f"http://127.0.0.1:{bport}/healthz")
 
         if litellm:
@@ -143,8 +146,15 @@ class Targets:
                 workdir / f"litellm-{profile}.log",
                 env={"LITELLM_TELEMETRY": "False", "LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": BENCH_KEY},
             )
-            self.procs["litellm"] = proxy
+            self._proxy("litellm", proxy)
             proxy.wait_http(f"http://127.0.0.1:{lport}/health/liveliness", timeout=180)
+
+    def _proxy(self, name: str, proc: Proc) -> None:
+        """Register ``proc`` (a proxy target) and move it onto the proxies' CPUs (``--pin``),
+        before it forks workers: they inherit them."""
+        self.procs[name] = proc
+        if self.proxy_cpus is not None:
+            os.sched_setaffinity(proc.proc.pid, self.proxy_cpus)
 
     def cpu_seconds(self, name: str) -> float:
         """CPU seconds of a target's process and its children (the workers of ``--workers``)."""
@@ -320,7 +330,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--baseline-python", help="a Python with another gateway build installed: target 'baseline'"
     )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="the upstream and the load generator on CPU 0, each proxy on the other CPUs (as in a "
+        "cluster, where the gateway has cores of its own and the engine runs on a GPU node); "
+        "without it, everything shares every CPU",
+    )
     args = parser.parse_args(argv)
+    proxy_cpus: set[int] | None = None
+    if args.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            raise SystemExit("--pin needs at least two CPUs")
+        os.sched_setaffinity(0, {cpus[0]})  # this process, the upstream and the generator
+        proxy_cpus = set(cpus[1:])
     loadgen = _loadgen.binary() if args.loadgen == "go" else None
     workers = [int(w) for w in args.workers.split(",")]
     litellm = args.litellm if args.litellm and Path(args.litellm).exists() else None
@@ -340,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
             "output_tokens": OUTPUT_TOKENS,
             "loadgen": args.loadgen,
             "gateway_workers": workers,
+            "pinned": {"upstream_and_loadgen": sorted(os.sched_getaffinity(0)), "proxies": sorted(proxy_cpus)}
+            if proxy_cpus is not None
+            else None,
             "upstream": f"llm-d-inference-sim {llmdsim.VERSION}"
             if args.upstream == "llmd-sim"
             else "standin",
@@ -354,7 +381,9 @@ def main(argv: list[str] | None = None) -> int:
     path: Path | None = None
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
         for profile in args.profiles.split(","):
-            targets = Targets(Path(tmp), profile, litellm, workers, args.baseline_python, args.upstream)
+            targets = Targets(
+                Path(tmp), profile, litellm, workers, args.baseline_python, args.upstream, proxy_cpus
+            )
             try:
                 names = [n for n in targets.ports if not args.targets or n in args.targets.split(",")]
                 for concurrency in levels:
