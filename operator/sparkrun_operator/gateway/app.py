@@ -29,11 +29,12 @@ their byte-for-byte relay), :mod:`.translated` (Anthropic Messages and Ollama ch
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
+import os
 import re
 import time
-import uuid
 from typing import Any
 
 from . import routes
@@ -53,6 +54,23 @@ log = logging.getLogger("sparkrun.gateway")
 _USAGE_IN = re.compile(rb'"(?:prompt_tokens|input_tokens)"\s*:\s*(\d+)')
 _USAGE_OUT = re.compile(rb'"(?:completion_tokens|output_tokens)"\s*:\s*(\d+)')
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+class _RequestIds:
+    """New request ids: 32 hex digits, a random prefix per process and a counter, so that no two
+    requests of any process of a gateway share one (as ``uuid4().hex`` would, but without a
+    system call for randomness on every request). Ids are no secret: ``/v1/cancel`` is scoped
+    to its caller (ADR 0019)."""
+
+    def __init__(self) -> None:
+        self._prefix = os.urandom(8).hex()
+        self._count = itertools.count()
+
+    def __call__(self) -> str:
+        return f"{self._prefix}{next(self._count) & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+_new_request_id = _RequestIds()
 
 
 class Gateway:
@@ -140,7 +158,7 @@ class Gateway:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = dict(scope["headers"])
         given = headers.get(b"x-request-id", b"").decode("latin-1")
-        rid = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        rid = given if _REQUEST_ID.fullmatch(given) else _new_request_id()
         path: str = scope["path"]
         method: str = scope["method"]
         route = self._routes.get((method, path))

@@ -190,6 +190,9 @@ def uvicorn_config(
         loop=loop,
         lifespan="on",
         access_log=False,
+        # NB: the gateway never reads the client address; uvicorn's X-Forwarded-* middleware
+        # would only cost a coroutine layer per request (and trust forwarded headers).
+        proxy_headers=False,
         log_level=log_level,
         timeout_keep_alive=75,
         server_header=False,
