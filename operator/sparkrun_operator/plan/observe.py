@@ -464,30 +464,22 @@ def capacity(
     out: list[NodeCapacity] = []
     for node in candidates:
         allocatable = node.allocatable.get(gpu_resource, 0)
-        if not count_free:
-            out.append(
-                NodeCapacity(
-                    name=node.name,
-                    ready=node.ready,
-                    schedulable=node.ready and not node.unschedulable,
-                    allocatable=allocatable,
-                    free=None,
-                )
+        free: int | None = None
+        if count_free:
+            pods = gpu_pods[node.name] if gpu_pods is not None and node.name in gpu_pods else ()
+            allocated = sum(
+                p.requests.get(gpu_resource, 0)
+                for p in pods
+                if p.node == node.name and p.phase not in cluster_plan.TERMINATED_PHASES
             )
-            continue
-        pods = gpu_pods[node.name] if gpu_pods is not None and node.name in gpu_pods else ()
-        allocated = sum(
-            p.requests.get(gpu_resource, 0)
-            for p in pods
-            if p.node == node.name and p.phase not in cluster_plan.TERMINATED_PHASES
-        )
+            free = max(0, allocatable - allocated)
         out.append(
             NodeCapacity(
                 name=node.name,
                 ready=node.ready,
                 schedulable=node.ready and not node.unschedulable,
                 allocatable=allocatable,
-                free=max(0, allocatable - allocated),
+                free=free,
             )
         )
     return tuple(out)
