@@ -7,8 +7,8 @@ Handlers (all registered on an explicit kopf registry, with explicit ids):
   and GPU-requesting pods: a reconcile reads no object from the API;
 - ``on.event`` of the workload (a new generation, or a ``reconcile-requested`` annotation that
   ``workloads.reconcile`` set), its JobSets and pods, and of the Recipes / ModelCaches /
-  InferenceClusters it uses: poke the workload's daemon;
-- ``timer`` ``iw-drift``: poke every workload periodically (drift repair even without events);
+  InferenceClusters it uses, and the ``iw-drift`` timer: poke the workload's lanes
+  (:mod:`.workload_pokes`, which also re-plans the rivals of a changed model-name claim);
 - ``daemon`` ``iw-reconcile``: the per-workload full lane (:func:`common.run_loop` running
   :func:`reconcile`: observe, plan, act, write the status) and, beside it, the status lane
   (:func:`lane.run_status_lane` running :func:`prepare_status`): a JobSet or pod event is
@@ -41,17 +41,9 @@ from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
 from sparkrun_operator.api.meta import utcnow
 from sparkrun_operator.api.resources import INFERENCE_BENCHMARK, INFERENCE_WORKLOAD
 from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus
-from sparkrun_operator.controllers import common, gate, indexes, lane
+from sparkrun_operator.controllers import common, gate, indexes, lane, workload_pokes
 from sparkrun_operator.controllers.context import Context
-from sparkrun_operator.controllers.indexes import (
-    BENCHMARK_ID,
-    CACHE_ID,
-    CLUSTER_ID,
-    GATES,
-    JOBSET_ID,
-    OURS,
-    RECIPE_ID,
-)
+from sparkrun_operator.controllers.workload_pokes import full_key, status_key
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.client import JOBSETS, SERVICES, Resource, resource_of
 from sparkrun_operator.plan import names, observe
@@ -72,14 +64,6 @@ _CHILDREN: Mapping[str, Resource] = {"JobSet": JOBSETS, "Service": SERVICES, "In
 WORKLOAD_ID = (INFERENCE_WORKLOAD.group, INFERENCE_WORKLOAD.version, INFERENCE_WORKLOAD.plural)
 
 log = logging.getLogger("sparkrun.operator.workload")
-
-
-def _key(namespace: str, name: str) -> tuple[str, str, str]:
-    return ("iw", namespace, name)
-
-
-def _status_key(namespace: str, name: str) -> tuple[str, str, str]:
-    return ("iw-status", namespace, name)
 
 
 # -- expectations: do not act again before the watch shows our last writes ----------------
@@ -193,12 +177,6 @@ def _record_dependencies(ctx: Context, obs: Observation) -> None:
         obs.cache.name if obs.cache else None,
         obs.cluster.name if obs.cluster else spec.cluster,
     )
-
-
-def _requested(meta: Mapping[str, Any]) -> tuple[int, str | None]:
-    """The generation and the ``reconcile-requested`` annotation: a pass is due when either moved."""
-    annotations = meta.get("annotations") or {}
-    return int(meta.get("generation") or 0), annotations.get(keys.ANNOTATION_RECONCILE_REQUESTED)
 
 
 async def probe_sleep(ctx: Context, body: Mapping[str, Any], indices: Mapping[str, Any]) -> dict[str, bool]:
@@ -335,7 +313,7 @@ async def reconcile(
     if meta.get("deletionTimestamp"):
         return None  # ownerReferences delete the children
     key = (str(meta["namespace"]), str(meta["name"]))
-    requested = _requested(meta)
+    requested = workload_pokes.requested(meta)
     writes.asleep = await probe_sleep(ctx, body, indices)
     observed_at = time.monotonic()
     obs = observation(ctx=ctx, body=body, indices=indices, now=utcnow(), asleep=writes.asleep)
@@ -379,7 +357,7 @@ def prepare_status(
         return None
     key = (str(meta.get("namespace")), str(meta.get("name")))
     if catching_up(ctx, body=body, indices=indices, expectations=expectations) is not None:
-        ctx.triggers.poke(_key(*key))
+        ctx.triggers.poke(full_key(*key))
         return None
     observed_at = time.monotonic()
     obs = observation(ctx=ctx, body=body, indices=indices, now=utcnow(), asleep=writes.asleep)
@@ -387,7 +365,7 @@ def prepare_status(
     # NB: the full lane is only poked when it has something to do: most child events (a pod
     # scheduled, running, Ready) only change the status, written here (ADR 0030).
     if not p.idle or p.events or p.requeue_after is not None or obs.spec.engine.enable_sleep_mode:
-        ctx.triggers.poke(_key(*key))
+        ctx.triggers.poke(full_key(*key))
     if not p.idle:
         return None
     status = p.status
@@ -444,107 +422,8 @@ def _ready_of(status: InferenceWorkloadStatus) -> str:
 
 def register(registry: kopf.OperatorRegistry, *, drift_seconds: float) -> None:
     """Register the workload controller's handlers on ``registry`` (the indexes are elsewhere)."""
-    _register_own_pokes(registry, drift_seconds=drift_seconds)
-    _register_dependency_pokes(registry)
+    workload_pokes.register(registry, workload_id=WORKLOAD_ID, drift_seconds=drift_seconds)
     _register_daemon(registry)
-
-
-def _register_own_pokes(registry: kopf.OperatorRegistry, *, drift_seconds: float) -> None:
-    """Pokes from the workload itself, its JobSets and pods, and the drift timer."""
-
-    @kopf.on.event(*WORKLOAD_ID, id="iw-changed", registry=registry)
-    async def iw_changed(
-        *, namespace: str | None, name: str, body: kopf.Body, type: str | None, memo: Any, **kwargs: Any
-    ) -> None:
-        ctx: Context = memo.ctx
-        meta = body.get("metadata") or {}
-        _poke_rivals(
-            ctx, (namespace or "", name), None if type == "DELETED" else body, kwargs.get("iw_names")
-        )
-        # NB: the operator's own status writes come back as events too; a pass for those
-        # would find nothing to do. Only a new generation (a spec change), a requested
-        # reconcile (``workloads.reconcile``'s annotation) or a deletion counts.
-        if meta.get("deletionTimestamp") or ctx.reconciled.get((namespace or "", name)) != _requested(meta):
-            ctx.triggers.poke(_key(namespace or "", name))
-
-    def _child_changed(ctx: Context, body: kopf.Body) -> None:
-        key = observe.workload_key(body)
-        if key:
-            # the status lane plans at once: it writes the status, and pokes the full lane
-            # when the plan has anything else to do
-            ctx.triggers.poke(_status_key(*key))
-
-    @kopf.on.event(*JOBSET_ID, id="iw-jobset-changed", labels=OURS, registry=registry)
-    async def iw_jobset_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
-        _child_changed(memo.ctx, body)
-
-    @kopf.on.event(*BENCHMARK_ID, id="iw-gate-changed", labels=GATES, registry=registry)
-    async def iw_gate_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
-        key = observe.gate_key(body)
-        if key:
-            memo.ctx.triggers.poke(_key(*key))
-
-    @kopf.on.event("", "v1", "pods", id="iw-pod-changed", labels=OURS, registry=registry)
-    async def iw_pod_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
-        _child_changed(memo.ctx, body)
-
-    @kopf.timer(
-        *WORKLOAD_ID, id="iw-drift", interval=drift_seconds, initial_delay=drift_seconds, registry=registry
-    )
-    async def iw_drift(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
-        memo.ctx.triggers.poke(_key(namespace or "", name))
-
-
-def _poke_rivals(ctx: Context, key: tuple[str, str], body: kopf.Body | None, index: Any) -> None:
-    """When the names a workload claims change (or it goes), re-plan every workload sharing an
-    old or new name with it that ranks after it: their ``Routable`` condition may change
-    (plan/names.py). An older rival's cannot: it keeps a name against any newer claim, and the
-    winner its condition names is older than both."""
-    claim = indexes.claim_of(body) if body is not None else None
-    before = ctx.claims.get(key)
-    if claim == before:
-        return
-    if claim is None:
-        ctx.claims.pop(key, None)
-    else:
-        ctx.claims[key] = claim
-    # NB: the full lane only (debounced and gated, so a burst coalesces): the status lane
-    # plans at once on every poke (ADR 0030).
-    # NB: creation stamps have one-second resolution, so workloads created in one burst tie on
-    # time and rank by namespace and name; a new workload is newer than nearly every rival, so
-    # a burst of N no longer pokes N^2 times.
-    for old_or_new in (before, claim):
-        if old_or_new is None:
-            continue
-        mine = old_or_new.rank()
-        for rival in indexes.rivals(index, old_or_new):
-            if rival.rank() > mine and (rival.namespace, rival.name) != key:
-                ctx.triggers.poke(_key(rival.namespace, rival.name))
-
-
-def _register_dependency_pokes(registry: kopf.OperatorRegistry) -> None:
-    """Pokes of the workloads that use a changed Recipe, ModelCache or InferenceCluster."""
-
-    def _poke_dependents(ctx: Context, *, namespace: str | None, slot: int, name: str) -> None:
-        for (ns, wl), deps in list(ctx.dependencies.items()):
-            if (namespace is None or ns == namespace) and deps[slot] == name:
-                ctx.triggers.poke(_key(ns, wl))
-
-    @kopf.on.event(*RECIPE_ID, id="iw-recipe-changed", registry=registry)
-    async def iw_recipe_changed(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
-        _poke_dependents(memo.ctx, namespace=namespace, slot=0, name=name)
-
-    @kopf.on.event(*CACHE_ID, id="iw-cache-changed", registry=registry)
-    async def iw_cache_changed(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
-        _poke_dependents(memo.ctx, namespace=namespace, slot=1, name=name)
-
-    @kopf.on.event(*CLUSTER_ID, id="iw-cluster-changed", registry=registry)
-    async def iw_cluster_changed(*, name: str, memo: Any, **_: Any) -> None:
-        ctx: Context = memo.ctx
-        # A (new) default cluster concerns every workload naming none.
-        for (ns, wl), deps in list(ctx.dependencies.items()):
-            if deps[2] in (name, None):
-                ctx.triggers.poke(_key(ns, wl))
 
 
 def _register_daemon(registry: kopf.OperatorRegistry) -> None:
@@ -578,7 +457,7 @@ def _register_daemon(registry: kopf.OperatorRegistry) -> None:
         status_lane = asyncio.create_task(
             lane.run_status_lane(
                 ctx,
-                key=_status_key(namespace, name),
+                key=status_key(namespace, name),
                 kind="InferenceWorkload",
                 stopped=stopped,
                 logger=logger,
@@ -588,7 +467,7 @@ def _register_daemon(registry: kopf.OperatorRegistry) -> None:
         try:
             await common.run_loop(
                 ctx,
-                key=_key(namespace, name),
+                key=full_key(namespace, name),
                 kind="InferenceWorkload",
                 stopped=stopped,
                 logger=logger,

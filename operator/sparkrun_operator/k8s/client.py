@@ -1,7 +1,8 @@
 """The project's one Kubernetes client: construction, and JSON calls on any resource (ADR 0013).
 
-- :func:`connect` builds a ``kubernetes_asyncio`` ``ApiClient`` from in-cluster credentials (a
-  pod's service account) or a kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``).
+- :func:`connect` (:mod:`.connection`, re-exported here) builds a ``kubernetes_asyncio``
+  ``ApiClient`` from in-cluster credentials (a pod's service account) or a kubeconfig
+  (``$KUBECONFIG`` or ``~/.kube/config``), reading the environment's proxy settings once.
 - :class:`Kube` speaks plain JSON over that client (``ApiClient.call_api``: authentication, TLS
   and token refresh stay the library's job; typed models would cost CPU for nothing here) and
   returns plain ``dict`` objects. Every process constructs it with its own field manager
@@ -28,21 +29,16 @@ lives in :mod:`.resources` and is re-exported here.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import aiohttp
-import aiohttp.helpers
-import yarl
 from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
 
 from sparkrun_operator.k8s import errors
+from sparkrun_operator.k8s.connection import connect as connect  # re-exported: the one client's constructor
 from sparkrun_operator.k8s.resources import *  # noqa: F403  (the Resource table, re-exported)
 from sparkrun_operator.k8s.resources import PODS, Resource
 from sparkrun_operator.render import keys
@@ -55,7 +51,6 @@ RETRIES_429: Final = 3
 RELISTS_410: Final = 3
 #: The longest watch event (one object) or log line kept in memory while it arrives.
 MAX_LINE: Final = 64 * 1024 * 1024
-SERVICE_ACCOUNT_DIR: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 _WRITES: Final = frozenset({"POST", "PUT", "PATCH"})
 _TRANSPORT: Final = (TimeoutError, aiohttp.ClientError, ConnectionError)
 
@@ -96,66 +91,6 @@ class Listing:
 
     items: list[dict[str, Any]]
     resource_version: str | None
-
-
-async def connect(
-    *, kubeconfig: str | None = None, context: str | None = None, connections: int = 32
-) -> k8s_client.ApiClient:
-    """An ``ApiClient`` for the cluster: in-cluster when running in a pod, else the kubeconfig.
-
-    ``kubeconfig``/``context`` force a kubeconfig (``$KUBECONFIG`` or ``~/.kube/config`` when
-    ``kubeconfig`` is None). At most ``connections`` TLS connections are open at once (each
-    costs a few hundred KiB). The caller owns the client (usually through :class:`Kube`).
-    """
-    configuration = k8s_client.Configuration()
-    configuration.connection_pool_maxsize = connections
-    in_cluster = (
-        kubeconfig is None
-        and "KUBERNETES_SERVICE_HOST" in os.environ
-        and (SERVICE_ACCOUNT_DIR / "token").exists()
-    )
-    try:
-        if in_cluster:
-            # NB: reads two small files; off the loop anyway.
-            loader = k8s_config.incluster_config.InClusterConfigLoader(
-                token_filename=str(SERVICE_ACCOUNT_DIR / "token"),
-                cert_filename=str(SERVICE_ACCOUNT_DIR / "ca.crt"),
-            )
-            await asyncio.to_thread(loader.load_and_set, configuration)
-        else:
-            await k8s_config.load_kube_config(
-                config_file=kubeconfig, context=context, client_configuration=configuration
-            )
-    except (k8s_config.ConfigException, OSError) as error:
-        raise errors.KubeError(f"no usable Kubernetes credentials: {error}") from error
-    api = k8s_client.ApiClient(configuration=configuration)
-    _environment_read_once(api, configuration)
-    return api
-
-
-def _environment_read_once(api: k8s_client.ApiClient, configuration: k8s_client.Configuration) -> None:
-    """The proxy settings of the environment, read once instead of on every request.
-
-    kubernetes_asyncio's session trusts the environment, so aiohttp looks up the proxy variables
-    and ``~/.netrc`` in a worker thread on *every* request: two thread hops per API call, about
-    a tenth of the operator's CPU while 1,000 workloads start. The environment does not change
-    while a process runs: the proxy for the apiserver (``HTTPS_PROXY``/``NO_PROXY``) is resolved
-    here, once, and the per-request lookups are turned off. ``.netrc`` credentials never apply
-    (every call authenticates with a token or a client certificate).
-    """
-    rest = api.rest_client
-    session = rest.pool_manager
-    if not configuration.proxy and configuration.host:
-        try:
-            proxy, auth = aiohttp.helpers.get_env_proxy_for_url(yarl.URL(configuration.host))
-        except LookupError:
-            pass  # no proxy for the apiserver
-        else:
-            rest.proxy = str(proxy)
-            # NB: what aiohttp would have passed per request (the session's default proxy_auth)
-            session._default_proxy_auth = auth
-    # NB: aiohttp's own slots (ClientSession.ATTRS); tests/unit/test_k8s_connect.py checks them
-    session._trust_env = False
 
 
 def _query(params: Mapping[str, Any] | None) -> list[tuple[str, str]]:

@@ -1,5 +1,5 @@
-"""Which workloads a change of one workload's claimed names re-plans (``controllers/workload.py``
-``_poke_rivals``): only rivals that rank after it (plan/names.py: the oldest claim keeps a
+"""Which workloads a change of one workload's claimed names re-plans (``controllers/workload_pokes.py``
+``poke_rivals``): only rivals that rank after it (plan/names.py: the oldest claim keeps a
 name), so a burst of N workloads serving one model pokes about N times, not N^2."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from sparkrun_operator.controllers import indexes
 from sparkrun_operator.controllers.context import Triggers
-from sparkrun_operator.controllers.workload import _poke_rivals
+from sparkrun_operator.controllers.workload_pokes import poke_rivals
 
 
 def _body(name: str, created: str, model: str = "Qwen/Qwen3-0.6B") -> dict[str, Any]:
@@ -51,7 +51,7 @@ class World:
         view = {model: list(store.values()) for model, store in self.index.items()}
         for event in self.events.values():
             event.clear()
-        _poke_rivals(self.ctx, key, body, view)  # type: ignore[arg-type]  # a stand-in Context
+        poke_rivals(self.ctx, key, body, view)  # type: ignore[arg-type]  # a stand-in Context
         return {name for name, event in self.events.items() if event.is_set()}
 
 

@@ -1,0 +1,154 @@
+"""Which events wake an InferenceWorkload's lanes (the workload controller's pokes).
+
+- the workload itself: a new generation, a requested reconcile (``workloads.reconcile``'s
+  annotation) or a deletion pokes its full lane; a change of the names it claims re-plans the
+  rivals that rank after it (:func:`poke_rivals`, plan/names.py);
+- its JobSets and pods poke its status lane, which plans at once and pokes the full lane only
+  when the plan has something for it (ADR 0030); a rollout gate's InferenceBenchmark pokes the
+  full lane;
+- the Recipe, ModelCache and InferenceCluster it uses (``ctx.dependencies``) poke its full lane;
+- the ``iw-drift`` timer pokes every workload's full lane periodically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from sparkrun_operator.controllers import indexes
+from sparkrun_operator.controllers.context import Context
+from sparkrun_operator.controllers.indexes import (
+    BENCHMARK_ID,
+    CACHE_ID,
+    CLUSTER_ID,
+    GATES,
+    JOBSET_ID,
+    OURS,
+    RECIPE_ID,
+)
+from sparkrun_operator.plan import observe
+from sparkrun_operator.render import keys
+
+
+def full_key(namespace: str, name: str) -> tuple[str, str, str]:
+    """The trigger of a workload's full lane."""
+    return ("iw", namespace, name)
+
+
+def status_key(namespace: str, name: str) -> tuple[str, str, str]:
+    """The trigger of a workload's status lane."""
+    return ("iw-status", namespace, name)
+
+
+def requested(meta: Mapping[str, Any]) -> tuple[int, str | None]:
+    """The generation and the ``reconcile-requested`` annotation: a pass is due when either moved."""
+    annotations = meta.get("annotations") or {}
+    return int(meta.get("generation") or 0), annotations.get(keys.ANNOTATION_RECONCILE_REQUESTED)
+
+
+def register(
+    registry: kopf.OperatorRegistry, *, workload_id: tuple[str, str, str], drift_seconds: float
+) -> None:
+    """Register the pokes of the workload controller on ``registry``."""
+    _register_own_pokes(registry, workload_id=workload_id, drift_seconds=drift_seconds)
+    _register_dependency_pokes(registry)
+
+
+def _register_own_pokes(
+    registry: kopf.OperatorRegistry, *, workload_id: tuple[str, str, str], drift_seconds: float
+) -> None:
+    """Pokes from the workload itself, its JobSets and pods, and the drift timer."""
+
+    @kopf.on.event(*workload_id, id="iw-changed", registry=registry)
+    async def iw_changed(
+        *, namespace: str | None, name: str, body: kopf.Body, type: str | None, memo: Any, **kwargs: Any
+    ) -> None:
+        ctx: Context = memo.ctx
+        meta = body.get("metadata") or {}
+        poke_rivals(ctx, (namespace or "", name), None if type == "DELETED" else body, kwargs.get("iw_names"))
+        # NB: the operator's own status writes come back as events too; a pass for those
+        # would find nothing to do. Only a new generation (a spec change), a requested
+        # reconcile (``workloads.reconcile``'s annotation) or a deletion counts.
+        if meta.get("deletionTimestamp") or ctx.reconciled.get((namespace or "", name)) != requested(meta):
+            ctx.triggers.poke(full_key(namespace or "", name))
+
+    def _child_changed(ctx: Context, body: kopf.Body) -> None:
+        key = observe.workload_key(body)
+        if key:
+            # the status lane plans at once: it writes the status, and pokes the full lane
+            # when the plan has anything else to do
+            ctx.triggers.poke(status_key(*key))
+
+    @kopf.on.event(*JOBSET_ID, id="iw-jobset-changed", labels=OURS, registry=registry)
+    async def iw_jobset_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
+        _child_changed(memo.ctx, body)
+
+    @kopf.on.event(*BENCHMARK_ID, id="iw-gate-changed", labels=GATES, registry=registry)
+    async def iw_gate_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
+        key = observe.gate_key(body)
+        if key:
+            memo.ctx.triggers.poke(full_key(*key))
+
+    @kopf.on.event("", "v1", "pods", id="iw-pod-changed", labels=OURS, registry=registry)
+    async def iw_pod_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
+        _child_changed(memo.ctx, body)
+
+    @kopf.timer(
+        *workload_id, id="iw-drift", interval=drift_seconds, initial_delay=drift_seconds, registry=registry
+    )
+    async def iw_drift(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+        memo.ctx.triggers.poke(full_key(namespace or "", name))
+
+
+def poke_rivals(ctx: Context, key: tuple[str, str], body: kopf.Body | None, index: Any) -> None:
+    """When the names a workload claims change (or it goes), re-plan every workload sharing an
+    old or new name with it that ranks after it: their ``Routable`` condition may change
+    (plan/names.py). An older rival's cannot: it keeps a name against any newer claim, and the
+    winner its condition names is older than both."""
+    claim = indexes.claim_of(body) if body is not None else None
+    before = ctx.claims.get(key)
+    if claim == before:
+        return
+    if claim is None:
+        ctx.claims.pop(key, None)
+    else:
+        ctx.claims[key] = claim
+    # NB: the full lane only (debounced and gated, so a burst coalesces): the status lane
+    # plans at once on every poke (ADR 0030).
+    # NB: creation stamps have one-second resolution, so workloads created in one burst tie on
+    # time and rank by namespace and name; a new workload is newer than nearly every rival, so
+    # a burst of N no longer pokes N^2 times.
+    for old_or_new in (before, claim):
+        if old_or_new is None:
+            continue
+        mine = old_or_new.rank()
+        for rival in indexes.rivals(index, old_or_new):
+            if rival.rank() > mine and (rival.namespace, rival.name) != key:
+                ctx.triggers.poke(full_key(rival.namespace, rival.name))
+
+
+def _register_dependency_pokes(registry: kopf.OperatorRegistry) -> None:
+    """Pokes of the workloads that use a changed Recipe, ModelCache or InferenceCluster."""
+
+    def _poke_dependents(ctx: Context, *, namespace: str | None, slot: int, name: str) -> None:
+        for (ns, wl), deps in list(ctx.dependencies.items()):
+            if (namespace is None or ns == namespace) and deps[slot] == name:
+                ctx.triggers.poke(full_key(ns, wl))
+
+    @kopf.on.event(*RECIPE_ID, id="iw-recipe-changed", registry=registry)
+    async def iw_recipe_changed(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+        _poke_dependents(memo.ctx, namespace=namespace, slot=0, name=name)
+
+    @kopf.on.event(*CACHE_ID, id="iw-cache-changed", registry=registry)
+    async def iw_cache_changed(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+        _poke_dependents(memo.ctx, namespace=namespace, slot=1, name=name)
+
+    @kopf.on.event(*CLUSTER_ID, id="iw-cluster-changed", registry=registry)
+    async def iw_cluster_changed(*, name: str, memo: Any, **_: Any) -> None:
+        ctx: Context = memo.ctx
+        # A (new) default cluster concerns every workload naming none.
+        for (ns, wl), deps in list(ctx.dependencies.items()):
+            if deps[2] in (name, None):
+                ctx.triggers.poke(full_key(ns, wl))
