@@ -30,6 +30,7 @@ fails the tests.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
+from _pytest.unraisableexception import collect_unraisable
 
 from sparkrun_testbed import binaries, plane
 from sparkrun_testbed.kubeapi import KubeApi
@@ -96,6 +98,19 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     print("\n[conftest] CI=true and testbed binaries missing: running hack/testbed-bin.sh", file=sys.stderr)
     built = binaries.build(REPO)
     os.environ[binaries.BIN_ENV] = str(built.bin_dir)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A full garbage collection after a module's last test, once its module fixtures (and the
+    event loops of module scope) are finalized: an object the module left unclosed (a socket, a
+    transport) warns here, as an error in the teardown of that module's last test, rather than
+    in whichever later test (on either xdist worker) the collector happens to run."""
+    result = yield
+    if nextitem is None or nextitem.path != item.path:
+        gc.collect()
+        collect_unraisable(item.config)  # NB: pytest's own collection for this phase ran already
+    return result
 
 
 @pytest.fixture(autouse=True)
