@@ -42,9 +42,10 @@ def binary() -> Path:
 
 
 def run_round(
-    exe: Path, port: int, concurrency: int, per_worker: int, body: bytes, key: str
+    exe: Path, port: int, concurrency: int, per_worker: int, body: bytes, key: str, stagger: float = 0.0
 ) -> tuple[list[Sample], int, float, float]:
-    """``concurrency`` workers x ``per_worker`` streams: samples, errors, wall s, generator CPU s."""
+    """``concurrency`` workers x ``per_worker`` streams: samples, errors, wall s, generator CPU s.
+    ``stagger``: the workers' first requests spread evenly over that many seconds."""
     with tempfile.NamedTemporaryFile(suffix=".json") as file:
         file.write(body)
         file.flush()
@@ -54,6 +55,7 @@ def run_round(
                 str(exe),
                 *("-addr", f"127.0.0.1:{port}", "-path", "/v1/chat/completions", "-body", file.name),
                 *("-key", key, "-c", str(concurrency), "-n", str(per_worker)),
+                *("-stagger", f"{stagger:.6f}s"),
             ],
             capture_output=True,
             check=True,

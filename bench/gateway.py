@@ -66,6 +66,11 @@ SIM_PROFILES = {
 UPSTREAMS = ("standin", "llmd-sim")
 OUTPUT_TOKENS = 64
 
+STREAM_SECONDS = {"zero": 0.0, "realistic": 0.05 + OUTPUT_TOKENS * 0.01}
+"""How long one answer takes under each profile (both upstreams): ``--arrivals staggered`` spreads
+the workers' first requests over it, so requests arrive evenly instead of in waves of
+``concurrency`` at once (every answer has the same length, so waves stay waves)."""
+
 
 class Targets:
     """The upstream and the proxies in front of it, for one profile."""
@@ -211,25 +216,28 @@ BODY = json.dumps(
 
 
 def measure(
-    loadgen: Path | None, port: int, concurrency: int, per_worker: int
+    loadgen: Path | None, port: int, concurrency: int, per_worker: int, stagger: float = 0.0
 ) -> tuple[list[Sample], int, float, float]:
     """One round with the Go generator (``loadgen``) or the asyncio one: samples, errors, wall s,
-    the generator's CPU s."""
+    the generator's CPU s. ``stagger``: the workers' first requests spread over that many seconds."""
     if loadgen is not None:
-        return _loadgen.run_round(loadgen, port, concurrency, per_worker, BODY, BENCH_KEY)
+        return _loadgen.run_round(loadgen, port, concurrency, per_worker, BODY, BENCH_KEY, stagger)
     cpu = time.process_time()
-    samples, errors, wall = asyncio.run(run_round(port, concurrency, per_worker))
+    samples, errors, wall = asyncio.run(run_round(port, concurrency, per_worker, stagger))
     return samples, errors, wall, time.process_time() - cpu
 
 
-async def run_round(port: int, concurrency: int, per_worker: int) -> tuple[list[Sample], int, float]:
+async def run_round(
+    port: int, concurrency: int, per_worker: int, stagger: float = 0.0
+) -> tuple[list[Sample], int, float]:
     """``concurrency`` workers x ``per_worker`` streams; returns samples, errors, wall seconds."""
     body = BODY
     samples: list[Sample] = []
     errors = 0
 
-    async def worker() -> None:
+    async def worker(index: int) -> None:
         nonlocal errors
+        await asyncio.sleep(stagger * index / concurrency)
         client = StreamClient(
             "127.0.0.1", port, "/v1/chat/completions", {"authorization": f"Bearer {BENCH_KEY}"}
         )
@@ -244,7 +252,7 @@ async def run_round(port: int, concurrency: int, per_worker: int) -> tuple[list[
             await client.close()
 
     start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    await asyncio.gather(*(worker(i) for i in range(concurrency)))
     return samples, errors, time.perf_counter() - start
 
 
@@ -267,7 +275,12 @@ def summarize(rounds: list[tuple[list[Sample], int, float]]) -> dict[str, Any]:
 
 
 def measure_level(
-    targets: Targets, names: list[str], loadgen: Path | None, concurrency: int, rounds: int
+    targets: Targets,
+    names: list[str],
+    loadgen: Path | None,
+    concurrency: int,
+    rounds: int,
+    stagger: float = 0.0,
 ) -> dict[str, Any]:
     """The row of one concurrency: ``rounds`` interleaved rounds of every target, summarized."""
     per_worker = max(2, min(20, 256 // concurrency))
@@ -282,7 +295,9 @@ def measure_level(
         order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
             before = targets.usage(name)
-            samples, errors, wall, cpu = measure(loadgen, targets.ports[name], concurrency, per_worker)
+            samples, errors, wall, cpu = measure(
+                loadgen, targets.ports[name], concurrency, per_worker, stagger
+            )
             after = targets.usage(name)
             collected[name].append((samples, errors, wall))
             load_cpu[name] += cpu
@@ -325,6 +340,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profiles", default="zero,realistic")
     parser.add_argument("--upstream", choices=UPSTREAMS, default="standin")
     parser.add_argument("--loadgen", choices=["go", "python"], default="go")
+    parser.add_argument(
+        "--arrivals",
+        choices=["burst", "staggered"],
+        default="burst",
+        help="burst: every worker starts at once, so requests come in waves of --concurrency (the "
+        "worst case); staggered: first requests spread over one answer's duration (a steady state)",
+    )
     parser.add_argument("--workers", default="1", help="gateway --workers values, one target each")
     parser.add_argument("--targets", default="", help="only these targets (comma-separated names)")
     parser.add_argument(
@@ -363,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
             "rounds": rounds,
             "output_tokens": OUTPUT_TOKENS,
             "loadgen": args.loadgen,
+            "arrivals": args.arrivals,
             "gateway_workers": workers,
             "pinned": {"upstream_and_loadgen": sorted(os.sched_getaffinity(0)), "proxies": sorted(proxy_cpus)}
             if proxy_cpus is not None
@@ -387,7 +410,8 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 names = [n for n in targets.ports if not args.targets or n in args.targets.split(",")]
                 for concurrency in levels:
-                    row = measure_level(targets, names, loadgen, concurrency, rounds)
+                    stagger = STREAM_SECONDS[profile] if args.arrivals == "staggered" else 0.0
+                    row = measure_level(targets, names, loadgen, concurrency, rounds, stagger)
                     results["results"].setdefault(profile, {})[str(concurrency)] = row
                     _print_row(profile, concurrency, row)
                     path = write_json("gateway", results, path)  # after every row: partial runs count

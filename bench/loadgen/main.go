@@ -171,6 +171,7 @@ func main() {
 	concurrency := flag.Int("c", 1, "workers (concurrent streams)")
 	perWorker := flag.Int("n", 1, "requests per worker")
 	timeout := flag.Duration("timeout", 120*time.Second, "limit per request")
+	stagger := flag.Duration("stagger", 0, "spread the workers' first requests evenly over this long (0: all at once)")
 	flag.Parse()
 	body, err := os.ReadFile(*bodyFile)
 	if err != nil {
@@ -190,8 +191,10 @@ func main() {
 	start := time.Now()
 	for i := 0; i < *concurrency; i++ {
 		wg.Add(1)
+		delay := time.Duration(int64(*stagger) * int64(i) / int64(*concurrency))
 		go func() {
 			defer wg.Done()
+			time.Sleep(delay)
 			w := &worker{addr: *addr, head: head, body: body}
 			defer w.close()
 			for j := 0; j < *perWorker; j++ {
