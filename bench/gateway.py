@@ -54,19 +54,21 @@ from ._common import Proc, Sample, StreamClient, environment, free_port, median,
 
 # LiteLLM refuses to start without a strong master key; every target gets the same bearer token.
 BENCH_KEY = "sk-" + secrets.token_hex(32)
-PROFILES = {
-    "zero": {"SPARKRUN_ENGINE_TTFT_SECONDS": "0", "SPARKRUN_ENGINE_TOKEN_SECONDS": "0"},
-    "realistic": {"SPARKRUN_ENGINE_TTFT_SECONDS": "0.05", "SPARKRUN_ENGINE_TOKEN_SECONDS": "0.01"},
-}
-# The simulator's flags for the same profiles (llm-d-inference-sim --help).
-SIM_PROFILES = {
-    "zero": {"time_to_first_token": "0ms", "inter_token_latency": "0ms"},
-    "realistic": {"time_to_first_token": "50ms", "inter_token_latency": "10ms"},
-}
 UPSTREAMS = ("standin", "llmd-sim")
 OUTPUT_TOKENS = 64
-
-STREAM_SECONDS = {"zero": 0.0, "realistic": 0.05 + OUTPUT_TOKENS * 0.01}
+#: The upstream profiles: (seconds to the first token, seconds per further token).
+PACING = {"zero": (0.0, 0.0), "realistic": (0.05, 0.01)}
+#: The engine stand-in's environment for each profile.
+PROFILES = {
+    name: {"SPARKRUN_ENGINE_TTFT_SECONDS": f"{ttft:g}", "SPARKRUN_ENGINE_TOKEN_SECONDS": f"{token:g}"}
+    for name, (ttft, token) in PACING.items()
+}
+#: The simulator's flags for the same profiles (llm-d-inference-sim --help).
+SIM_PROFILES = {
+    name: {"time_to_first_token": f"{ttft * 1e3:g}ms", "inter_token_latency": f"{token * 1e3:g}ms"}
+    for name, (ttft, token) in PACING.items()
+}
+STREAM_SECONDS = {name: ttft + OUTPUT_TOKENS * token for name, (ttft, token) in PACING.items()}
 """How long one answer takes under each profile (both upstreams): ``--arrivals staggered`` spreads
 the workers' first requests over it, so requests arrive evenly instead of in waves of
 ``concurrency`` at once (every answer has the same length, so waves stay waves)."""

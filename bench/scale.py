@@ -143,17 +143,14 @@ class Readiness:
                 return False
         return True
 
-
-async def install_probe_crd(http: httpx.AsyncClient) -> None:
-    """``--probe``'s CustomResourceDefinition, established."""
-    await call(http, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=PROBE_CRD)
-    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{PROBE_CRD['metadata']['name']}"
-    for _ in range(300):
-        conditions = ((await call(http, "GET", path)).get("status") or {}).get("conditions") or []
-        if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
-            return
-        await asyncio.sleep(0.1)
-    raise RuntimeError("the probe CRD was not established in 30 s")
+    def after_pod_ready(self, seen: dict[str, float]) -> list[float]:
+        """Seconds from each workload's leader pod Ready to its moment in ``seen`` (the burst's
+        workloads only, not the single one measured before)."""
+        return [
+            when - self.pods_ready[name]
+            for name, when in seen.items()
+            if name in self.pods_ready and name != "single"
+        ]
 
 
 def _lags(values: list[float]) -> dict[str, float]:
@@ -292,7 +289,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             scaleprobes = PROBES.format(ns="scale")
             probes: set[asyncio.Task[Any]] = set()
             if args.probe:
-                await install_probe_crd(http)
+                await asyncio.to_thread(tb.apply_crds, [PROBE_CRD])
 
             def probe(owner: str) -> None:
                 # NB: the floor of the operator's part: one write of our own, seen through a
@@ -360,21 +357,9 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 await sampler
                 await lag_sampler
             # the operator's own lag: leader pod Ready -> workload Ready (seen by the same watcher)
-            lags = [
-                readiness.ready[name] - readiness.pods_ready[name]
-                for name in readiness.ready
-                if name in readiness.pods_ready and name != "single"
-            ]
-            floor = [
-                readiness.probes[name] - readiness.pods_ready[name]
-                for name in readiness.probes
-                if name in readiness.pods_ready and name != "single"
-            ]
-            cr_floor = [
-                readiness.cr_probes[name] - readiness.pods_ready[name]
-                for name in readiness.cr_probes
-                if name in readiness.pods_ready and name != "single"
-            ]
+            lags = readiness.after_pod_ready(readiness.ready)
+            floor = readiness.after_pod_ready(readiness.probes)
+            cr_floor = readiness.after_pod_ready(readiness.cr_probes)
             passes = await operator_passes(metrics_port)
             lanes = await operator_lanes(metrics_port)
             writes = diff_counts(before, after)

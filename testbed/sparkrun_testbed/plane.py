@@ -352,8 +352,13 @@ class Testbed:
         A missing or empty directory installs nothing. Waits until each CRD is Established and
         returns their names.
         """
+        return self.apply_crds(crds_in(directory), timeout=timeout)
+
+    def apply_crds(self, crds: Iterable[dict[str, Any]], *, timeout: float = 60.0) -> list[str]:
+        """Server-side apply these CustomResourceDefinitions; wait until each is Established and
+        return their names."""
         with self.api() as api:
-            return _apply_crds(api, crds_in(directory), timeout=timeout)
+            return _apply_crds(api, crds, timeout=timeout)
 
     def create_nodes(self, topology: Topology, *, timeout: float = 60.0) -> list[str]:
         """Create the fake nodes of ``topology`` (existing ones are left alone); wait until Ready."""

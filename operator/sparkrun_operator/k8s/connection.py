@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 from typing import Final
 
-import aiohttp
 import aiohttp.helpers
 import yarl
 from kubernetes_asyncio import client as k8s_client
