@@ -2,6 +2,8 @@
 
 Applies the CRD defaults, the OpenAPI schema (unknown fields rejected) and every CEL rule, as
 the apiserver would (``api/admission.py``). Exit status 1 when any document is rejected.
+Files are read with the project's bounded loader (``safeload.USER_MANIFESTS``: at most 8 MiB
+and 64 levels of nesting; YAML anchors and aliases are refused, as in recipes).
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 from rich.table import Table
 
+from sparkrun_operator import safeload
 from sparkrun_operator.api.admission import FieldError, validate
 from sparkrun_operator.api.meta import API_VERSION
 
@@ -28,9 +30,16 @@ def register(subparsers: Any) -> None:
 
 
 def load_documents(path: str) -> list[dict[str, Any]]:
-    """Every non-empty YAML document of ``path`` ('-' = stdin)."""
-    text = sys.stdin.read() if path == "-" else Path(path).read_text()
-    return [doc for doc in yaml.safe_load_all(text) if doc]
+    """Every non-empty YAML document of ``path`` ('-' = stdin), loaded within
+    ``safeload.USER_MANIFESTS`` (8 MiB, 64 levels, no anchors or aliases; at most one character
+    past the bound is read). Raises ``OSError`` or ``ValueError``."""
+    limit = safeload.USER_MANIFESTS.max_bytes + 1
+    if path == "-":
+        text = sys.stdin.read(limit)
+    else:
+        with Path(path).open(encoding="utf-8") as stream:
+            text = stream.read(limit)
+    return [doc for doc in safeload.load_yaml_all(text, safeload.USER_MANIFESTS) if doc]
 
 
 def check(docs: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, str, list[FieldError] | None]]:
@@ -51,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     for path in args.files:
         try:
             docs += [(path, d) for d in load_documents(path)]
-        except (OSError, yaml.YAMLError) as exc:
+        except (OSError, ValueError) as exc:
             console.print(f"[red]{path}: {exc}[/red]")
             return 1
     results = check(docs)

@@ -22,11 +22,11 @@ import base64
 import binascii
 import dataclasses
 import itertools
-import json
 import logging
 from collections.abc import Iterable
 from typing import Any
 
+from sparkrun_operator import safeload
 from sparkrun_operator.api.resources import INFERENCE_WORKLOAD
 from sparkrun_operator.gateway.auth import DigestTable, Grant
 from sparkrun_operator.gateway.routing import (
@@ -139,15 +139,17 @@ def _seconds(spec: dict[str, Any], field: str) -> float | None:
 
 
 def imperative_aliases(config_maps: Iterable[dict[str, Any]]) -> dict[str, dict[str, str]]:
-    """``{namespace: {alias: target}}`` from the alias ConfigMaps (bad JSON is logged, skipped)."""
+    """``{namespace: {alias: target}}`` from the alias ConfigMaps (anyone who may write ConfigMaps
+    in a watched namespace writes one): JSON within ``safeload.ALIAS_STATE`` (1 MiB, 16 levels);
+    anything else is logged and skipped, so one ConfigMap cannot stop routing updates."""
     out: dict[str, dict[str, str]] = {}
     for cm in config_maps:
         meta = cm.get("metadata") or {}
         raw = (cm.get("data") or {}).get(ALIASES_KEY) or "{}"
         try:
-            parsed = json.loads(raw)
-        except ValueError:
-            log.error("%s/%s: %s is not JSON; ignored", meta.get("namespace"), meta.get("name"), ALIASES_KEY)
+            parsed = safeload.load_json(raw, safeload.ALIAS_STATE)
+        except safeload.DocumentError as error:
+            log.error("%s/%s: %s ignored: %s", meta.get("namespace"), meta.get("name"), ALIASES_KEY, error)
             continue
         if isinstance(parsed, dict):
             out[str(meta.get("namespace") or "")] = {str(k): str(v) for k, v in parsed.items()}

@@ -18,12 +18,12 @@ Results are checked against the declared result schema only (no implicit limits)
 raises :class:`~sparkrun_operator.ops.errors.ResultContractError` (``invalid_operation_result``).
 
 :func:`parse_json_object` decodes a request body strictly (UTF-8 JSON, no NaN/Infinity, a JSON
-object at the top level).
+object at the top level) with the project's bounded loader (``safeload.REQUEST_BODY``: at most
+1 MiB and 64 levels of nesting, the depth found by a linear scan before ``json`` decodes).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -33,6 +33,7 @@ import jsonschema
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from sparkrun_operator import safeload
 from sparkrun_operator.ops.errors import Invalid, ResultContractError
 
 __all__ = [
@@ -210,15 +211,14 @@ def _finite(value: Any) -> bool:
     return True
 
 
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def parse_json_object(body: bytes) -> dict[str, Any]:
-    """Decode a request body that must be one JSON object. Raises ``Invalid``."""
+    """Decode a request body that must be one JSON object, within ``safeload.REQUEST_BODY``
+    (1 MiB, 64 levels, checked before it is decoded). Raises ``Invalid``."""
     try:
-        value = json.loads(body.decode("utf-8"), parse_constant=_no_constants)
-    except (ValueError, UnicodeDecodeError, RecursionError) as error:
+        value = safeload.load_json(body, safeload.REQUEST_BODY)
+    except safeload.LimitExceeded as error:
+        raise Invalid(f"Invalid JSON request: {error}") from None
+    except safeload.DocumentError as error:
         raise Invalid("Invalid JSON request") from error
     if not isinstance(value, dict):
         raise Invalid("Request must be a JSON object")

@@ -61,6 +61,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sparkrun_operator import safeload
+
 __all__ = [
     "INTENT_ID_LEN",
     "PLACEMENT_TOKEN_LEN",
@@ -358,21 +360,21 @@ def _is_dotted(key: str) -> bool:
 def _as_mapping(value: Any, what: str) -> dict[str, Any]:
     if isinstance(value, Mapping):
         return copy.deepcopy(dict(value))
-    if isinstance(value, str):
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, dict):
-            return parsed
+    parsed = _leaf(value)
+    if isinstance(parsed, dict):
+        return parsed
     raise ValueError(f"cannot set a field inside {what}: its value {value!r} is not a mapping")
 
 
 def _leaf(value: Any) -> Any:
+    """A JSON-looking string as its value (within ``safeload.OVERRIDE_VALUE``; over it is a
+    ``ValueError``), any other string as itself."""
     if isinstance(value, str) and value[:1] in ("{", "["):
         try:
-            return json.loads(value)
-        except ValueError:
+            return safeload.load_json(value, safeload.OVERRIDE_VALUE)
+        except safeload.LimitExceeded:
+            raise
+        except safeload.DocumentError:
             return value
     return value
 

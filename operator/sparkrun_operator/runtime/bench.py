@@ -11,7 +11,8 @@ Output (stdout, one JSON object per line): ``{"event": "started", ...}``, then
 ``{"event": "result", "scenario", "framework", "frameworkVersion", "result": {...}, "raw": "..."}``
 (the result in ``api.benchmark.ScenarioResult``'s wire shape, ``raw`` the framework's own
 output bounded to ``benchparse.RAW_LIMIT``) or ``{"event": "error", "reason", "message"}``.
-Exit status 0 with a result; 2 when the framework measured nothing or failed; 3 on a bad plan.
+Exit status 0 with a result; 2 when the framework measured nothing or failed; 3 on a bad plan
+(including one over ``safeload.BENCH_PLAN``: 1 MiB, 32 levels of nesting).
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
+from sparkrun_operator import safeload
 from sparkrun_operator.api.benchmark import LLAMA_BENCHY, TOOL_EVAL_BENCH
+from sparkrun_operator.api.clip import MESSAGE_MAX, clip
 from sparkrun_operator.runtime import benchframeworks, benchparse
 
 PACKAGES: Final = {LLAMA_BENCHY: "llama-benchy", TOOL_EVAL_BENCH: "tool-eval-bench"}
@@ -36,6 +39,10 @@ EXIT_BAD_PLAN: Final = 3
 
 
 def emit(event: str, **fields: Any) -> None:
+    """One JSON line; a ``message`` (it may quote the Hub's or the framework's words) is cut at
+    ``MESSAGE_MAX`` characters."""
+    if isinstance(fields.get("message"), str):
+        fields["message"] = clip(fields["message"], MESSAGE_MAX)
     print(json.dumps({"event": event, **fields}, separators=(",", ":")), flush=True)
 
 
@@ -156,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = parser.parse_args(argv)
     text = Path(opts.plan[1:]).read_text() if opts.plan.startswith("@") else opts.plan
     try:
-        plan = json.loads(text)
+        plan = safeload.load_json(text, safeload.BENCH_PLAN)
         if not isinstance(plan, dict):
             raise ValueError("the plan is not a JSON object")
         with tempfile.TemporaryDirectory(dir=opts.workdir) as tmp:

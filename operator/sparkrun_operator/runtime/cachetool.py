@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sparkrun_operator import safeload
+from sparkrun_operator.api.clip import MESSAGE_MAX, clip
 from sparkrun_operator.runtime import hferrors
 from sparkrun_operator.runtime.hfcache import (
     CacheLayout,
@@ -384,7 +386,10 @@ def run(argv: Sequence[str] | None = None) -> int:
             if not args.manifest_json or len(args.commit) != 1:
                 raise hferrors.DownloadError(hferrors.EXIT_USAGE, "import needs --manifest-json and --commit")
             try:
-                manifest = manifest_from_seed(json.loads(args.manifest_json), args.commit[0])
+                seed = safeload.load_json(args.manifest_json, safeload.MANIFEST)
+                if not isinstance(seed, dict):
+                    raise ValueError("the manifest is not a JSON object")
+                manifest = manifest_from_seed(seed, args.commit[0])
             except (ValueError, KeyError, TypeError) as err:
                 raise hferrors.DownloadError(hferrors.EXIT_USAGE, f"invalid manifest: {err}") from None
             body = import_manifest(root, manifest, level=args.verify)
@@ -396,7 +401,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         )
         return err.code
     except OSError as err:
-        message = f"{err.strerror or err} ({err.filename or root})"
+        message = clip(f"{err.strerror or err} ({err.filename or root})", MESSAGE_MAX)
         print(json.dumps({"event": "error", "reason": "StorageError", "exit_code": 9, "message": message}))
         return hferrors.EXIT_STORAGE
     print(json.dumps(body), flush=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -57,7 +58,8 @@ class OperationRoutes(ShimState):
         if op.kind == "job":
             check = self.argument_checks.get(op.name)
             if check is not None:
-                check(arguments, self.config.settings)
+                # NB: pure but not always cheap (catalog.import parses up to 256 KiB of YAML).
+                await asyncio.to_thread(check, arguments, self.config.settings)
             self.query_cache.clear()
             key = request.headers.get("idempotency-key") or None
             job_id = await self.jobs.submit(

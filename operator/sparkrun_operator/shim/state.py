@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp
 
+from sparkrun_operator import safeload
 from sparkrun_operator.k8s.auth import RequestHeaderConfig
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.k8s.daemonjobs import JobCache
@@ -48,7 +49,8 @@ class ShimConfig:
     query_cache_size: int = 128
     #: Bytes the query cache may hold in all; larger answers are not cached.
     query_cache_bytes: int = 16 * 1024 * 1024
-    body_limit: int = 1024 * 1024
+    #: Bytes of a request body (413 beyond, before it is read); the JSON loader's bound too.
+    body_limit: int = safeload.REQUEST_BODY.max_bytes
     body_timeout: float = 30.0
     snapshot_interval: float = 2.0
     heartbeat: float = 10.0

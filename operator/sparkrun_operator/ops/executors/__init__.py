@@ -37,4 +37,9 @@ EXECUTORS: dict[str, Executor] = {
 }
 
 #: The job operations whose arguments the daemon API checks at submission (422 before the 202).
-ARGUMENT_CHECKS: dict[str, ArgumentCheck] = {**workloads.CHECKS, **modelcache.CHECKS, **benchmarks.CHECKS}
+ARGUMENT_CHECKS: dict[str, ArgumentCheck] = {
+    **workloads.CHECKS,
+    **modelcache.CHECKS,
+    **benchmarks.CHECKS,
+    **recipes.CHECKS,
+}

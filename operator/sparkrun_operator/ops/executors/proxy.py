@@ -17,11 +17,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from sparkrun_operator import safeload
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.k8s.client import CONFIG_MAPS, ENDPOINT_SLICES, retry_conflicts
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.context import Executor, OperationContext
-from sparkrun_operator.ops.errors import NotFound
+from sparkrun_operator.ops.errors import Conflict, NotFound
 from sparkrun_operator.ops.executors.shared import endpoint_entry, recipe_specs
 from sparkrun_operator.render import keys
 
@@ -32,12 +33,23 @@ ALIASES_KEY = "aliases.json"
 LOADED_KEY = "loaded-models.json"
 
 
+def _value(ctx: OperationContext, data: dict[str, Any], key: str) -> dict[str, Any]:
+    """One key of the state ConfigMap: a JSON object within ``safeload.ALIAS_STATE`` (whoever may
+    write ConfigMaps in the namespace may write it). Raises ``Conflict`` naming it otherwise."""
+    where = f"ConfigMap {ctx.settings.aliases_config_map}, key {key}"
+    try:
+        value = safeload.load_json(str(data.get(key) or "{}"), safeload.ALIAS_STATE)
+    except safeload.DocumentError as error:
+        raise Conflict(f"{where}: {error}; fix or delete it") from None
+    if not isinstance(value, dict):
+        raise Conflict(f"{where}: not a JSON object; fix or delete it")
+    return value
+
+
 async def _state(ctx: OperationContext) -> tuple[dict[str, Any] | None, dict[str, str], dict[str, Any]]:
     found = await ctx.rest.get(CONFIG_MAPS, ctx.settings.aliases_config_map, ctx.namespace)
     data = (found or {}).get("data") or {}
-    aliases = json.loads(data.get(ALIASES_KEY) or "{}")
-    loaded = json.loads(data.get(LOADED_KEY) or "{}")
-    return found, aliases, loaded
+    return found, _value(ctx, data, ALIASES_KEY), _value(ctx, data, LOADED_KEY)
 
 
 async def _update(

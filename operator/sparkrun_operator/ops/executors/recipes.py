@@ -4,33 +4,39 @@ A recipe reference is the name of a ``Recipe`` in the API namespace. ``catalog.r
 ``catalog.search`` list them (filters on the query text, runtime, metadata); ``catalog.recipe``
 details one (revision and validation issues from its status, recomputed when the controller has
 not written them yet); ``catalog.import`` creates a Recipe from sparkrun recipe YAML (labelled
-``sparkrun.dev/source-kind=imported``), ``catalog.retain`` keeps an import, ``catalog.cleanup``
-deletes imports that are neither retained nor served. Registries do not exist here (the
-registry operations are disabled), so ``registry`` is always ``null``.
+``sparkrun.dev/source-kind=imported``; the YAML is loaded within ``safeload.RECIPE``: 256 KiB,
+32 levels, no anchors or aliases, and the Recipe it makes is checked with the offline admission
+(``api/admission.py``: the CRD's schema, bounds and CEL rules, as the apiserver will), both
+refused at submission by :data:`CHECKS` and again here),
+``catalog.retain`` keeps an import, ``catalog.cleanup`` deletes imports that are neither
+retained nor served. Registries do not exist here (the registry operations are disabled), so
+``registry`` is always ``null``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
+from sparkrun_operator import safeload
+from sparkrun_operator.api import admission
 from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.api.recipe import RecipeIssue, RecipeSpec
 from sparkrun_operator.api.resources import RECIPE
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.ops import kube
-from sparkrun_operator.ops.context import Executor, OperationContext
+from sparkrun_operator.ops.context import ArgumentCheck, Executor, OperationContext, Settings
 from sparkrun_operator.ops.errors import Conflict, Invalid, NotFound
 from sparkrun_operator.recipe import identity as recipe_identity
 from sparkrun_operator.recipe.resolve import validate_recipe
 from sparkrun_operator.render import keys
 
-__all__ = ["EXECUTORS"]
+__all__ = ["CHECKS", "EXECUTORS", "parse_recipe"]
 
 SOURCE_LABEL = keys.LABEL_RECIPE_SOURCE_KIND
 RETAINED_LABEL = keys.LABEL_RECIPE_RETAINED
@@ -211,15 +217,52 @@ def _import_name(raw: Mapping[str, Any], content: str) -> str:
     return f"{slug}-{hashlib.sha256(content.encode()).hexdigest()[:8]}"
 
 
-async def import_recipe(ctx: OperationContext, args: dict[str, Any]) -> Any:
+def _recipe_body(name: str, spec: RecipeSpec, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": RECIPE.kind,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {SOURCE_LABEL: "imported", RETAINED_LABEL: "false"},
+        },
+        "spec": spec.to_wire(),
+    }
+
+
+#: Admission errors named in a refusal at most (the first ones, by field path), and the length
+#: of each message (the schema validator's messages quote the offending value).
+_MAX_ERRORS = 5
+_MAX_MESSAGE = 200
+
+
+def _short(error: admission.FieldError) -> str:
+    message = error.message if len(error.message) <= _MAX_MESSAGE else error.message[:_MAX_MESSAGE] + "..."
+    return f"{error.path}: {message}"
+
+
+def _admitted(name: str, spec: RecipeSpec) -> None:
+    """The Recipe ``catalog.import`` would create passes the CRD's schema and CEL rules (the
+    offline admission: what the apiserver would refuse with a 422 inside the job)."""
+    errors = admission.validate(_recipe_body(name, spec, "default"))
+    if errors:
+        listed = "; ".join(_short(e) for e in errors[:_MAX_ERRORS])
+        more = f" (and {len(errors) - _MAX_ERRORS} more)" if len(errors) > _MAX_ERRORS else ""
+        raise Invalid(f"recipe content makes an invalid Recipe: {listed}{more}")
+
+
+def parse_recipe(content: str) -> tuple[str, RecipeSpec]:
+    """The Recipe name and spec of sparkrun recipe YAML (``catalog.import``): loaded within
+    ``safeload.RECIPE`` (size, depth, no anchors or aliases), and admitted as the apiserver will
+    (the Recipe CRD's bounds, e.g. ``defaults`` 6 levels deep, and its rules). Raises ``Invalid``
+    (CPU-bound on a large recipe: callers run it in a worker thread)."""
     try:
-        raw = yaml.safe_load(args["content"])
-    except yaml.YAMLError as error:
-        raise Invalid(f"recipe content is not valid YAML: {error}") from error
+        raw = safeload.load_yaml(content, safeload.RECIPE)
+    except safeload.DocumentError as error:
+        raise Invalid(str(error)) from None
     if not isinstance(raw, dict):
         raise Invalid("recipe content must be a YAML mapping")
-    raw = dict(raw)
-    name = _import_name(raw, args["content"])
+    name = _import_name(raw, content)
     raw.pop("name", None)
     known = set(RecipeSpec.model_fields) - {"runtime_config"}
     extra = {k: v for k, v in raw.items() if k not in known}
@@ -232,16 +275,20 @@ async def import_recipe(ctx: OperationContext, args: dict[str, Any]) -> Any:
         spec = RecipeSpec.model_validate(fields)
     except ValidationError as error:
         raise Invalid(f"recipe content is not a valid v2 recipe: {error.errors()[0]['msg']}") from error
-    body = {
-        "apiVersion": API_VERSION,
-        "kind": RECIPE.kind,
-        "metadata": {
-            "name": name,
-            "namespace": ctx.namespace,
-            "labels": {SOURCE_LABEL: "imported", RETAINED_LABEL: "false"},
-        },
-        "spec": spec.to_wire(),
-    }
+    _admitted(name, spec)
+    return name, spec
+
+
+def check_import(args: Mapping[str, Any], _settings: Settings | None = None) -> None:
+    """What ``catalog.import`` refuses before a job exists: content that is not a recipe."""
+    parse_recipe(str(args.get("content") or ""))
+
+
+async def import_recipe(ctx: OperationContext, args: dict[str, Any]) -> Any:
+    # NB: the same check as at submission (a DaemonJob can be created without the daemon API);
+    # up to 256 KiB of YAML is parsed in a worker thread, off the event loop.
+    name, spec = await asyncio.to_thread(parse_recipe, str(args.get("content") or ""))
+    body = _recipe_body(name, spec, ctx.namespace)
     try:
         created = await ctx.rest.create(kube.RECIPES, body, ctx.namespace)
     except k8s_errors.KubeError as error:
@@ -309,3 +356,4 @@ EXECUTORS: dict[str, Executor] = {
     "catalog.cleanup": cleanup,
     "recipes.validate": validate,
 }
+CHECKS: dict[str, ArgumentCheck] = {"catalog.import": check_import}
