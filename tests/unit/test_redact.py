@@ -21,6 +21,10 @@ from sparkrun_operator.ops.redact import REDACTED, Redactor
         ("saw sk-abcdefghijklmnopqrstuv in the output", "sk-abcdefghijklmnopqrstuv"),
         ("jwt eyJhbGciOi.eyJzdWIiOi.c2ln here", "eyJhbGciOi.eyJzdWIiOi.c2ln"),
         ("connecting with s3cr3t-known now", "s3cr3t-known"),
+        ("refresh_token_v2=r3fr3sh", "r3fr3sh"),  # "token" then another name character
+        ("X-AUTH: abcd1234", "abcd1234"),  # "auth" at the end of the name
+        ("authorization_header=zz9", "zz9"),
+        ("Bearer\tabc.def.ghi", "abc.def.ghi"),
     ],
 )
 def test_secrets_in_text_are_redacted(text: str, secret: str) -> None:
@@ -30,7 +34,18 @@ def test_secrets_in_text_are_redacted(text: str, secret: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["max_tokens: 4096", "generated tokens=5", "tokenizer: qwen", "author: bob", "passed: 3 tests"]
+    "text",
+    [
+        "max_tokens: 4096",
+        "generated tokens=5",
+        "tokenizer: qwen",
+        "author: bob",
+        "passed: 3 tests",
+        "TOKENS=12",
+        "Tokenizer_Mode: auto",
+        "authentication: none",
+        "co-author: alice",
+    ],
 )
 def test_ordinary_text_is_kept(text: str) -> None:
     assert Redactor()(text) == text

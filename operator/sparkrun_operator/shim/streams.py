@@ -134,7 +134,8 @@ class Streams:
                     record = {
                         "type": "log",
                         **source,
-                        "text": redact.text(line),
+                        # NB: a long line is redacted in a worker thread (ops.redact.THREAD_AT).
+                        "text": await redact.apply(line),
                         "stream": "stdout",
                         "timestamp": time.time(),
                     }

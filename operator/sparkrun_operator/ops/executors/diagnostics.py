@@ -20,6 +20,7 @@ compressed and truncated to ``min(max_bytes, 8 MiB)`` of NDJSON (``truncated: tr
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gzip
 import json
@@ -89,8 +90,11 @@ class _Bundle:
         self.size = 0
         self.truncated = False
 
-    def add(self, section: str, record: Any) -> bool:
-        clean = self.redact(json.loads(json.dumps(record, default=str)))
+    async def add(self, section: str, record: Any) -> bool:
+        # NB: a large record is redacted in a worker thread (ops.redact.THREAD_AT); a small one
+        # on the loop, after a yield, so that up to 8 MiB of records never hold it in one go.
+        await asyncio.sleep(0)
+        clean = await self.redact.apply(json.loads(json.dumps(record, default=str)))
         line = json.dumps({"section": section, "record": clean}, default=str).encode() + b"\n"
         if self.size + len(line) > self.limit:
             self.truncated = True
@@ -147,7 +151,7 @@ async def _section(bundle: _Bundle, name: str, records: Awaitable[list[Any]]) ->
     except k8s_errors.KubeError as error:
         return {"section": name, "status": "error", "detail": error.message or str(error.status)}
     for item in items:
-        if not bundle.add(name, item):
+        if not await bundle.add(name, item):
             break
     return {"section": name, "status": "ok"}
 
@@ -237,10 +241,11 @@ async def _logs(
                 query = {"container": container["name"], "tailLines": tail}
                 try:
                     async for raw in ctx.rest.stream_lines(path, query=query, read_timeout=30):
-                        bundle.add("logs", {**where, "line": raw.decode("utf-8", "replace").rstrip("\n")})
+                        line = raw.decode("utf-8", "replace").rstrip("\n")
+                        await bundle.add("logs", {**where, "line": line})
                 except k8s_errors.KubeError as error:
                     partial = True
-                    bundle.add("logs", {**where, "error": error.message})
+                    await bundle.add("logs", {**where, "error": error.message})
     except k8s_errors.KubeError as error:
         return True, {"section": "logs", "status": "error", "detail": error.message}
     return partial, {"section": "logs", "status": "error" if partial else "ok"}
@@ -263,13 +268,9 @@ async def _store(ctx: OperationContext, bundle: _Bundle) -> int:
     """Store the bundle (compressed, shrunk to fit a Secret); returns the bytes kept."""
     if ctx.job_id is None:
         return 0
-    lines = list(bundle.lines)
-    while True:
-        raw = b"".join(lines)
-        packed = base64.b64encode(gzip.compress(raw, compresslevel=6)).decode()
-        if len(packed) <= MAX_STORED or not lines:
-            break
-        lines = lines[: max(0, len(lines) * 3 // 4)]
+    # NB: compressing up to 8 MiB (several times when it must shrink) is seconds of CPU: a thread.
+    packed, lines = await asyncio.to_thread(_pack, list(bundle.lines))
+    if len(lines) < len(bundle.lines):
         bundle.truncated = True
     body: dict[str, Any] = {
         "apiVersion": "v1",
@@ -305,6 +306,15 @@ async def _store(ctx: OperationContext, bundle: _Bundle) -> int:
         },
     )
     return size
+
+
+def _pack(lines: list[bytes]) -> tuple[str, list[bytes]]:
+    """The stored form of the first of ``lines`` that fit a Secret (gzip, base64), and those."""
+    while True:
+        packed = base64.b64encode(gzip.compress(b"".join(lines), compresslevel=6)).decode()
+        if len(packed) <= MAX_STORED or not lines:
+            return packed, lines
+        lines = lines[: max(0, len(lines) * 3 // 4)]
 
 
 def _result(

@@ -110,7 +110,8 @@ async def _journal(ctx: OperationContext, lines: int) -> str:
         ctx.settings.gateway_ns, pod["metadata"]["name"], container=container, lines=lines
     )
     redact = await secrets.known_secrets(ctx.rest, ctx.settings.gateway_ns, [pod.get("spec") or {}])
-    return redact.text(text)
+    redacted: str = await redact.apply(text)  # in a worker thread when long (ops.redact.THREAD_AT)
+    return redacted
 
 
 async def service_status(ctx: OperationContext, args: dict[str, Any]) -> Any:
