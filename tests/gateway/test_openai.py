@@ -128,6 +128,7 @@ def test_capability_mismatch_is_400(gw: GatewayThread) -> None:
     ("body", "needle"),
     [
         (b"{oops", "Invalid JSON"),
+        (b"[" * 100_000 + b"]" * 100_000, "Invalid JSON"),  # deeper than the decoder recurses
         (b"[1, 2]", "JSON object"),
         (b'{"messages": [{"role": "user", "content": "x"}]}', "'model' is required"),
         (b'{"model": "chat", "messages": []}', "'messages' must be a non-empty array"),

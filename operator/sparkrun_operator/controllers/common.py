@@ -3,7 +3,8 @@
 - :func:`write_status`: one merge patch of the status subresource, skipped when nothing
   changed (idle objects cost no API writes); top-level fields that disappeared are nulled.
 - :class:`Engine`: the few engine endpoints the operator calls (``/is_sleeping``, ``/sleep``,
-  ``/wake_up``), with explicit timeouts.
+  ``/wake_up``); every answer is read up to a cap and within a deadline (a tenant's engine may
+  answer anything).
 - :func:`run_loop`: the body of a per-object reconciling daemon: wait for a poke (or the drift
   interval, or a requested requeue), coalesce bursts, run one pass, repeat until stopped.
 - beside it, the status lane (:mod:`.lane`) writes status-only changes (readiness) without
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Any, TypeVar
@@ -35,6 +37,16 @@ RETRY_UNAVAILABLE = Backoff(initial=15.0, maximum=15.0, jitter=0.3)
 #: object; consecutive conflicts back off to a few seconds.
 RETRY_CONFLICT = Backoff(initial=0.25, maximum=5.0, jitter=0.5)
 
+
+#: ``GET /is_sleeping``: the most of the answer read (vLLM's ``{"is_sleeping": false}`` is 22
+#: bytes), and the deadline of the whole probe, connecting included (a pass waits for it).
+IS_SLEEPING_MAX_BYTES = 4 * 1024
+IS_SLEEPING_SECONDS = 2.0
+#: ``POST /sleep``, ``POST /wake_up``: the most of the answer read (only its status and an
+#: excerpt for the log matter); their deadline is the operator's engine timeout (10 s).
+ENGINE_ANSWER_MAX_BYTES = 4 * 1024
+
+log = logging.getLogger("sparkrun.operator.engine")
 
 S = TypeVar("S", bound=BaseModel)
 
@@ -134,21 +146,68 @@ class StatusMemory:
         return wrote
 
 
+class EngineAnswerRefused(Exception):
+    """An engine answer the operator does not read: over its cap, not complete within its
+    deadline, or compressed although ``identity`` was asked for."""
+
+
+async def read_bounded(
+    http: httpx.AsyncClient, method: str, url: str, *, limit: int, deadline: float
+) -> tuple[int, bytes]:
+    """``method url``: the status and body, at most ``limit`` bytes, all within ``deadline``
+    seconds from connecting to the last byte (httpx's own timeouts are per read: a body that
+    drips a byte at a time would never time out). Raises :class:`EngineAnswerRefused` past a
+    bound (the connection is closed, the rest never read) and ``httpx.HTTPError`` when the
+    exchange fails."""
+    try:
+        async with (
+            asyncio.timeout(deadline),
+            http.stream(method, url, headers={"accept-encoding": "identity"}, timeout=deadline) as response,
+        ):
+            encoding = response.headers.get("content-encoding", "identity").strip().lower()
+            if encoding != "identity":
+                raise EngineAnswerRefused(f"answered with content-encoding {encoding[:40]!r}")
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > limit:
+                raise EngineAnswerRefused(f"answer of {int(declared)} bytes, over {limit}")
+            body = bytearray()
+            async for part in response.aiter_raw():
+                body += part
+                if len(body) > limit:
+                    raise EngineAnswerRefused(f"answer larger than {limit} bytes")
+            return response.status_code, bytes(body)
+    except TimeoutError:
+        raise EngineAnswerRefused(f"no complete answer within {deadline:g} s") from None
+
+
 class Engine:
-    """Calls to a leader's vLLM server (dev-mode endpoints included)."""
+    """Calls to a leader's vLLM server (dev-mode endpoints included), each bounded in size and
+    time (:data:`IS_SLEEPING_MAX_BYTES`, :data:`IS_SLEEPING_SECONDS`,
+    :data:`ENGINE_ANSWER_MAX_BYTES`, ``timeout``)."""
 
     def __init__(self, http: httpx.AsyncClient, *, timeout: float) -> None:
         self.http = http
         self.timeout = timeout
 
     async def is_sleeping(self, url: str) -> bool | None:
-        """``GET /is_sleeping``; ``None`` when the engine cannot say (down, no sleep mode)."""
+        """``GET /is_sleeping``; ``None`` when the engine cannot say (down, no sleep mode, an
+        answer over its bounds or not ``{"is_sleeping": <bool>}``)."""
+        deadline = min(self.timeout, IS_SLEEPING_SECONDS)
         try:
-            response = await self.http.get(f"{url}/is_sleeping", timeout=self.timeout)
-            if response.status_code != 200:
-                return None
-            value = response.json().get("is_sleeping")
-        except (httpx.HTTPError, ValueError, AttributeError):
+            status, body = await read_bounded(
+                self.http, "GET", f"{url}/is_sleeping", limit=IS_SLEEPING_MAX_BYTES, deadline=deadline
+            )
+        except EngineAnswerRefused as refused:
+            log.warning("engine %s: sleep state unknown: /is_sleeping %s", url, refused)
+            return None
+        except httpx.HTTPError as error:
+            log.debug("engine %s: sleep state unknown: %s: %s", url, type(error).__name__, error)
+            return None
+        if status != 200:
+            return None
+        try:
+            value = json.loads(body).get("is_sleeping")
+        except (ValueError, AttributeError, RecursionError):
             return None
         return value if isinstance(value, bool) else None
 
@@ -156,11 +215,16 @@ class Engine:
         """``POST /sleep?level=1`` or ``POST /wake_up``; an error message, or ``None`` on success."""
         path = "/sleep?level=1" if action == "sleep" else "/wake_up"
         try:
-            response = await self.http.post(f"{url}{path}", timeout=self.timeout)
+            status, body = await read_bounded(
+                self.http, "POST", f"{url}{path}", limit=ENGINE_ANSWER_MAX_BYTES, deadline=self.timeout
+            )
+        except EngineAnswerRefused as refused:
+            return f"{action} on {url}: {refused}"
         except httpx.HTTPError as error:
             return f"{action} on {url} failed: {type(error).__name__}: {error}"
-        if response.status_code >= 300:
-            return f"{action} on {url} answered {response.status_code}: {response.text[:200]}"
+        if status >= 300:
+            excerpt = body[:200].decode("utf-8", "replace")
+            return f"{action} on {url} answered {status}: {excerpt!r}"
         return None
 
 

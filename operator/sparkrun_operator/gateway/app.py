@@ -249,7 +249,8 @@ class Gateway:
             raise bad_request("Request body is empty; expected a JSON object")
         try:
             doc = json.loads(ctx.body)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            # NB: RecursionError: nested deeper than the C decoder recurses (about 1000 levels)
             raise bad_request(f"Invalid JSON in request body: {exc}") from None
         if not isinstance(doc, dict):
             raise bad_request("Request body must be a JSON object")

@@ -40,12 +40,15 @@ class GatewaySettings:
     max_buffered_body_bytes: int = 256 * 1024 * 1024
     """Request-body bytes buffered by all requests together; a request waits (at most
     ``body_timeout``, then 503) until its declared size fits."""
-    max_event_bytes: int = 4 * 1024 * 1024
+    max_event_bytes: int = 256 * 1024
     """Largest SSE event a translated stream (Anthropic, Ollama) parses; larger ends the stream
-    with an error. OpenAI streams pass through without holding whole events."""
+    with an error (real chat events are a few KiB). OpenAI streams pass through without holding
+    whole events."""
+    max_answer_bytes: int = 4 * 1024 * 1024
+    """Largest non-streamed answer an Anthropic or Ollama route decodes (then 502)."""
     total_timeout: float = 1800.0
     """The whole upstream exchange of one request, from connecting to the last byte (a
     workload's ``timeouts.total`` overrides it); then 504, or an in-band error in a stream."""
     max_upstream_body_bytes: int = 64 * 1024 * 1024
-    """Largest non-streamed upstream body the gateway buffers."""
+    """Largest non-streamed upstream body the gateway buffers on OpenAI routes (then 502)."""
     version: str = "0.1.0"

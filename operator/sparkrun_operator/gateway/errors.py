@@ -8,13 +8,18 @@ One exception, :class:`GatewayError` (HTTP status + message), rendered three way
 - Ollama (``/api/...``): ``{"error": "message"}``.
 
 The messages that seed 004 fixes are built here: ``No instance found for model X`` (404),
-``Command not found or already completed`` (404).
+``Command not found or already completed`` (404). An upstream's own error text (up to an event's
+or an error body's size) reaches a client clipped to :data:`MAX_ECHO_CHARS` (:func:`clip`, which
+:func:`render` applies to every message).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Any, Literal
+
+MAX_ECHO_CHARS = 1024
+"""Characters of a message (an upstream's error text, most of all) an error body carries."""
 
 Family = Literal["openai", "anthropic", "ollama"]
 
@@ -59,6 +64,7 @@ class GatewayError(Exception):
         code: str | None = None,
         retry_after: float | None = None,
     ) -> None:
+        message = clip(message)
         super().__init__(message)
         self.status = status
         self.message = message
@@ -73,7 +79,8 @@ class GatewayError(Exception):
 def render(
     family: Family, status: int, message: str, *, param: str | None = None, code: str | None = None
 ) -> bytes:
-    """The error body of ``family`` for ``status`` and ``message``."""
+    """The error body of ``family`` for ``status`` and ``message`` (clipped, :func:`clip`)."""
+    message = clip(message)
     if family == "anthropic":
         kind = _ANTHROPIC_TYPES.get(status, "api_error")
         return _dumps({"type": "error", "error": {"type": kind, "message": message}})
@@ -81,6 +88,16 @@ def render(
         return _dumps({"error": message})
     kind = _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     return _dumps({"error": {"message": message, "type": kind, "param": param, "code": code or status}})
+
+
+def clip(text: str) -> str:
+    """``text`` cut to :data:`MAX_ECHO_CHARS` characters, with an ellipsis when it was longer."""
+    return text if len(text) <= MAX_ECHO_CHARS else text[:MAX_ECHO_CHARS] + "\u2026"
+
+
+def upstream_message(err: Any) -> str:
+    """The text of an upstream's ``error`` member (its ``message`` when it is an object), clipped."""
+    return clip(str(err.get("message") if isinstance(err, dict) else err))
 
 
 def _dumps(obj: object) -> bytes:

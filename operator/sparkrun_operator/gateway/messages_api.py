@@ -13,7 +13,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .errors import GatewayError, bad_request, render
+from . import enginejson
+from .enginejson import MAX_CHOICES, MAX_TOOL_CALL_DELTAS, too_many
+from .errors import GatewayError, bad_request, render, upstream_message
+
+MAX_TOOL_CALLS = 1024
+"""Distinct tool calls one streamed answer may make (more: the stream ends with an error)."""
 
 _STOP_REASONS = {
     "stop": "end_turn",
@@ -156,8 +161,8 @@ def _parse_arguments(raw: str | None) -> Any:
     if not raw:
         return {}
     try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
+        return enginejson.loads(raw)
+    except (ValueError, RecursionError):  # NB: not JSON, too deep, or over enginejson's bounds
         return {"_raw": raw}
 
 
@@ -180,8 +185,7 @@ class Translator:
 
     def whole(self, completion: dict[str, Any]) -> bytes:
         if "error" in completion:
-            err = completion["error"]
-            raise GatewayError(502, str(err.get("message") if isinstance(err, dict) else err))
+            raise GatewayError(502, upstream_message(completion["error"]))
         choice = completion["choices"][0]
         message = choice.get("message") or {}
         content: list[dict[str, Any]] = []
@@ -229,52 +233,60 @@ class Translator:
         }
         return _event("message_start", {"type": "message_start", "message": message})
 
-    def _close(self) -> bytes:
-        if self._open is None:
-            return b""
-        self._open = None
-        return _event("content_block_stop", {"type": "content_block_stop", "index": self._index})
+    def _close(self, out: list[bytes]) -> None:
+        if self._open is not None:
+            self._open = None
+            out.append(_event("content_block_stop", {"type": "content_block_stop", "index": self._index}))
 
-    def _begin(self, kind: str, block: dict[str, Any]) -> bytes:
-        out = self._close()
+    def _begin(self, out: list[bytes], kind: str, block: dict[str, Any]) -> None:
+        self._close(out)
         self._index += 1
         self._open = kind
         start = {"type": "content_block_start", "index": self._index, "content_block": block}
-        return out + _event("content_block_start", start)
+        out.append(_event("content_block_start", start))
 
     def _delta(self, index: int, delta: dict[str, Any]) -> bytes:
         return _event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
 
     def feed(self, chunk: dict[str, Any]) -> bytes:
-        out = b""
+        # NB: pieces joined once (bytes += per piece copied everything before it: quadratic)
+        out: list[bytes] = []
         if chunk.get("usage"):
             self._usage = chunk["usage"]
-        for choice in chunk.get("choices") or []:
+        choices = chunk.get("choices") or ()
+        if len(choices) > MAX_CHOICES:
+            raise too_many("choices", MAX_CHOICES)
+        for choice in choices:
             delta = choice.get("delta") or {}
             text = delta.get("content")
             if text:
                 if self._open != "text":
-                    out += self._begin("text", {"type": "text", "text": ""})
-                out += self._delta(self._index, {"type": "text_delta", "text": text})
-            for call in delta.get("tool_calls") or []:
+                    self._begin(out, "text", {"type": "text", "text": ""})
+                out.append(self._delta(self._index, {"type": "text_delta", "text": text}))
+            calls = delta.get("tool_calls") or ()
+            if len(calls) > MAX_TOOL_CALL_DELTAS:
+                raise too_many("tool-call deltas", MAX_TOOL_CALL_DELTAS)
+            for call in calls:
                 fn = call.get("function") or {}
                 position = call.get("index", 0)
                 if position not in self._tool_blocks:
+                    if len(self._tool_blocks) >= MAX_TOOL_CALLS:
+                        raise ValueError(f"Upstream sent more than {MAX_TOOL_CALLS} tool calls")
                     block = {
                         "type": "tool_use",
                         "id": call.get("id", ""),
                         "name": fn.get("name", ""),
                         "input": {},
                     }
-                    out += self._begin("tool", block)
+                    self._begin(out, "tool", block)
                     self._tool_blocks[position] = self._index
                 if fn.get("arguments"):
                     partial = {"type": "input_json_delta", "partial_json": fn["arguments"]}
-                    out += self._delta(self._tool_blocks[position], partial)
+                    out.append(self._delta(self._tool_blocks[position], partial))
             if choice.get("finish_reason"):
                 self._finish = choice["finish_reason"]
                 self._stop_reason = choice.get("stop_reason")
-        return out
+        return b"".join(out)
 
     def finish(self) -> bytes:
         stop_reason, stop_sequence = _stop(self._finish or "stop", self._stop_reason)
@@ -283,11 +295,11 @@ class Translator:
             "output_tokens": self._usage.get("completion_tokens", 0),
         }
         delta = {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
-        return (
-            self._close()
-            + _event("message_delta", {"type": "message_delta", "delta": delta, "usage": usage})
-            + _event("message_stop", {"type": "message_stop"})
-        )
+        out: list[bytes] = []
+        self._close(out)
+        out.append(_event("message_delta", {"type": "message_delta", "delta": delta, "usage": usage}))
+        out.append(_event("message_stop", {"type": "message_stop"}))
+        return b"".join(out)
 
     def fail(self, message: str) -> bytes:
         """An in-band ``error`` event; Anthropic streams end with it when the server fails."""

@@ -16,8 +16,16 @@ import time
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from .errors import GatewayError, bad_request
+from . import enginejson
+from .enginejson import MAX_CHOICES, MAX_TOOL_CALL_DELTAS, too_many
+from .errors import GatewayError, bad_request, clip, upstream_message
 from .routing import EMBEDDING, TEXT_GENERATION, Workload
+
+MAX_TOOL_CALLS = 1024
+"""Distinct tool calls one streamed answer may make (more: the stream ends with an error)."""
+MAX_TOOL_CALL_CHARS = 4 * 1024 * 1024
+"""Characters of tool-call names and arguments a streamed answer may gather (Ollama reports tool
+calls whole, in the last line, so they are held until then)."""
 
 _EPOCH = "2025-01-01T00:00:00Z"
 _DONE_REASONS = {"stop": "stop", "length": "length", "tool_calls": "stop"}
@@ -215,7 +223,9 @@ class Translator:
         self.stream = stream
         self._started = time.perf_counter_ns()
         self._first_token: int | None = None
-        self._calls: dict[int, dict[str, str]] = {}
+        # NB: pieces, joined once at the end (str += on a dict value copies the whole string)
+        self._calls: dict[int, tuple[list[str], list[str]]] = {}
+        self._held = 0
         self._finish: str | None = None
         self._usage: dict[str, int] = {}
 
@@ -245,56 +255,78 @@ class Translator:
 
     def _tool_calls(self) -> list[dict[str, Any]]:
         calls = []
-        for _, call in sorted(self._calls.items()):
+        for _, (names, pieces) in sorted(self._calls.items()):
+            arguments = "".join(pieces)
             try:
-                args: Any = json.loads(call["arguments"] or "{}")
-            except json.JSONDecodeError:
-                args = {"_raw": call["arguments"]}
-            calls.append({"function": {"name": call["name"], "arguments": args}})
+                args: Any = enginejson.loads(arguments or "{}")
+            except (ValueError, RecursionError):  # NB: not JSON, too deep, or over enginejson's bounds
+                args = {"_raw": arguments}
+            calls.append({"function": {"name": "".join(names), "arguments": args}})
         return calls
+
+    def _gather(self, index: Any, name: str, arguments: str) -> None:
+        """One streamed piece of tool call ``index``; bounded (:data:`MAX_TOOL_CALLS`,
+        :data:`MAX_TOOL_CALL_CHARS`): ``ValueError`` beyond."""
+        if not isinstance(index, int) or not isinstance(name, str) or not isinstance(arguments, str):
+            raise ValueError("Upstream sent a tool call of an unexpected shape")
+        slot = self._calls.get(index)
+        if slot is None:
+            if len(self._calls) >= MAX_TOOL_CALLS:
+                raise ValueError(f"Upstream sent more than {MAX_TOOL_CALLS} tool calls")
+            slot = self._calls[index] = ([], [])
+        self._held += len(name) + len(arguments)
+        if self._held > MAX_TOOL_CALL_CHARS:
+            raise ValueError(f"Upstream sent tool calls longer than {MAX_TOOL_CALL_CHARS} characters")
+        slot[0].append(name)
+        slot[1].append(arguments)
 
     def whole(self, completion: dict[str, Any]) -> bytes:
         if "error" in completion:
-            err = completion["error"]
-            raise GatewayError(502, str(err.get("message") if isinstance(err, dict) else err))
+            raise GatewayError(502, upstream_message(completion["error"]))
         choice = completion["choices"][0]
         message = choice.get("message") or {}
         self._finish = choice.get("finish_reason")
         self._usage = completion.get("usage") or {}
         for i, call in enumerate(message.get("tool_calls") or []):
             fn = call.get("function") or {}
-            self._calls[i] = {"name": fn.get("name", ""), "arguments": fn.get("arguments") or ""}
+            self._calls[i] = ([fn.get("name") or ""], [fn.get("arguments") or ""])
         return _dumps(self._final(message.get("content") or "", self._tool_calls()))
 
     def start(self) -> bytes:
         return b""
 
     def feed(self, chunk: dict[str, Any]) -> bytes:
-        out = b""
+        # NB: lines joined once (bytes += per line copied everything before it: quadratic)
+        out: list[bytes] = []
         if chunk.get("usage"):
             self._usage = chunk["usage"]
-        for choice in chunk.get("choices") or []:
+        choices = chunk.get("choices") or ()
+        if len(choices) > MAX_CHOICES:
+            raise too_many("choices", MAX_CHOICES)
+        for choice in choices:
             delta = choice.get("delta") or {}
             text = delta.get("content")
             if text:
                 if self._first_token is None:
                     self._first_token = time.perf_counter_ns()
-                out += _dumps({**self._piece(text), "done": False}) + b"\n"
-            for call in delta.get("tool_calls") or []:
+                out.append(_dumps({**self._piece(text), "done": False}) + b"\n")
+            calls = delta.get("tool_calls") or ()
+            if len(calls) > MAX_TOOL_CALL_DELTAS:
+                raise too_many("tool-call deltas", MAX_TOOL_CALL_DELTAS)
+            for call in calls:
                 fn = call.get("function") or {}
-                slot = self._calls.setdefault(call.get("index", 0), {"name": "", "arguments": ""})
-                slot["name"] += fn.get("name") or ""
-                slot["arguments"] += fn.get("arguments") or ""
+                self._gather(call.get("index", 0), fn.get("name") or "", fn.get("arguments") or "")
             if choice.get("finish_reason"):
                 self._finish = choice["finish_reason"]
-        return out
+        return b"".join(out)
 
     def finish(self) -> bytes:
-        out = b""
+        out: list[bytes] = []
         if self._calls and self.mode == "chat":
-            out += _dumps({**self._piece("", tool_calls=self._tool_calls()), "done": False}) + b"\n"
-        return out + _dumps(self._final()) + b"\n"
+            out.append(_dumps({**self._piece("", tool_calls=self._tool_calls()), "done": False}) + b"\n")
+        out.append(_dumps(self._final()) + b"\n")
+        return b"".join(out)
 
     def fail(self, message: str) -> bytes:
         """Ollama streams report failures as a final ``{"error": ...}`` line."""
-        return _dumps({"error": message}) + b"\n"
+        return _dumps({"error": clip(message)}) + b"\n"

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from .context import DIRECT_BODY, Ctx, DirectBody, Handler
 from .errors import GatewayError, bad_request, render
 from .routing import TEXT_GENERATION
-from .splice import HOLD_BYTES, Splice, event_end
-from .upstream import UpstreamError, UpstreamResponse
+from .splice import Splice, cut
+from .upstream import BodyTooLarge, UpstreamError, UpstreamResponse
 
 if TYPE_CHECKING:
     from .app import Gateway
@@ -85,10 +85,14 @@ def affinity_key(doc: dict[str, Any]) -> bytes | None:
     return None
 
 
-async def read_all(gw: Gateway, ctx: Ctx, response: UpstreamResponse) -> bytes:
-    """The whole upstream body (bounded); 502 when the upstream fails while sending it."""
+async def read_all(gw: Gateway, ctx: Ctx, response: UpstreamResponse, limit: int | None = None) -> bytes:
+    """The whole upstream body, at most ``limit`` bytes (default ``max_upstream_body_bytes``);
+    502 when it is larger (the rest is not read: the connection is closed) or the upstream fails
+    while sending it."""
     try:
-        return await response.read(gw.settings.max_upstream_body_bytes)
+        return await response.read(limit or gw.settings.max_upstream_body_bytes)
+    except BodyTooLarge as exc:
+        raise GatewayError(502, str(exc)) from None  # NB: an answer, not a broken backend
     except UpstreamError as exc:
         raise GatewayError(502, gw.upstream_failed(ctx, exc)) from None
 
@@ -128,17 +132,9 @@ async def _relay_by_task(gw: Gateway, ctx: Ctx, response: UpstreamResponse, open
             if first:
                 gw.first_byte(ctx)
                 first = False
-            data = tail + chunk if tail else chunk
-            end = event_end(data)
-            if end == len(data):
-                out, tail, passing = data, b"", False
-            elif end >= 0 and len(data) - end <= HOLD_BYTES:
-                out, tail, passing = data[:end], data[end:], False
-            elif end < 0 and not passing and len(data) <= HOLD_BYTES:
-                tail = data
+            out, tail, passing = cut(tail, chunk, passing)
+            if not out:
                 continue
-            else:  # an event too large to hold: pass its bytes on as they come
-                out, tail, passing = data, b"", True
             last = out
             if opening:
                 out, opening = opening + out, b""

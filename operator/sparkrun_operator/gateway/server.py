@@ -253,6 +253,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-in-flight-per-key", type=int, default=d.max_in_flight_per_key)
     p.add_argument("--max-buffered-body-bytes", type=int, default=d.max_buffered_body_bytes)
     p.add_argument("--max-event-bytes", type=int, default=d.max_event_bytes)
+    p.add_argument("--max-answer-bytes", type=int, default=d.max_answer_bytes)
     p.add_argument("--consecutive-failures", type=int, default=d.consecutive_failures)
     p.add_argument("--max-ejected-percent", type=int, default=d.max_ejected_percent)
     p.add_argument("--poll-interval", type=float, default=1.0, help="seconds between routing-file checks")
@@ -276,6 +277,7 @@ def build(argv: Sequence[str]) -> tuple[Gateway, argparse.Namespace]:
         max_in_flight_per_key=ns.max_in_flight_per_key,
         max_buffered_body_bytes=ns.max_buffered_body_bytes,
         max_event_bytes=ns.max_event_bytes,
+        max_answer_bytes=ns.max_answer_bytes,
         consecutive_failures=ns.consecutive_failures,
         max_ejected_percent=ns.max_ejected_percent,
     )

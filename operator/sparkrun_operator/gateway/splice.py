@@ -32,17 +32,41 @@ HOLD_BYTES = 64 * 1024
 _SEPARATORS = (b"\n\n", b"\r\n\r\n", b"\r\r")
 
 
-def event_end(data: bytes) -> int:
-    """The offset just after the last SSE event separator in ``data`` (LF, CRLF or CR), or -1."""
-    end = data.rfind(b"\n\n")
+def event_end(data: bytes, start: int = 0) -> int:
+    """The offset just after the last SSE event separator in ``data[start:]`` (LF, CRLF or CR),
+    or -1."""
+    end = data.rfind(b"\n\n", start)
     if end >= 0:
         end += 2
-    if b"\r" in data:
+    if data.find(b"\r", start) >= 0:
         for sep in _SEPARATORS[1:]:
-            i = data.rfind(sep)
+            i = data.rfind(sep, start)
             if i >= 0:
                 end = max(end, i + len(sep))
     return end
+
+
+def cut(tail: bytes, chunk: bytes, passing: bool) -> tuple[bytes, bytes, bool]:
+    """Where a relay cuts its stream: ``(out, tail, passing)``, the bytes to send now (``b""``:
+    none yet), the unfinished event it holds, and whether part of that event already went out
+    (it was over ``HOLD_BYTES``).
+
+    Linear in the bytes relayed: a held tail never contains an event end, so only its last three
+    bytes (a separator may straddle the tail and the chunk) and the chunk are searched.
+    """
+    if tail:
+        data = tail + chunk
+        end = event_end(data, max(0, len(tail) - 3))
+    else:
+        data = chunk
+        end = event_end(data)
+    if end == len(data):
+        return data, b"", False
+    if end >= 0 and len(data) - end <= HOLD_BYTES:
+        return data[:end], data[end:], False
+    if end < 0 and not passing and len(data) <= HOLD_BYTES:
+        return b"", data, False
+    return data, b"", True  # an event too large to hold: its bytes pass on as they come
 
 
 class Splice:
@@ -107,17 +131,9 @@ class Splice:
         if self.first:
             self.gw.first_byte(self.ctx)
             self.first = False
-        data = self.tail + chunk if self.tail else chunk
-        end = event_end(data)
-        if end == len(data):
-            out, self.tail, self.passing = data, b"", False
-        elif end >= 0 and len(data) - end <= HOLD_BYTES:
-            out, self.tail, self.passing = data[:end], data[end:], False
-        elif end < 0 and not self.passing and len(data) <= HOLD_BYTES:
-            self.tail = data
+        out, self.tail, self.passing = cut(self.tail, chunk, self.passing)
+        if not out:
             return
-        else:  # an event too large to hold: pass its bytes on as they come
-            out, self.tail, self.passing = data, b"", True
         self.last = out
         if self.opening:
             out, self.opening = self.opening + out, b""

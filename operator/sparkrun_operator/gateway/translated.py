@@ -11,16 +11,24 @@ import contextlib
 import json
 from typing import TYPE_CHECKING, Any
 
-from . import messages_api, ollama_api
+from . import enginejson, messages_api, ollama_api
 from .context import JSON, NDJSON, Ctx
-from .errors import GatewayError, render
+from .errors import GatewayError, render, upstream_message
 from .openai_api import affinity_key, read_all
 from .routing import TEXT_GENERATION, Workload
 from .sse import DONE, SSEParser
-from .upstream import UpstreamError, UpstreamResponse
+from .upstream import BodyTooLarge, UpstreamError, UpstreamResponse
 
 if TYPE_CHECKING:
     from .app import Gateway
+
+MAX_ERROR_BODY_BYTES = 64 * 1024
+"""Of an upstream's error body only this much is read, for its message; a larger one is not
+read further (the client gets the status and a message naming it)."""
+
+_UNEXPECTED = (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError)
+"""What JSON of an unexpected shape (or nested deeper than the decoder recurses) raises when it is
+decoded and translated."""
 
 
 async def messages(gw: Gateway, ctx: Ctx) -> None:
@@ -73,12 +81,15 @@ async def forward(
             await upstream_error(ctx, gw, response)
             return
         if not stream:
-            raw = await read_all(gw, ctx, response)
+            # NB: the answer is decoded whole, on the loop: its size is capped, and what it holds
+            # is counted before it is decoded (enginejson: a worker thread would not help, the
+            # decoder holds the GIL).
+            raw = await read_all(gw, ctx, response, gw.settings.max_answer_bytes)
             gw.first_byte(ctx)
             gw.record_usage(ctx, raw[-512:])
             try:
-                body = translator.whole(json.loads(raw))
-            except (ValueError, KeyError, TypeError, IndexError) as exc:
+                body = translator.whole(enginejson.loads(raw))
+            except _UNEXPECTED as exc:
                 raise GatewayError(502, f"Upstream answered something unexpected: {exc}") from None
             await ctx.respond(200, body)
             return
@@ -88,14 +99,19 @@ async def forward(
 
 
 async def upstream_error(ctx: Ctx, gw: Gateway, response: UpstreamResponse) -> None:
-    """Relay an upstream error status in the client's family."""
-    raw = await read_all(gw, ctx, response)
+    """Relay an upstream error status in the client's family (its message, when the body is
+    JSON of at most :data:`MAX_ERROR_BODY_BYTES`)."""
+    try:
+        raw = await response.read(MAX_ERROR_BODY_BYTES)
+    except BodyTooLarge:
+        raw = b""
+    except UpstreamError as exc:
+        raise GatewayError(502, gw.upstream_failed(ctx, exc)) from None
     message = f"Upstream answered {response.status}"
-    with contextlib.suppress(ValueError, AttributeError, TypeError):
-        err = json.loads(raw)
-        message = str(
-            err["error"]["message"] if isinstance(err.get("error"), dict) else err.get("error") or err
-        )
+    with contextlib.suppress(*_UNEXPECTED):
+        err = enginejson.loads(raw)
+        error = err.get("error")
+        message = upstream_message(error["message"] if isinstance(error, dict) else error or err)
     await ctx.respond(response.status, render(ctx.family, response.status, message))
 
 
@@ -125,9 +141,13 @@ async def relay(gw: Gateway, ctx: Ctx, response: UpstreamResponse, translator: A
                 if isinstance(event, dict) and "error" in event:
                     await _stream_error(ctx, translator, event["error"], bytes(out))
                     return
-                if isinstance(event, dict) and event.get("usage"):
-                    gw.record_usage(ctx, json.dumps(event["usage"]).encode())
-                out += translator.feed(event)
+                try:
+                    if event.get("usage"):
+                        gw.record_usage(ctx, json.dumps(event["usage"]).encode())
+                    out += translator.feed(event)
+                except _UNEXPECTED as exc:
+                    await _send(ctx, translator, bytes(out) + translator.fail(_unexpected(exc)), more=False)
+                    return
             if out:
                 await _send(ctx, translator, bytes(out))
     except (UpstreamError, ValueError) as exc:
@@ -138,7 +158,18 @@ async def relay(gw: Gateway, ctx: Ctx, response: UpstreamResponse, translator: A
         message = "Upstream ended the stream before it completed"
         await _send(ctx, translator, translator.fail(message), more=False)
         return
-    await _send(ctx, translator, translator.finish(), more=False)
+    try:
+        end = translator.finish()
+    except _UNEXPECTED as exc:  # e.g. a "usage" of an unexpected shape, kept for the end
+        end = translator.fail(_unexpected(exc))
+    await _send(ctx, translator, end, more=False)
+
+
+def _unexpected(exc: Exception) -> str:
+    """The in-band message for an event the translator could not use."""
+    if isinstance(exc, ValueError):  # NB: the translators' own bounds say what they are
+        return str(exc)
+    return f"Upstream sent an event of an unexpected shape: {exc!r}"
 
 
 async def _send(ctx: Ctx, translator: Any, data: bytes, more: bool = True) -> None:
@@ -151,7 +182,7 @@ async def _send(ctx: Ctx, translator: Any, data: bytes, more: bool = True) -> No
 
 async def _stream_error(ctx: Ctx, translator: Any, err: Any, pending: bytes) -> None:
     """An upstream error event: a status of its own before the stream started, else in-band."""
-    text = str(err.get("message") if isinstance(err, dict) else err)
+    text = upstream_message(err)
     code = err.get("code") if isinstance(err, dict) else None
     if not ctx.started and not pending and isinstance(code, int) and 400 <= code < 600:
         await ctx.respond(code, render(ctx.family, code, text))

@@ -18,6 +18,7 @@ Contract:
   because the engine may have received it.
 - A body without length (HTTP/1.0 style, delimited by the connection closing) completes on close.
 - :meth:`UpstreamResponse.chunks` yields body bytes as they arrive (read timeout between bytes);
+  :meth:`UpstreamResponse.read` reads a whole body up to a limit (:class:`BodyTooLarge` beyond);
   :meth:`UpstreamResponse.close` returns a fully read connection to the pool and closes any other
   (which is how an abandoned request is aborted upstream).
 """
@@ -53,6 +54,14 @@ class ConnectFailed(UpstreamError):
 
 class UpstreamTimeout(UpstreamError):
     kind = "timeout"
+
+
+class BodyTooLarge(UpstreamError):
+    """A body over the reader's limit (:meth:`UpstreamResponse.read`); the rest stays unread."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"Upstream sent an answer larger than {limit} bytes")
+        self.limit = limit
 
 
 class _Conn(asyncio.Protocol):
@@ -269,12 +278,14 @@ class UpstreamResponse:
                 transport.resume_reading()
 
     async def read(self, limit: int) -> bytes:
+        """The whole body; :class:`BodyTooLarge` as soon as it passes ``limit`` bytes (holding at
+        most ``limit`` plus one read meanwhile)."""
         parts = []
         total = 0
         async for chunk in self.chunks():
             total += len(chunk)
             if total > limit:
-                raise UpstreamError(f"body exceeds {limit} bytes")
+                raise BodyTooLarge(limit)
             parts.append(chunk)
         return b"".join(parts)
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ..retry import Attempts, Backoff
-from .errors import GatewayError
+from .errors import GatewayError, clip
 from .routing import RoutingSource, Workload
 
 log = logging.getLogger("sparkrun.gateway.wake")
@@ -114,7 +114,7 @@ class WakeCoordinator:
         try:
             await self.waker.wake(workload)
         except Exception as exc:
-            log.warning("waking %s failed: %s", workload.key, exc)
+            log.warning("waking %s failed: %s", workload.key, clip(str(exc)))
             raise GatewayError(
                 503, f"Model {model} could not be woken: {exc}", code="wake_failed", retry_after=5.0
             ) from exc
