@@ -360,12 +360,21 @@ INVALID: list[InvalidCase] = [
     # DaemonJob
     _case("job-bad-operation", "daemonjob", _set("spec.operation", "Workloads List"), "spec.operation"),
     _case("job-no-principal", "daemonjob", _delete("spec.principal"), "spec.principal"),
-    _update(
-        "job-arguments-changed",
+    _case("job-no-digest", "daemonjob", _delete("spec.requestDigest"), "spec.requestDigest"),
+    _case(
+        "job-arguments-too-deep",
         "daemonjob",
-        _set("spec.arguments", {"workload_id": "other"}),
-        "spec.arguments",
-        "arguments is immutable",
+        _set("spec.arguments", {"deep": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": 1}}}}}}}}}),
+        "spec.arguments.deep.a.a.a.a.a.a.a",
+    ),
+    # NB: arguments may change (their schema bounds their depth, which leaves them no CEL type);
+    # the immutable digest pins them (ops/jobargs.py; tests/shim/test_job_arguments.py).
+    _update(
+        "job-digest-changed",
+        "daemonjob",
+        _set("spec.requestDigest", "0" * 64),
+        "spec.requestDigest",
+        "requestDigest is immutable",
     ),
     InvalidCase(
         "job-cancel-withdrawn",

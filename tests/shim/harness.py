@@ -359,6 +359,20 @@ def reference_client(
     return results
 
 
+def with_digest(spec: dict[str, Any]) -> dict[str, Any]:
+    """A DaemonJob ``spec`` written directly (not through the shim) with the ``requestDigest`` the
+    shim would give it: the CRD requires one, and the executor runs only arguments it matches."""
+    from sparkrun_operator.ops import jobs
+
+    digest = jobs.request_digest(
+        spec["operation"],
+        int(spec.get("operationVersion", 1)),
+        spec.get("arguments") or {},
+        spec.get("manager", "daemon"),
+    )
+    return {**spec, "requestDigest": digest}
+
+
 def seeded_job_name(i: int) -> str:
     """The name of the ``i``-th job :func:`seeded_job` makes (a keyed job's id)."""
     from sparkrun_operator.ops import jobs
@@ -371,17 +385,18 @@ def seeded_job(namespace: str, i: int) -> dict[str, Any]:
     directly, for the bounded-cache test and ``bench.shim_memory``."""
     from sparkrun_operator.ops import jobs
 
+    arguments = {"recipe": "example", "dry_run": True}
     return jobs.new_job(
         name=seeded_job_name(i),
         namespace=namespace,
         operation="workloads.run",
         version=1,
-        arguments={"recipe": "example", "dry_run": True},
+        arguments=arguments,
         username=f"system:serviceaccount:{namespace}:operator",
         uid=None,
         groups=[],
         manager="daemon",
         client=None,
         key=f"job-{i}",
-        digest="0" * 64,
+        digest=jobs.request_digest("workloads.run", 1, arguments, "daemon"),
     )

@@ -9,8 +9,12 @@ discrimination); retention (delete, tombstone, never active jobs).
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime as dt
+import gzip
+import time
+import zlib
 from typing import Any
 
 import jsonschema
@@ -247,3 +251,61 @@ def test_retention_bounds_the_number_of_tombstones() -> None:
     # Newest first by creation: k0, k1 (created 8 days ago) are older than t0..t5 (1-6 days):
     # the four newest tombstones (t0..t3) stay; t4, t5 and the would-be tombstones go.
     assert sorted(actions) == [("k0", "delete"), ("k1", "delete"), ("t4", "delete"), ("t5", "delete")]
+
+
+def _packed(data: bytes) -> str:
+    return base64.b64encode(gzip.compress(data, compresslevel=9)).decode("ascii")
+
+
+def _bomb(mebibytes: int) -> str:
+    """``resultGzip`` of ``mebibytes`` MiB of spaces, compressed chunk by chunk (never held whole)."""
+    deflate = zlib.compressobj(9, zlib.DEFLATED, 31)
+    chunk = b" " * (1024 * 1024)
+    packed = b"".join(deflate.compress(chunk) for _ in range(mebibytes)) + deflate.flush()
+    return base64.b64encode(packed).decode("ascii")
+
+
+def test_a_stored_result_is_decompressed_within_the_result_cap() -> None:
+    # A real compressed result reads back whole.
+    result = {"rows": ["x" * 1000] * 1000}
+    inline, packed, _ = jobs.encode_result(result)
+    assert inline is None
+    assert packed is not None
+    assert jobs.result_of({"resultGzip": packed}) == result
+    # A gzip bomb: 340 KiB of base64 that expands to 256 MiB (JSON whitespace). Reading it stops
+    # after the cap (2 MiB) instead of allocating all of it, and says so.
+    bomb = _bomb(256)
+    assert len(bomb) < 400 * 1024
+    started = time.process_time()
+    with pytest.raises(DaemonError) as refused:
+        jobs.result_of({"resultGzip": bomb})
+    assert time.process_time() - started < 0.5
+    assert refused.value.error_type == "ResultTooLarge"
+    assert refused.value.attrs == {"limit_bytes": jobs.MAX_RESULT_BYTES}
+    # At the cap exactly it is still a result.
+    at_cap = b'"' + b"y" * (jobs.MAX_RESULT_BYTES - 2) + b'"'
+    assert len(jobs.result_of({"resultGzip": _packed(at_cap)})) == jobs.MAX_RESULT_BYTES - 2
+
+
+@pytest.mark.parametrize(
+    "packed",
+    [
+        "not base64!",
+        base64.b64encode(b"not gzip").decode(),
+        base64.b64encode(gzip.compress(b"[1]") + gzip.compress(b"[2]")).decode(),  # two members
+        base64.b64encode(gzip.compress(b"[1, 2, 3]")[:-6]).decode(),  # truncated
+        _packed(b"[" * 200 + b"]" * 200),  # deeper than a result may be read
+        _packed(b"{not json"),
+    ],
+    ids=["not-base64", "not-gzip", "two-members", "truncated", "too-deep", "not-json"],
+)
+def test_a_stored_result_that_the_operator_could_not_have_written_is_an_error(packed: str) -> None:
+    with pytest.raises(DaemonError) as refused:
+        jobs.result_of({"resultGzip": packed})
+    assert refused.value.error_type in {"ResultUnreadable", "ResultTooLarge"}
+    # The job envelope reports it as the job's error (a listing of jobs keeps working).
+    public = jobs.public_job(
+        {**_job("succeeded"), "status": {"state": "succeeded", "resultGzip": packed}}, scope="admin"
+    )
+    assert public["result"] is None
+    assert public["error"]["error"]["type"] == refused.value.error_type

@@ -79,8 +79,8 @@ def _strict(schema: dict[str, Any], *, root: bool = True) -> dict[str, Any]:
         out["additionalProperties"] = _strict(out["additionalProperties"], root=False)
     if isinstance(out.get("items"), dict):
         out["items"] = _strict(out["items"], root=False)
-    if out.get("x-kubernetes-preserve-unknown-fields") and "type" not in out:
-        return {}
+    # NB: a free-form node without a type keeps its bounds (maxLength, maxItems, maxProperties
+    # apply only to values of their kind, in jsonschema as in the apiserver; api/bounds.py).
     return out
 
 

@@ -7,7 +7,7 @@ from typing import Any, Final, Literal, get_args
 
 from pydantic import ConfigDict, Field
 
-from sparkrun_operator.api import cel
+from sparkrun_operator.api import bounds, cel
 from sparkrun_operator.api.meta import DNS_LABEL, Condition, KubeModel, LocalObjectReference, Toleration
 
 BenchmarkPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
@@ -25,7 +25,8 @@ RateMetric = Literal["outputTokensPerSecond", "requestsPerSecond", "score"]
 GateMetric = Literal[LatencyMetric, RateMetric, "errors"]
 LATENCY_METRICS: Final = get_args(LatencyMetric)
 RATE_METRICS: Final = get_args(RateMetric)
-_ARGS: Final[dict[str, Any]] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+#: Framework arguments: flag names to scalars or lists (free-form, bounded: ``bounds.json_value``).
+_ARGS: Final[dict[str, Any]] = bounds.json_value(bounds.BENCH_ARGS_DEPTH)
 
 
 class BenchmarkTarget(KubeModel):
@@ -95,7 +96,13 @@ class Scenario(KubeModel):
 class RunnerSpec(KubeModel):
     """Where the benchmark pods run (the tools image; no GPU)."""
 
-    node_selector: dict[str, str] = Field(default_factory=dict, description="Node labels the pod must match.")
+    node_selector: dict[str, bounds.LabelValue] = Field(
+        default_factory=dict,
+        description="Node labels the pod must match.",
+        json_schema_extra=bounds.map_keys(
+            bounds.LABEL_KEY_MAX_LENGTH, max_entries=bounds.SELECTOR_MAX_ENTRIES
+        ),
+    )
     tolerations: list[Toleration] = Field(
         default_factory=list, description="Tolerations of the benchmark pods.", max_length=32
     )

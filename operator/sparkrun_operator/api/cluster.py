@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import ConfigDict, Field
 
-from sparkrun_operator.api import cel
+from sparkrun_operator.api import bounds, cel
 from sparkrun_operator.api.meta import DNS_LABEL, Condition, KubeModel, LabelSelector, Toleration
 
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
@@ -25,7 +25,7 @@ class NodeMembership(KubeModel):
         )
     )
 
-    names: list[str] | None = Field(
+    names: list[bounds.NodeName] | None = Field(
         default=None,
         description="Node names.",
         min_length=1,

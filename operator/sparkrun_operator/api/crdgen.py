@@ -101,7 +101,8 @@ def structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     if out.get("x-kubernetes-preserve-unknown-fields"):
-        out.pop("additionalProperties", None)
+        # NB: a free-form node keeps items/additionalProperties given as schemas: they bound the
+        # nesting (api/bounds.py json_value).
         if out.get("type") != "object":
             out.pop("type", None)
     elif "type" not in out and "enum" not in out and "x-kubernetes-int-or-string" not in out:

@@ -2,7 +2,10 @@
 
 Created by the API shim, executed by the operator. ``spec`` records the request and is
 immutable except that ``cancel`` may be set (never withdrawn); answers to prompts arrive in
-``spec.answers`` (secret answers only as references to Secrets, never as values).
+``spec.answers`` (secret answers only as references to Secrets, never as values). ``arguments``
+is bounded in depth by its schema, which leaves it no CEL type and so no CEL immutability rule:
+the required, immutable ``requestDigest`` pins it instead (the executor refuses arguments whose
+digest differs; ``ops/jobs.py`` ``verify_digest``).
 
 ``status.result`` holds any JSON value (operation results may be objects, arrays, scalars or
 null). Results whose JSON encoding exceeds :data:`RESULT_INLINE_BYTES` are stored gzip-compressed
@@ -17,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from sparkrun_operator.api import cel
+from sparkrun_operator.api import bounds, cel
 from sparkrun_operator.api.meta import Condition, KubeModel, ObjectReference, SecretKeyRef
 
 JobState = Literal[
@@ -39,8 +42,16 @@ class Principal(KubeModel):
     """Who submitted the job (from TokenReview or the front-proxy headers)."""
 
     username: str = Field(description="Kubernetes user name.", min_length=1, max_length=1024)
-    uid: str | None = Field(default=None, description="User UID, when the authenticator gives one.")
-    groups: list[str] = Field(default_factory=list, description="Groups of the user.")
+    uid: str | None = Field(
+        default=None,
+        description="User UID, when the authenticator gives one.",
+        json_schema_extra=bounds.schema_only(maxLength=bounds.PRINCIPAL_UID_MAX_LENGTH),
+    )
+    groups: list[bounds.GroupName] = Field(
+        default_factory=list,
+        description="Groups of the user.",
+        json_schema_extra=bounds.schema_only(maxItems=bounds.GROUPS_MAX_ITEMS),
+    )
 
 
 class PromptAnswer(KubeModel):
@@ -63,6 +74,18 @@ class PromptAnswer(KubeModel):
 class DaemonJobSpec(KubeModel):
     """The accepted request."""
 
+    model_config = ConfigDict(
+        json_schema_extra=cel.rules(
+            # NB: a job stored before the digest was required cannot be given one later (its
+            # arguments would then run under a digest written after creation).
+            cel.rule(
+                "has(self.requestDigest) == has(oldSelf.requestDigest)",
+                "requestDigest cannot be added or removed",
+                field_path=".requestDigest",
+            )
+        )
+    )
+
     operation: str = Field(
         description="Operation name, e.g. workloads.run.",
         min_length=1,
@@ -78,8 +101,19 @@ class DaemonJobSpec(KubeModel):
     )
     arguments: dict[str, Any] = Field(
         default_factory=dict,
-        description="Validated operation arguments (free-form; the op's request schema applies).",
-        json_schema_extra={**cel.FREE_FORM, "x-kubernetes-validations": [cel.immutable("arguments")]},
+        description="Validated operation arguments (free-form; the op's request schema applies), nested "
+        f"at most {bounds.ARGUMENTS_DEPTH} levels. Pinned by requestDigest: the operator executes only "
+        "arguments whose digest is the one the job was created with.",
+        # NB: a value whose schema bounds its nesting has no CEL type, so no rule can sit on it or
+        # name it (spec's own rules cannot say "all but cancel and answers unchanged"):
+        # immutability is the digest's, required and immutable, recomputed by the executor
+        # (ADR 0006, amended).
+        json_schema_extra=bounds.json_value(
+            bounds.ARGUMENTS_DEPTH,
+            max_properties=bounds.ARGUMENTS_MAX_PROPERTIES,
+            strings=bounds.ARGUMENT_STRING_MAX_LENGTH,
+            entries=bounds.ARGUMENTS_MAX_ENTRIES,
+        ),
     )
     principal: Principal = Field(
         description="Submitter.", json_schema_extra={"x-kubernetes-validations": [cel.immutable("principal")]}
@@ -103,10 +137,14 @@ class DaemonJobSpec(KubeModel):
         max_length=256,
         json_schema_extra={"x-kubernetes-validations": [cel.immutable("idempotencyKey")]},
     )
-    request_digest: str | None = Field(
-        default=None,
-        description="Digest of (operation, version, arguments, manager) for idempotency checks.",
+    request_digest: str = Field(
+        description="sha256 (hex) of the canonical JSON of {op, version, arguments, manager} "
+        "(docs/daemon-api.md): the idempotency check, and what pins arguments (the operator refuses "
+        "to execute arguments whose digest differs).",
         pattern=r"^[0-9a-f]{64}$",
+        min_length=64,
+        max_length=64,
+        json_schema_extra={"x-kubernetes-validations": [cel.immutable("requestDigest")]},
     )
     cancel: bool = Field(
         default=False,

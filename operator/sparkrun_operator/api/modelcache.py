@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from sparkrun_operator.api import cel
+from sparkrun_operator.api import bounds, cel
 from sparkrun_operator.api.meta import DNS_SUBDOMAIN, Condition, KubeModel, Quantity, SecretKeyRef, Toleration
 
 CachePhase = Literal["Pending", "Resolving", "Downloading", "Verifying", "Ready", "Failed"]
@@ -38,10 +38,10 @@ class HuggingFaceSource(KubeModel):
     token_secret_ref: SecretKeyRef | None = Field(
         default=None, description="Secret key holding a hub token, for gated or private repositories."
     )
-    allow_patterns: list[str] = Field(
+    allow_patterns: list[bounds.FilePattern] = Field(
         default_factory=list, description="Glob patterns of files to include (all when empty).", max_length=64
     )
-    ignore_patterns: list[str] = Field(
+    ignore_patterns: list[bounds.FilePattern] = Field(
         default_factory=list, description="Glob patterns of files to skip.", max_length=64
     )
 
@@ -109,7 +109,13 @@ class RetentionSpec(KubeModel):
 class DownloadScheduling(KubeModel):
     """Where the download Job's pod may run (e.g. nodes with egress, or the node of a local volume)."""
 
-    node_selector: dict[str, str] = Field(default_factory=dict, description="Node labels the pod must match.")
+    node_selector: dict[str, bounds.LabelValue] = Field(
+        default_factory=dict,
+        description="Node labels the pod must match.",
+        json_schema_extra=bounds.map_keys(
+            bounds.LABEL_KEY_MAX_LENGTH, max_entries=bounds.SELECTOR_MAX_ENTRIES
+        ),
+    )
     tolerations: list[Toleration] = Field(
         default_factory=list, description="Tolerations of the download pod.", max_length=32
     )

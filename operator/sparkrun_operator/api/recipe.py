@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from sparkrun_operator.api import cel
+from sparkrun_operator.api import bounds, cel
 from sparkrun_operator.api.meta import Condition, KubeModel
 
 
@@ -22,7 +22,9 @@ class RecipeBenchmark(KubeModel):
     )
     timeout: int | None = Field(default=None, description="Timeout in seconds.", ge=1, le=604_800)
     args: dict[str, Any] | None = Field(
-        default=None, description="Framework arguments (free-form).", json_schema_extra=cel.FREE_FORM
+        default=None,
+        description="Framework arguments (free-form).",
+        json_schema_extra=bounds.json_value(bounds.BENCH_ARGS_DEPTH),
     )
 
 
@@ -67,15 +69,21 @@ class RecipeSpec(KubeModel):
     metadata: dict[str, Any] | None = Field(
         default=None,
         description="Description, maintainer, model facts (free-form; not part of the revision).",
-        json_schema_extra=cel.FREE_FORM,
+        json_schema_extra=bounds.json_value(bounds.RECIPE_METADATA_DEPTH),
     )
     defaults: dict[str, Any] | None = Field(
         default=None,
         description="Serve settings (port, tensor_parallel, gpu_memory_utilization, max_model_len, "
         "served_model_name, ...), overridable per workload (free-form, snake_case keys).",
-        json_schema_extra=cel.FREE_FORM,
+        json_schema_extra=bounds.json_value(bounds.RECIPE_DEFAULTS_DEPTH),
     )
-    env: dict[str, str] | None = Field(default=None, description="Literal environment variables.")
+    env: dict[str, bounds.EnvValue] | None = Field(
+        default=None,
+        description="Literal environment variables.",
+        json_schema_extra=bounds.map_keys(
+            bounds.ENV_NAME_MAX_LENGTH, max_entries=bounds.RECIPE_ENV_MAX_ENTRIES
+        ),
+    )
     command: str | None = Field(
         default=None,
         description="Command template with {key} placeholders filled from the resolved settings.",
@@ -84,23 +92,23 @@ class RecipeSpec(KubeModel):
     pre_exec: list[Any] | None = Field(
         default=None,
         description="Hooks run before the engine (need trust).",
-        json_schema_extra={"items": cel.FREE_FORM},
+        json_schema_extra=bounds.json_items(bounds.RECIPE_HOOK_DEPTH, max_items=bounds.HOOKS_MAX_ITEMS),
     )
     post_exec: list[Any] | None = Field(
         default=None,
         description="Hooks run after the engine is up (need trust).",
-        json_schema_extra={"items": cel.FREE_FORM},
+        json_schema_extra=bounds.json_items(bounds.RECIPE_HOOK_DEPTH, max_items=bounds.HOOKS_MAX_ITEMS),
     )
     post_commands: list[Any] | None = Field(
         default=None,
         description="Commands run after launch (need trust).",
-        json_schema_extra={"items": cel.FREE_FORM},
+        json_schema_extra=bounds.json_items(bounds.RECIPE_HOOK_DEPTH, max_items=bounds.HOOKS_MAX_ITEMS),
     )
     benchmark: RecipeBenchmark | None = Field(default=None, description="Default benchmark settings.")
     runtime_config: dict[str, Any] | None = Field(
         default=None,
         description="Runtime settings outside the v2 keys (sparkrun puts unknown top-level keys here).",
-        json_schema_extra=cel.FREE_FORM,
+        json_schema_extra=bounds.json_value(bounds.RECIPE_RUNTIME_CONFIG_DEPTH),
     )
 
     def to_v2(self) -> dict[str, Any]:

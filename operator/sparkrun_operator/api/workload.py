@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 
-from sparkrun_operator.api import cel
+from sparkrun_operator.api import bounds, cel
 from sparkrun_operator.api.benchmark import LATENCY_METRICS, BenchmarkTemplate, GateMetric
 from sparkrun_operator.api.meta import (
     DNS_LABEL,
@@ -74,10 +74,10 @@ class EngineSpec(KubeModel):
         min_length=1,
         max_length=512,
     )
-    args: list[str] = Field(
+    args: list[bounds.EngineArg] = Field(
         default_factory=list,
         description="Extra 'vllm serve' arguments, appended after the ones the operator derives. "
-        "Each item is one argument; items are shell-quoted.",
+        f"Each item is one argument (at most {bounds.ARG_MAX_LENGTH} characters); items are shell-quoted.",
         max_length=128,
     )
     env: list[EnvVar] = Field(
@@ -248,8 +248,12 @@ class SchedulingSpec(KubeModel):
     tolerations: list[Toleration] = Field(
         default_factory=list, description="Tolerations added to every pod.", max_length=32
     )
-    node_selector: dict[str, str] = Field(
-        default_factory=dict, description="Node labels every pod must match."
+    node_selector: dict[str, bounds.LabelValue] = Field(
+        default_factory=dict,
+        description="Node labels every pod must match.",
+        json_schema_extra=bounds.map_keys(
+            bounds.LABEL_KEY_MAX_LENGTH, max_entries=bounds.SELECTOR_MAX_ENTRIES
+        ),
     )
 
 
@@ -311,6 +315,7 @@ class RecipeRef(KubeModel):
         description="Pin to this recipe revision (12 hex). On mismatch nothing is rolled and a condition "
         "says so. Unset: follow the recipe, rolling out each new revision.",
         pattern=r"^[0-9a-f]{12}$",
+        max_length=12,
     )
 
 

@@ -6,7 +6,9 @@ submission without ``Idempotency-Key`` and ``sha256(principal NUL key)`` otherwi
 with the same key from the same principal addresses the same object and the apiserver's
 ``AlreadyExists`` is the idempotency check. ``spec.requestDigest`` is
 ``sha256`` of the canonical JSON of ``{op, version, arguments, manager}``; a retry with the
-same key and a different digest is a conflict (409).
+same key and a different digest is a conflict (409). The digest also pins the arguments,
+and the arguments have the CRD's bounds before a job is created and again before it is
+executed (``ops/jobargs.py``).
 
 Status protocol (both the shim and the operator write ``status``, always as a read-modify-write
 guarded by ``resourceVersion``):
@@ -28,14 +30,17 @@ for 30 days after submission; other jobs are deleted. Active jobs are never touc
 from __future__ import annotations
 
 import base64
+import binascii
 import datetime as dt
 import gzip
 import hashlib
 import json
 import uuid
+import zlib
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
+from sparkrun_operator import safeload
 from sparkrun_operator.api.daemonjob import (
     MAX_EVENTS,
     RESULT_INLINE_BYTES,
@@ -48,6 +53,7 @@ from sparkrun_operator.api.daemonjob import (
 from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.api.resources import DAEMON_JOB
 from sparkrun_operator.ops.errors import Conflict, DaemonError
+from sparkrun_operator.ops.jobargs import check_arguments, request_digest, verified_arguments
 from sparkrun_operator.render import keys
 
 __all__ = [
@@ -61,6 +67,7 @@ __all__ = [
     "TERMINAL",
     "add_event",
     "cancel",
+    "check_arguments",
     "encode_result",
     "epoch",
     "events",
@@ -77,6 +84,7 @@ __all__ = [
     "set_state",
     "state_of",
     "status_of",
+    "verified_arguments",
 ]
 
 TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "lost"})
@@ -107,17 +115,6 @@ def job_name(username: str, key: str | None) -> str:
     if key is None:
         return uuid.uuid4().hex
     return hashlib.sha256(f"{username}\0{key}".encode()).hexdigest()[:32]
-
-
-def request_digest(operation: str, version: int, arguments: Mapping[str, Any], manager: str) -> str:
-    """Digest of what makes two submissions the same request."""
-    canonical = json.dumps(
-        {"op": operation, "version": version, "arguments": arguments, "manager": manager},
-        sort_keys=True,
-        separators=(",", ":"),
-        allow_nan=False,
-    )
-    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def new_job(
@@ -254,11 +251,41 @@ def encode_result(result: Any) -> tuple[Any, str | None, int]:
     return None, base64.b64encode(gzip.compress(encoded, compresslevel=6)).decode("ascii"), size
 
 
+#: A stored result read back: at most the result cap decompressed, nested at most 128 levels.
+STORED_RESULT: Final = safeload.Bounds("stored result", MAX_RESULT_BYTES, safeload.MAX_DEPTH)
+
+
+def _unpacked(packed: str) -> bytes:
+    """``resultGzip`` decompressed, never more than :data:`MAX_RESULT_BYTES` (a small gzip
+    member can expand a thousandfold). Raises ``DaemonError``."""
+    try:
+        data = base64.b64decode(packed, validate=True)
+        inflate = zlib.decompressobj(wbits=31)  # gzip framing
+        out = inflate.decompress(data, MAX_RESULT_BYTES + 1)
+    except (binascii.Error, zlib.error) as error:
+        raise DaemonError(
+            f"The stored result is not valid gzip ({error})", type_name="ResultUnreadable"
+        ) from None
+    if len(out) > MAX_RESULT_BYTES or inflate.unconsumed_tail:
+        raise DaemonError(
+            f"The stored result expands beyond {MAX_RESULT_BYTES} bytes",
+            attrs={"limit_bytes": MAX_RESULT_BYTES},
+            type_name="ResultTooLarge",
+        )
+    if not inflate.eof or inflate.unused_data:
+        raise DaemonError("The stored result is not one complete gzip member", type_name="ResultUnreadable")
+    return out
+
+
 def result_of(status: Mapping[str, Any]) -> Any:
-    """The stored result (decompressing ``resultGzip``)."""
+    """The stored result (decompressing ``resultGzip`` within :data:`STORED_RESULT`). Raises
+    ``DaemonError`` for a ``resultGzip`` that is not a result the operator could have written."""
     packed = status.get("resultGzip")
     if packed:
-        return json.loads(gzip.decompress(base64.b64decode(packed)))
+        try:
+            return safeload.load_json(_unpacked(str(packed)), STORED_RESULT)
+        except safeload.DocumentError as error:
+            raise DaemonError(str(error), type_name="ResultUnreadable") from None
     return status.get("result")
 
 
@@ -376,10 +403,17 @@ def last_event_id(obj: Mapping[str, Any]) -> int:
 
 
 def public_job(obj: Mapping[str, Any], *, scope: str) -> dict[str, Any]:
-    """The Job envelope of ``GET /v1/jobs/{id}`` (no arguments, worker or lease details)."""
+    """The Job envelope of ``GET /v1/jobs/{id}`` (no arguments, worker or lease details). A
+    stored result that cannot be read back (:func:`result_of`) is reported as the job's error,
+    so one such job does not break a listing."""
     meta, spec = obj.get("metadata", {}), obj.get("spec", {})
     status = obj.get("status") or {}
     created = epoch(meta.get("creationTimestamp")) or 0.0
+    error = public_error(status.get("error"))
+    try:
+        result = result_of(status)
+    except DaemonError as unreadable:
+        result, error = None, error or public_error(job_error(unreadable))
     return {
         "id": meta.get("name", ""),
         "operation": spec.get("operation", ""),
@@ -390,8 +424,8 @@ def public_job(obj: Mapping[str, Any], *, scope: str) -> dict[str, Any]:
         "state": state_of(obj),
         "created": created,
         "updated": epoch(status.get("updatedAt")) or created,
-        "result": result_of(status),
-        "error": public_error(status.get("error")),
+        "result": result,
+        "error": error,
         "prompt": public_prompt(status.get("prompt")),
         "cancelled": epoch(status.get("cancelledAt")),
         "seq": last_event_id(obj),

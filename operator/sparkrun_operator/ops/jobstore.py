@@ -5,12 +5,15 @@ Authorization is the caller's (the shim) business; this module applies the job r
 - :meth:`JobService.submit` creates the DaemonJob. With an ``Idempotency-Key`` the name is
   derived from (principal, key), so a retry meets ``AlreadyExists``; the existing job is
   returned when its request digest matches, a 409 ``Conflict`` is raised when it does not or when
-  the key's job has expired into a tombstone. Keys longer than 200 characters are refused (422).
+  the key's job has expired into a tombstone. Keys longer than 200 characters are refused (422),
+  and so are arguments over a DaemonJob's bounds (``ops/jobargs.py``: 8 levels deep, ...).
 - :meth:`JobService.cancel` sets ``spec.cancel`` and moves the status to ``cancelled`` (queued
   jobs) or ``cancelling``; a finished job is a 409.
-- :meth:`JobService.answer` records an answer in ``spec.answers`` for the pending prompt. A
-  secret answer goes into a Secret owned by the DaemonJob (the spec holds only its reference;
-  the executor deletes the Secret after reading it); approval/decision answers must be booleans.
+- :meth:`JobService.answer` records an answer in ``spec.answers`` for the pending prompt (the
+  chart's admission policy lets only the shim change ``spec.answers``). A secret answer goes
+  into the answer Secret of the job and prompt (``ops/answers.py``: a name derived from both,
+  their labels, owned by the DaemonJob; the spec holds only its reference; the executor reads
+  that Secret alone and deletes it); approval/decision answers must be booleans.
 - Quota: a principal may have at most ``max_active_jobs`` unfinished jobs (queued or active,
   counted from the cache plus its submissions in flight); one more is a 429 ``RateLimited``
   with ``attrs.quota = "active_jobs"``. A repeated Idempotency-Key of an existing job is not
@@ -19,23 +22,19 @@ Authorization is the caller's (the shim) business; this module applies the job r
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import re
 from collections.abc import Callable
 from typing import Any
 
 from sparkrun_operator.api.daemonjob import DaemonJobStatus
-from sparkrun_operator.api.meta import API_VERSION
-from sparkrun_operator.api.resources import DAEMON_JOB
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.k8s.auth import UserInfo
 from sparkrun_operator.k8s.client import SECRETS, retry_conflicts
 from sparkrun_operator.k8s.daemonjobs import DaemonJobs, JobCache
-from sparkrun_operator.ops import jobs
+from sparkrun_operator.ops import answers, jobs
 from sparkrun_operator.ops.catalog import Operation
 from sparkrun_operator.ops.errors import Conflict, Invalid, TooManyRequests
-from sparkrun_operator.render import keys
 
 __all__ = ["DEFAULT_MAX_ACTIVE_JOBS", "JOB_ID", "JobService"]
 
@@ -105,6 +104,7 @@ class JobService:
         """Create (or find, for a repeated key) the job; returns its id."""
         if key is not None and len(key) > jobs.MAX_KEY_LENGTH:
             raise Invalid(f"Idempotency key exceeds {jobs.MAX_KEY_LENGTH} characters")
+        jobs.check_arguments(arguments)  # the CRD's bounds, as a 422 naming the path
         digest = jobs.request_digest(op.name, op.version, arguments, manager)
         name = jobs.job_name(user.username, key)
         obj = jobs.new_job(
@@ -217,8 +217,8 @@ class JobService:
         if jobs.state_of(obj) in jobs.TERMINAL:
             raise Conflict("Worker has finished; fetch the job result")
         prompt = (obj.get("status") or {}).get("prompt") or {}
-        answers = obj.get("spec", {}).get("answers") or []
-        previous = next((a for a in answers if a.get("promptId") == prompt_id), None)
+        recorded = obj.get("spec", {}).get("answers") or []
+        previous = next((a for a in recorded if a.get("promptId") == prompt_id), None)
         if previous is not None:
             if "secretRef" in previous or previous.get("value") == value:
                 return
@@ -233,7 +233,8 @@ class JobService:
             if value is not None and not isinstance(value, str):
                 raise Invalid("Credential answer must be a string")
             secret = await self._store_secret(obj, prompt_id, value or "")
-            entry: dict[str, Any] = {"promptId": prompt_id, "secretRef": {"name": secret, "key": "token"}}
+            ref = {"name": secret, "key": answers.SECRET_KEY}
+            entry: dict[str, Any] = {"promptId": prompt_id, "secretRef": ref}
         else:
             if type(value) is not bool:
                 raise Invalid("Approval answers must be boolean")
@@ -256,30 +257,25 @@ class JobService:
         await self.cache.observe(written)
 
     async def _store_secret(self, obj: dict[str, Any], prompt_id: str, value: str) -> str:
-        meta = obj["metadata"]
-        name = f"{meta['name']}-answer-{prompt_id}"[:253]
-        secret = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "type": "Opaque",
-            "metadata": {
-                "name": name,
-                "namespace": self.daemonjobs.namespace,
-                "labels": {keys.LABEL_DAEMON_JOB: meta["name"], jobs.LABEL_MANAGED_BY: keys.MANAGED_BY_SHIM},
-                "ownerReferences": [
-                    {
-                        "apiVersion": API_VERSION,
-                        "kind": DAEMON_JOB.kind,
-                        "name": meta["name"],
-                        "uid": meta["uid"],
-                        "controller": True,
-                    }
-                ],
-            },
-            "stringData": {"token": value},
-        }
-        with contextlib.suppress(k8s_errors.AlreadyExists):  # NB: already there
-            await self.daemonjobs.kube.create(SECRETS, secret, self.daemonjobs.namespace)
+        """Create the answer Secret of ``prompt_id`` (``ops/answers.py``); returns its name. A
+        Secret already under that name is this answer's only if it passes the executor's check
+        and holds the same value (a retry); otherwise the prompt cannot be answered (409)."""
+        if not answers.valid_prompt_id(prompt_id):
+            raise Conflict("Prompt expired or unavailable")
+        namespace = self.daemonjobs.namespace
+        secret = answers.secret_body(obj, prompt_id, value, namespace=namespace)
+        name: str = secret["metadata"]["name"]
+        try:
+            await self.daemonjobs.kube.create(SECRETS, secret, namespace)
+        except k8s_errors.AlreadyExists:
+            existing = await self.daemonjobs.kube.get(SECRETS, name, namespace)
+            if existing is None or answers.check_secret(existing, obj, prompt_id) is not None:
+                raise Conflict(
+                    f"The answer Secret {name} exists and was not created by the daemon API; "
+                    "this prompt cannot be answered"
+                ) from None
+            if answers.secret_value(existing) != value:
+                raise Invalid("Prompt was already answered differently") from None
         return name
 
 
