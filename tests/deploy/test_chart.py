@@ -205,6 +205,50 @@ def test_model_cache_tool_settings_are_values(helm_bin: str, tmp_path: Path) -> 
     assert (default.cache_tool_scheduling, default.hub_token_secret) == ({}, None)
 
 
+def test_credential_endpoints_are_a_value(helm_bin: str, tmp_path: Path) -> None:
+    """The hub token goes to the public Hub only unless the administrator lists more (ADR 0040)."""
+    mirror = ["https://hf.mirror.internal:8443", "https://huggingface.co"]
+    for listed, expected in ((None, ["https://huggingface.co"]), (mirror, mirror), ([], [])):
+        values = (
+            None
+            if listed is None
+            else {"operator": {"credentials": {"allowedEndpoints": {"huggingFace": listed}}}}
+        )
+        args = render(helm_bin, tmp_path, values).container("sparkrun-operator")["args"]
+        assert build_parser().parse_args(args).credential_endpoints.to_wire() == {"huggingFace": expected}
+
+
+def test_the_modelcache_token_policy_checks_the_requester_may_get_the_secret(default: Rendered) -> None:
+    policy = default.get("ValidatingAdmissionPolicy", "sparkrun-modelcache-token")
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["modelcaches"]
+    [check] = policy["spec"]["validations"]
+    assert "resource('secrets')" in check["expression"]
+    assert ".check('get').allowed()" in check["expression"]
+    binding = default.get("ValidatingAdmissionPolicyBinding", "sparkrun-modelcache-token")
+    assert binding["spec"] == {"policyName": "sparkrun-modelcache-token", "validationActions": ["Deny"]}
+
+
+def test_the_workload_secrets_policy_checks_every_reference(default: Rendered) -> None:
+    """ADR 0041: every Secret and ConfigMap an engine's env names, one authorization check per
+    expression (a check costs 350,000 of CEL's 1,000,000 per expression), 16 in all (5,600,000 of
+    the 10,000,000 a policy may spend per request)."""
+    name = "sparkrun-workload-secrets"
+    policy = default.get("ValidatingAdmissionPolicy", name)
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    [rule] = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert (rule["resources"], rule["operations"]) == (["inferenceworkloads"], ["CREATE", "UPDATE"])
+    checks = [v["expression"] for v in policy["spec"]["validations"] if "authorizer" in v["expression"]]
+    assert len(checks) == 16
+    for i, check in enumerate(checks):
+        assert check.count(".check('get').allowed()") == 1, check
+        assert f"size(variables.all) <= {i} ||" in check, check
+    limit = [v for v in policy["spec"]["validations"] if v["expression"] == "size(variables.all) <= 16"]
+    assert limit, "no bound on the number of references"
+    binding = default.get("ValidatingAdmissionPolicyBinding", name)
+    assert binding["spec"] == {"policyName": name, "validationActions": ["Deny"]}
+
+
 def test_service_account_provisioning_is_a_value(helm_bin: str, tmp_path: Path) -> None:
     out = render(helm_bin, tmp_path, {"operator": {"rbac": {"serviceAccountProvisioning": True}}})
     operator = out.get("ClusterRole", "sparkrun-operator")

@@ -9,6 +9,7 @@ import os
 from typing import Any
 
 from sparkrun_operator import runner
+from sparkrun_operator.api.credentials import CredentialEndpoints
 from sparkrun_operator.cli import operator_stop
 from sparkrun_operator.controllers.context import DEFAULT_DRIFT_SECONDS, OperatorConfig
 from sparkrun_operator.controllers.operator import PEERING_NAME, RunOptions, describe, run
@@ -125,6 +126,14 @@ def _cache_flags(runner: argparse.ArgumentParser) -> None:
         help="Secret (key 'token' unless given) with the hub token of model_cache.resolve/import/repair",
     )
     runner.add_argument(
+        "--credential-endpoints",
+        type=_credential_endpoints,
+        default=CredentialEndpoints.default(),
+        metavar="JSON",
+        help="where each credential the operator holds may be sent; elsewhere requests are anonymous "
+        '(default \'{"huggingFace": ["https://huggingface.co"]}\'; ADR 0040)',
+    )
+    runner.add_argument(
         "--gateway-url",
         default=None,
         metavar="URL",
@@ -170,6 +179,13 @@ def _scheduling(raw: str) -> dict[str, Any]:
     return doc
 
 
+def _credential_endpoints(raw: str) -> CredentialEndpoints:
+    try:
+        return CredentialEndpoints.parse(json.loads(raw))
+    except ValueError as error:  # NB: json.JSONDecodeError is a ValueError
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _secret_key(raw: str) -> tuple[str, str]:
     name, _, key = raw.partition("/")
     if not name or "/" in key:
@@ -206,6 +222,7 @@ def _run(args: argparse.Namespace) -> int:
             max_concurrent_passes=args.max_concurrent_passes,
             cache_tool_scheduling=args.cache_tool_scheduling,
             hub_token_secret=args.hub_token_secret,
+            credential_endpoints=args.credential_endpoints,
             gateway_url=args.gateway_url,
             workload_scheduling=args.workload_scheduling,
             benchmark_via=args.benchmark_via,

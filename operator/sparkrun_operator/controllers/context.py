@@ -18,6 +18,7 @@ from typing import Any, Final
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from sparkrun_operator.api.credentials import CredentialEndpoints
 from sparkrun_operator.controllers.gate import PriorityGate
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.plan.names import Claim
@@ -58,6 +59,8 @@ class OperatorConfig:
     cache_tool_scheduling: dict[str, Any] = field(default_factory=dict)
     #: ``(Secret, key)`` of the hub token of ``model_cache.resolve``/``import``/``repair``.
     hub_token_secret: tuple[str, str] | None = None
+    #: ``--credential-endpoints``: where each credential the operator holds may go (ADR 0040).
+    credential_endpoints: CredentialEndpoints = field(default_factory=CredentialEndpoints.default)
     #: In-cluster base URL of the gateway (``--gateway-url``): InferenceBenchmark ``via: Gateway``.
     gateway_url: str | None = None
     #: ``--workload-scheduling``, ``--benchmark-via``, ``--benchmark-scheduling``,

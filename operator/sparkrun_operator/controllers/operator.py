@@ -111,6 +111,7 @@ def daemon_settings(config: OperatorConfig) -> Settings:
         cache_mount_path=config.render.cache_mount_path,
         cache_tool_scheduling=dict(config.cache_tool_scheduling),
         hub_token_secret=config.hub_token_secret,
+        credential_endpoints=config.credential_endpoints,
         workload_scheduling=dict(config.workload_scheduling),
         benchmark_via=config.benchmark_via,
         benchmark_scheduling=dict(config.benchmark_scheduling),
@@ -278,4 +279,9 @@ def describe(options: RunOptions) -> Sequence[str]:
     """Lines logged at start: what this replica serves and how."""
     scope = ", ".join(options.namespaces) if options.namespaces else "all namespaces"
     peering = "standalone" if options.standalone else f"peering {options.peering_name!r}"
-    return [f"serving {scope}; {peering}; drift check every {options.config.drift_seconds:.0f}s"]
+    sent = options.config.credential_endpoints.to_wire()
+    where = "; ".join(f"{name} only to {', '.join(urls) or 'nowhere'}" for name, urls in sent.items())
+    return [
+        f"serving {scope}; {peering}; drift check every {options.config.drift_seconds:.0f}s",
+        f"credentials: {where or 'none sent anywhere'} (--credential-endpoints)",
+    ]

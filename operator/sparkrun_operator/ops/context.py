@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from sparkrun_operator.api.credentials import CredentialEndpoints
 from sparkrun_operator.api.meta import utcnow
 from sparkrun_operator.k8s.auth import UserInfo
 from sparkrun_operator.k8s.client import Kube
@@ -57,6 +58,9 @@ class Settings:
     #: ``(Secret, key)`` of the hub token ``model_cache.resolve``/``import``/``repair`` use
     #: (the daemon's "server-side HF credentials"); ``None``: anonymous.
     hub_token_secret: tuple[str, str] | None = None
+    #: Where each credential the operator holds may be sent (``--credential-endpoints``; default
+    #: the public Hub only): any other endpoint gets anonymous requests (ADR 0040).
+    credential_endpoints: CredentialEndpoints = field(default_factory=CredentialEndpoints.default)
     #: ``model_cache.reconcile``: how long since a claim was last seen in use before it may be
     #: released, plus the clock-skew allowance between the operator and the apiserver.
     claim_min_age: float = 600.0

@@ -2,7 +2,8 @@
 
 Pure. The Job runs the tools image (``python -m sparkrun_operator.runtime.cachetool ...`` or
 ``... runtime.download inspect|repair|resolve``) with the cache's claim mounted at the cache root
-(read-only for the read-scoped verbs), the hub token as a file when one is configured, no
+(read-only for the read-scoped verbs), the hub token as a file when one is configured (with the
+origins it may be sent to: the downloader goes anonymous anywhere else, ADR 0040), no
 ServiceAccount token, no retries (the operation reports a failure; the caller runs it again), a
 deadline, and a TTL so finished Jobs do not pile up. It is owned by the DaemonJob, so deleting
 the job record deletes it. Its last stdout line is the report the executor reads.
@@ -51,6 +52,8 @@ class ToolRun:
     sub_path: str = ""
     read_only: bool = True
     token_secret: tuple[str, str] | None = None
+    #: The origins the token may be sent to (the downloader's ``--token-origins``, ADR 0040).
+    token_origins: Sequence[str] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: Sequence[Mapping[str, Any]] = ()
 
@@ -59,6 +62,23 @@ def job_name(run: ToolRun, attempt: int = 0) -> str:
     """``mc-<verb>-<hash of the DaemonJob and attempt>`` (63 characters at most)."""
     digest = hashlib.sha256(f"{run.job_id}/{run.verb}/{attempt}".encode()).hexdigest()[:12]
     return f"mc-{run.verb}-{digest}"
+
+
+def _token(
+    secret: tuple[str, str],
+    origins: Sequence[str],
+    volumes: list[dict[str, Any]],
+    mounts: list[dict[str, Any]],
+) -> list[str]:
+    """Mount the token's Secret key as a file; the downloader's arguments that read it and name
+    the origins it may be sent to."""
+    name, key = secret
+    items = [{"key": key, "path": TOKEN_FILE}]
+    volumes.append(
+        {"name": keys.VOLUME_HF_TOKEN, "secret": {"secretName": name, "items": items, "defaultMode": 0o400}}
+    )
+    mounts.append({"name": keys.VOLUME_HF_TOKEN, "mountPath": keys.HF_TOKEN_DIR, "readOnly": True})
+    return ["--token-file", f"{keys.HF_TOKEN_DIR}/{TOKEN_FILE}", "--token-origins", ",".join(origins)]
 
 
 def render_tool_job(run: ToolRun, options: ToolOptions, attempt: int = 0) -> dict[str, Any]:
@@ -76,19 +96,7 @@ def render_tool_job(run: ToolRun, options: ToolOptions, attempt: int = 0) -> dic
     mounts = [mount]
     args = ["-m", run.module, *run.args[:1], "--root", options.mount_path, *run.args[1:]]
     if run.token_secret is not None:
-        name, key = run.token_secret
-        volumes.append(
-            {
-                "name": keys.VOLUME_HF_TOKEN,
-                "secret": {
-                    "secretName": name,
-                    "items": [{"key": key, "path": TOKEN_FILE}],
-                    "defaultMode": 0o400,
-                },
-            }
-        )
-        mounts.append({"name": keys.VOLUME_HF_TOKEN, "mountPath": keys.HF_TOKEN_DIR, "readOnly": True})
-        args += ["--token-file", f"{keys.HF_TOKEN_DIR}/{TOKEN_FILE}"]
+        args += _token(run.token_secret, run.token_origins, volumes, mounts)
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "enableServiceLinks": False,

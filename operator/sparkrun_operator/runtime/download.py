@@ -39,8 +39,9 @@ from huggingface_hub.utils._headers import build_hf_headers
 from huggingface_hub.utils._paths import filter_repo_objects
 from huggingface_hub.utils.tqdm import disable_progress_bars
 
-from sparkrun_operator.runtime import hferrors
-from sparkrun_operator.runtime.downloadcli import daemon_manifest, parser
+from sparkrun_operator.api.clip import MESSAGE_MAX, clip
+from sparkrun_operator.runtime import hferrors, hubanswer
+from sparkrun_operator.runtime.downloadcli import allowed_token, daemon_manifest, parser
 from sparkrun_operator.runtime.hfcache import (
     LEVELS,
     CacheLayout,
@@ -222,10 +223,7 @@ class Downloader:
             )
         except Exception as exc:
             raise self._fail(exc) from None
-        if not info.sha:
-            raise hferrors.DownloadError(
-                hferrors.EXIT_FAILED, f"the Hub gave no commit for {self.source.revision}"
-            )
+        sha = hubanswer.commit(info.sha)  # NB: the endpoint's words name paths: checked first
         siblings = list(
             filter_repo_objects(
                 getattr(info, "siblings", None) or [],
@@ -243,15 +241,15 @@ class Downloader:
             repo=self.source.repo,
             repo_type=self.source.repo_type,
             revision=self.source.revision,
-            commit=info.sha,
-            files=_entries(siblings),
+            commit=sha,
+            files=hubanswer.entries(_entries(siblings)),
             endpoint=self.source.endpoint_url,
             allow_patterns=list(self.source.allow_patterns),
             ignore_patterns=list(self.source.ignore_patterns),
             verify=self.verify,
             created_at=now(),
         )
-        previous = self.layout.load_manifest(info.sha)
+        previous = self.layout.load_manifest(sha)
         if (
             previous is not None
             and previous.complete
@@ -260,7 +258,7 @@ class Downloader:
             manifest = replace(previous, revision=self.source.revision)
         else:
             self.layout.save_manifest(manifest)
-        self._commit = info.sha
+        self._commit = sha
         return manifest
 
     # -- per file ---------------------------------------------------------------------------------
@@ -409,7 +407,7 @@ class Downloader:
         """Resolve (unless given a manifest) and make every file present and verified."""
         started = time.monotonic()
         try:
-            manifest = manifest or self.resolve()
+            manifest = hubanswer.manifest(manifest or self.resolve())
             self._commit = commit = manifest.commit
             files = [f for f in manifest.files if only is None or f.path in set(only)]
             self._total = (len(files), sum(f.size for f in files))
@@ -472,6 +470,7 @@ class Downloader:
         sha = self.find_commit(commit)
         manifest = self.layout.load_manifest(sha)
         assert manifest is not None
+        hubanswer.manifest(manifest)
         kept = set(select_files([f.path for f in manifest.files], selection))
         chosen = [f for f in manifest.files if f.path in kept]
         states: dict[str, list[str]] = {"missing": [], "invalid": [], "unreadable": [], "ok": []}
@@ -539,6 +538,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         return int(exit_.code or 0) and hferrors.EXIT_USAGE
     disable_progress_bars()
     token: str | None = None
+    notice: str | None = None  # the token withheld from this endpoint (ADR 0040)
     try:
         token = read_token(args.token_file)
         sinks: list[Sink] = [] if args.quiet else [JsonLinesSink()]
@@ -554,8 +554,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         source = Source(
             args.repo, args.revision, endpoint, args.repo_type, tuple(args.allow), tuple(args.ignore)
         )
+        sent, notice = allowed_token(token, source.endpoint_url, args.token_origins)
         downloader = Downloader(
-            Path(args.root), source, token=token, verify=args.verify, workers=args.workers, reporter=reporter
+            Path(args.root), source, token=sent, verify=args.verify, workers=args.workers, reporter=reporter
         )
         if args.command == "download":
             body = downloader.download().to_json()
@@ -578,9 +579,11 @@ def run(argv: Sequence[str] | None = None) -> int:
         return hferrors.EXIT_OK
     except hferrors.DownloadError as err:
         message = err.message.replace(token, "***") if token else err.message
+        message = clip(f"{message} ({notice})" if notice else message, MESSAGE_MAX)
         error = {"event": "error", "reason": err.reason, "exit_code": err.code, "retryable": err.retryable}
         print(json.dumps({**error, "message": message}), flush=True)
-        print(f"error: {message}", file=sys.stderr)
+        # NB: escaped: the endpoint's words must not start a line of the log (a forged report)
+        print(f"error: {json.dumps(message)}", file=sys.stderr)
         return err.code
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sparkrun_operator.api.credentials import HUGGING_FACE, CredentialEndpoints, withheld
 from sparkrun_operator.runtime.hfcache import CacheLayout, select_files
 
 
@@ -27,6 +28,13 @@ def parser() -> Any:
         p.add_argument("--repo-type", default="model", choices=["model", "dataset"])
         p.add_argument("--endpoint", default=None, help="hub URL (default HF_ENDPOINT or huggingface.co)")
         p.add_argument("--token-file", default=None, help="file holding the token (else HF_TOKEN)")
+        p.add_argument(
+            "--token-origins",
+            default=None,
+            metavar="URL[,URL...]",
+            help="send the token only to these origins (scheme://host[:port]); elsewhere go anonymous "
+            "(default: no restriction; the operator passes its allowlist, ADR 0040)",
+        )
         p.add_argument("--allow", action="append", default=[], help="glob of files to include (repeatable)")
         p.add_argument("--ignore", action="append", default=[], help="glob of files to skip (repeatable)")
         default_verify = "size" if name == "download" else "sha256"
@@ -58,3 +66,16 @@ def daemon_manifest(layout: CacheLayout, commit: str, args: Any) -> dict[str, An
     kept = set(select_files([f.path for f in manifest.files], args.selection))
     manifest.files = [f for f in manifest.files if f.path in kept]
     return {"manifest_daemon": manifest.to_daemon(args.selection, provenance="cache")}
+
+
+def allowed_token(token: str | None, endpoint: str, origins: str | None) -> tuple[str | None, str | None]:
+    """``(token, notice)``: the token unless ``origins`` is given and ``endpoint`` is not one of
+    them (then ``None`` and the notice saying so). An origin that does not parse allows nothing."""
+    if token is None or origins is None:
+        return token, None
+    listed = [o for o in origins.split(",") if o]
+    try:
+        permits = CredentialEndpoints.parse({HUGGING_FACE: listed}).permits(HUGGING_FACE, endpoint)
+    except ValueError:
+        permits = False
+    return (token, None) if permits else (None, withheld(HUGGING_FACE, endpoint, listed))

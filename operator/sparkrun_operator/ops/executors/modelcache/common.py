@@ -10,6 +10,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sparkrun_operator.api.credentials import HUGGING_FACE, withheld
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.k8s.resources import JOBS
 from sparkrun_operator.ops.context import OperationContext
@@ -38,9 +39,18 @@ def tool(
     module: str = TOOL_MODULE,
     read_only: bool = True,
     token: bool = False,
+    endpoint: str | None = None,
 ) -> ToolRun:
-    """A tool command of this operation at ``loc`` (an emptyDir root when ``loc`` is None)."""
+    """A tool command of this operation at ``loc`` (an emptyDir root when ``loc`` is None).
+
+    ``token``: the operator's Hub token goes with it, with the origins it may be sent to (the
+    downloader goes anonymous elsewhere: an endpoint recorded on the volume), and not at all when
+    the allowlist is empty or ``endpoint`` (the caller's) is not on it (ADR 0040)."""
     selector, tolerations = loc.scheduling() if loc is not None else ({}, [])
+    settings = ctx.settings
+    origins = settings.credential_endpoints.origins(HUGGING_FACE)
+    permitted = endpoint is None or settings.credential_endpoints.permits(HUGGING_FACE, endpoint)
+    secret = settings.hub_token_secret if token and origins and permitted else None
     return ToolRun(
         job_id=ctx.job_id or "query",
         job_uid=ctx.job_uid or "",
@@ -51,9 +61,29 @@ def tool(
         claim=loc.claim if loc is not None else None,
         sub_path=loc.path if loc is not None else "",
         read_only=read_only,
-        token_secret=ctx.settings.hub_token_secret if token else None,
+        token_secret=secret,
+        token_origins=tuple(origins) if secret is not None else (),
         node_selector=selector,
         tolerations=tolerations,
+    )
+
+
+async def downloader(
+    ctx: OperationContext,
+    loc: Location | None,
+    verb: str,
+    args: Sequence[str],
+    endpoint: str | None,
+    *,
+    read_only: bool = True,
+) -> ToolRun:
+    """The downloader with the operator's Hub token as far as the allowlist lets it go; the
+    caller hears when its ``endpoint`` gets anonymous requests instead (ADR 0040)."""
+    allowlist = ctx.settings.credential_endpoints
+    if endpoint and ctx.settings.hub_token_secret and not allowlist.permits(HUGGING_FACE, endpoint):
+        await ctx.feedback(withheld(HUGGING_FACE, endpoint, allowlist.origins(HUGGING_FACE)))
+    return tool(
+        ctx, loc, verb, args, module=DOWNLOAD_MODULE, read_only=read_only, token=True, endpoint=endpoint
     )
 
 
