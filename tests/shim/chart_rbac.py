@@ -33,6 +33,8 @@ class ChartRbac:
 
     kube: KubeApi
     kubeconfigs: dict[str, Path]
+    #: The release the chart was rendered as (its ServiceAccounts are ``<release>-shim``, ...).
+    release: str = ""
     #: Objects outside the namespace (its teardown takes the rest): (apiVersion, kind, namespace, name).
     outside: list[tuple[str, str, str | None, str]] = field(default_factory=list)
 
@@ -74,7 +76,7 @@ def _kubeconfig(testbed: Testbed, token: str, path: Path) -> Path:
 def apply_chart_rbac(testbed: Testbed, kube: KubeApi, namespace: str, workdir: Path) -> ChartRbac:
     """Apply the chart's operator and shim RBAC in ``namespace``; kubeconfigs for both."""
     release = f"rbac-{namespace}"[:40]
-    made = ChartRbac(kube=kube, kubeconfigs={})
+    made = ChartRbac(kube=kube, kubeconfigs={}, release=release)
     accounts: dict[str, str] = {}
     for doc in _render(namespace, release):
         kube.apply(doc)

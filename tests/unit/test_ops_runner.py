@@ -10,13 +10,15 @@ error; an invalid result fails with ``invalid_operation_result``; cancellation o
 executor (no effect after the terminal state); cancellation before start; a job of another
 (dead) executor becomes ``lost`` and its executor never runs; approval prompts answered and
 timed out; a secret answer is read, its Secret deleted, and its value redacted from events and
-results; a disabled operation fails with ``FeatureDisabled``; queries run inline with a
-timeout.
+results; a secret answer naming any Secret but the shim's answer Secret of the job and prompt
+(or a Secret planted under that name) fails the job unread; a disabled operation fails with
+``FeatureDisabled``; queries run inline with a timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 from collections.abc import Callable
@@ -25,7 +27,7 @@ from typing import Any
 import pytest
 
 from sparkrun_operator.api.daemonjob import DaemonJobStatus
-from sparkrun_operator.ops import catalog, jobs
+from sparkrun_operator.ops import answers, catalog, jobs
 from sparkrun_operator.ops.context import Executor, OperationContext, Settings
 from sparkrun_operator.ops.errors import DaemonError, NotFound, OperationTimeout
 from sparkrun_operator.ops.runner import run_job, run_query
@@ -47,8 +49,10 @@ class MemoryControl:
         self._obj = obj
         self.version = 1
         self.changed_event = asyncio.Event()
-        self.secrets: dict[str, str] = {}
-        self.deleted: list[str] = []
+        #: Secrets of the job's namespace by name; the names read and (name, uid) deleted.
+        self.secrets: dict[str, dict[str, Any]] = {}
+        self.read: list[str] = []
+        self.deleted: list[tuple[str, str]] = []
         self.writes = 0
 
     @property
@@ -67,11 +71,12 @@ class MemoryControl:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.changed_event.wait(), wait)
 
-    async def read_secret(self, name: str, key: str) -> str:
-        return self.secrets[name]
+    async def read_secret(self, name: str) -> dict[str, Any] | None:
+        self.read.append(name)
+        return self.secrets.get(name)
 
-    async def delete_secret(self, name: str) -> None:
-        self.deleted.append(name)
+    async def delete_secret(self, name: str, uid: str) -> None:
+        self.deleted.append((name, uid))
 
     # -- the shim's side ---------------------------------------------------------------------
 
@@ -104,7 +109,7 @@ def _job(operation: str, arguments: dict[str, Any], **status: Any) -> dict[str, 
         manager="daemon",
         client=None,
         key=None,
-        digest="0" * 64,
+        digest=jobs.request_digest(operation, 1, arguments, "daemon"),
     )
     obj["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
     obj["metadata"]["uid"] = "uid-1"
@@ -310,28 +315,107 @@ async def test_an_unanswered_prompt_times_out() -> None:
     assert "prompt_expired" in [e["type"] for e in control.events()]
 
 
+def _stored(body: dict[str, Any], uid: str = "secret-uid") -> dict[str, Any]:
+    """A Secret as the apiserver returns it (``stringData`` folded into ``data``, a UID)."""
+    data = {k: base64.b64encode(v.encode()).decode() for k, v in body.pop("stringData").items()}
+    return {**body, "metadata": {**body["metadata"], "uid": uid}, "data": data}
+
+
+async def _login(seen: list[str], ctx: OperationContext) -> Any:
+    secret = await ctx.ask("secret", "Sudo password", default="ignored-for-secrets")
+    seen.append(secret)
+    await ctx.feedback(f"logged in with {secret}")
+    return [{**CLUSTER, "description": f"pw={secret}"}]
+
+
 async def test_a_secret_answer_is_used_redacted_and_its_secret_deleted() -> None:
     seen: list[str] = []
-
-    async def login(ctx: OperationContext, args: dict[str, Any]) -> Any:
-        secret = await ctx.ask("secret", "Sudo password", default="ignored-for-secrets")
-        seen.append(secret)
-        await ctx.feedback(f"logged in with {secret}")
-        return [{**CLUSTER, "description": f"pw={secret}"}]
-
     control = MemoryControl(_job("catalog.clusters", {}))
-    control.secrets["answer-1"] = "hunter2"
-    runner = asyncio.create_task(_run(control, {"catalog.clusters": login}))
+    runner = asyncio.create_task(_run(control, {"catalog.clusters": lambda ctx, _a: _login(seen, ctx)}))
     await asyncio.wait_for(control.reach("waiting_input"), 5)
     prompt = control.obj["status"]["prompt"]
     assert prompt.get("default") is None
-    control.set_spec(answers=[{"promptId": prompt["id"], "secretRef": {"name": "answer-1", "key": "token"}}])
+    body = answers.secret_body(control.obj, prompt["id"], "hunter2", namespace="ns")
+    name = body["metadata"]["name"]
+    control.secrets[name] = _stored(body)
+    control.set_spec(answers=[{"promptId": prompt["id"], "secretRef": {"name": name, "key": "token"}}])
     await asyncio.wait_for(runner, 5)
     assert seen == ["hunter2"]
-    assert control.deleted == ["answer-1"]
+    assert control.read == [name]
+    assert control.deleted == [(name, "secret-uid")]
     assert control.state() == "succeeded"
     assert "hunter2" not in json.dumps(control.obj)
     assert "[redacted]" in json.dumps(control.obj["status"]["result"])
+
+
+def _planted(kind: str, obj: dict[str, Any], prompt_id: str) -> tuple[str, str, dict[str, Any] | None]:
+    """(name the answer names, its key, the Secret stored under the answer Secret's name)."""
+    body = _stored(answers.secret_body(obj, prompt_id, "stolen-value", namespace="ns"))
+    name = body["metadata"]["name"]
+    if kind == "another Secret":
+        return "hub-token", "token", body
+    if kind == "another key":
+        return name, "password", body
+    if kind == "missing":
+        return name, "token", None
+    meta = body["metadata"]
+    if kind == "no labels":
+        del meta["labels"]
+    elif kind == "labels of another prompt":
+        meta["labels"] = {**meta["labels"], "sparkrun.dev/prompt": "0" * 16}
+    elif kind == "owner of another uid":
+        meta["ownerReferences"] = [{**meta["ownerReferences"][0], "uid": "uid-2"}]
+    elif kind == "no owner":
+        del meta["ownerReferences"]
+    return name, "token", body
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "another Secret",
+        "another key",
+        "missing",
+        "no labels",
+        "labels of another prompt",
+        "owner of another uid",
+        "no owner",
+    ],
+)
+async def test_a_secret_answer_is_read_only_from_the_shims_answer_secret(kind: str) -> None:
+    """A reference to any other Secret or key is refused before anything is read; a Secret under
+    the answer Secret's name without the job's labels and owner reference is read but refused:
+    the executor never gets its value, nothing is deleted, the job fails with a typed error."""
+    seen: list[str] = []
+    control = MemoryControl(_job("catalog.clusters", {}))
+    control.secrets["hub-token"] = _stored(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "hub-token"},
+            "stringData": {"token": "hub"},
+        }
+    )
+    runner = asyncio.create_task(_run(control, {"catalog.clusters": lambda ctx, _a: _login(seen, ctx)}))
+    await asyncio.wait_for(control.reach("waiting_input"), 5)
+    prompt_id = control.obj["status"]["prompt"]["id"]
+    name, key, planted = _planted(kind, control.obj, prompt_id)
+    expected = answers.secret_name("b" * 32, prompt_id)
+    if planted is not None:
+        control.secrets[expected] = planted
+    control.set_spec(answers=[{"promptId": prompt_id, "secretRef": {"name": name, "key": key}}])
+    await asyncio.wait_for(runner, 5)
+    assert seen == []
+    assert control.deleted == []
+    assert control.read == ([] if kind in ("another Secret", "another key") else [expected])
+    assert control.state() == "failed"
+    error = control.obj["status"]["error"]
+    assert error["type"] == "PermissionError"
+    assert error["details"] == {"reason": "answer_secret_refused", "prompt_id": prompt_id}
+    assert "stolen-value" not in json.dumps(control.obj)
+    refused = [e for e in control.events() if e["type"] == "prompt_refused"]
+    assert [(e["prompt_id"], e["reason"]) for e in refused] == [(prompt_id, "answer_secret_refused")]
+    assert control.obj["status"].get("prompt") is None
 
 
 async def test_a_disabled_operation_fails_without_running() -> None:

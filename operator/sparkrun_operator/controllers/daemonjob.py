@@ -124,20 +124,18 @@ class _Control:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.event.wait(), wait)
 
-    async def read_secret(self, name: str, key: str) -> str:
+    async def read_secret(self, name: str) -> dict[str, Any] | None:
+        # NB: the runner asks only for the answer Secret of this job's prompt (ops/answers.py)
+        # and checks what it gets before using it.
+        return await self.executor.rest.get(SECRETS, name, self._obj["metadata"]["namespace"])
+
+    async def delete_secret(self, name: str, uid: str) -> None:
         namespace = self._obj["metadata"]["namespace"]
-        found = await self.executor.rest.get(SECRETS, name, namespace)
-        if found is None:
-            raise LookupError(f"answer Secret {name} is missing")
-        import base64
-
-        raw = (found.get("data") or {}).get(key)
-        return base64.b64decode(raw).decode() if raw else ""
-
-    async def delete_secret(self, name: str) -> None:
-        await self.executor.rest.delete(
-            SECRETS, name, self._obj["metadata"]["namespace"], propagation="Background"
-        )
+        try:
+            await self.executor.rest.delete(SECRETS, name, namespace, propagation="Background", uid=uid)
+        except k8s_errors.Conflict:
+            # Replaced since it was read: the new object is not the one read; leave it.
+            log.warning("answer Secret %s/%s was replaced after it was read; not deleted", namespace, name)
 
 
 def _rv(obj: dict[str, Any]) -> str:

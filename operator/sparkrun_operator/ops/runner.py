@@ -10,11 +10,18 @@ controller), from ``queued`` to a terminal state:
   that names the operation and the executor;
 - ``queued`` -> ``starting`` -> ``running`` (one status write), unless cancellation was
   requested first (-> ``cancelled``);
+- before anything runs (on every attempt), the arguments must be within a job's bounds and
+  their digest must be ``spec.requestDigest`` (``ops/jobargs.py``): arguments changed after
+  creation fail the job with ``PermissionError`` (reason ``arguments_changed``), unexecuted;
 - the executor runs as a task; ``spec.cancel`` cancels it (-> ``cancelled``, recorded after the
   task has unwound, so no effect happens after the terminal state);
 - prompts set ``waiting_input`` with a deadline (default 300 s); an answer in ``spec.answers``
-  resumes the job; a secret answer is read from its Secret, the Secret is deleted, and the value
-  is redacted from every later event, result and error; an expired prompt fails the job;
+  resumes the job; a secret answer is read from the one answer Secret the shim made for this job
+  and prompt (``ops/answers.py``: its name is recomputed, its labels and owner reference checked;
+  a reference to anything else fails the job with ``PermissionError``, reason
+  ``answer_secret_refused``, after a ``prompt_refused`` event, and nothing is read), the Secret
+  is deleted, and the value is redacted from every later event, result and error; an expired
+  prompt fails the job;
 - the result is checked against the operation's result schema (``invalid_operation_result``
   otherwise) and its size (2 MiB), then stored; failures are stored as the job's error.
 
@@ -34,7 +41,7 @@ from typing import Any, Protocol
 
 from sparkrun_operator.api.daemonjob import DaemonJobStatus
 from sparkrun_operator.k8s import errors as k8s_errors
-from sparkrun_operator.ops import jobs
+from sparkrun_operator.ops import answers, jobs
 from sparkrun_operator.ops.catalog import Catalog, Operation
 from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import (
@@ -45,6 +52,7 @@ from sparkrun_operator.ops.errors import (
     NotFound,
     OperationTimeout,
 )
+from sparkrun_operator.ops.redact import off_loop
 from sparkrun_operator.ops.schema import request_validator, result_validator
 
 __all__ = ["JobControl", "Redactor", "as_daemon_error", "run_job", "run_query"]
@@ -75,11 +83,14 @@ class JobControl(Protocol):
         """Return when the object may have changed, or after ``wait`` seconds."""
         ...
 
-    async def read_secret(self, name: str, key: str) -> str:
-        """A secret answer's value."""
+    async def read_secret(self, name: str) -> dict[str, Any] | None:
+        """The Secret ``name`` of the job's namespace (``None`` when missing). Asked only for the
+        answer Secret of a prompt of this job (``ops/answers.py``), never for another name."""
         ...
 
-    async def delete_secret(self, name: str) -> None: ...
+    async def delete_secret(self, name: str, uid: str) -> None:
+        """Delete the Secret ``name`` if its UID is still ``uid`` (already gone: nothing to do)."""
+        ...
 
 
 class Redactor:
@@ -104,6 +115,10 @@ class Redactor:
         if isinstance(value, list):
             return [self(item) for item in value]
         return value
+
+    async def apply(self, value: Any) -> Any:
+        """``self(value)``; in a worker thread when it is large (``ops.redact.off_loop``)."""
+        return await off_loop(self, value, passes=len(self.secrets)) if self.secrets else value
 
 
 def as_daemon_error(error: BaseException) -> DaemonError:
@@ -207,7 +222,7 @@ class _Job:
                 retryable=error.retryable,
                 type_name=error.error_type,
             )
-        result = self.redact(result)
+        result = await self.redact.apply(result)
 
         def mutate(status: DaemonJobStatus, _obj: dict[str, Any]) -> None:
             jobs.finish(status, state, now=self.clock(), created=self.created, result=result, error=error)  # type: ignore[arg-type]
@@ -263,10 +278,7 @@ class _Job:
                 )
             await self.control.changed(0.5)
         if "secretRef" in answer:
-            ref = answer["secretRef"]
-            value: Any = await self.control.read_secret(ref["name"], ref.get("key", "token"))
-            self.redact.add(value)
-            await self.control.delete_secret(ref["name"])
+            value: Any = await self._secret_answer(prompt_id, answer["secretRef"])
         else:
             value = answer.get("value")
 
@@ -278,6 +290,36 @@ class _Job:
 
         await self.write(answered)
         return value
+
+    async def _secret_answer(self, prompt_id: str, ref: Any) -> str:
+        """The value of a secret answer: read only from the shim's answer Secret of this job and
+        prompt, which is deleted once read (UID precondition). Raises ``AnswerRefused``."""
+        job = self.control.obj
+        name = answers.secret_name(str(job["metadata"]["name"]), prompt_id)
+        why = answers.check_reference(ref, name)
+        secret = None
+        if why is None:
+            secret = await self.control.read_secret(name)
+            why = answers.check_secret(secret, job, prompt_id)
+        if why is not None or secret is None:
+            await self._refuse(prompt_id, why or "no answer Secret")
+            raise answers.AnswerRefused(f"Prompt {prompt_id} was refused: {why}", prompt_id=prompt_id)
+        value = answers.secret_value(secret)
+        self.redact.add(value)
+        await self.control.delete_secret(name, str(secret["metadata"]["uid"]))
+        return value
+
+    async def _refuse(self, prompt_id: str, why: str) -> None:
+        def refuse(status: DaemonJobStatus, _obj: dict[str, Any]) -> None:
+            status.prompt = None
+            now = self.clock()
+            data = {"prompt_id": prompt_id, "reason": "answer_secret_refused", "message": why}
+            jobs.add_event(status, "prompt_refused", data, now=now, created=self.created)
+            jobs.set_state(status, "running", now=now, created=self.created)
+
+        await self.write(refuse)
+        name = self.control.obj["metadata"]["name"]
+        log.warning("DaemonJob %s: prompt %s refused: %s", name, prompt_id, why)
 
 
 async def run_job(
@@ -415,7 +457,7 @@ async def _admit(
         op = _check_enabled(catalog.find(name), name, executors)
         if int(spec.get("operationVersion", 1)) != op.version:
             raise Invalid(f"Operation {name} version {spec.get('operationVersion')} is not supported")
-        arguments = dict(spec.get("arguments") or {})
+        arguments = jobs.verified_arguments(spec)  # NB: what the job was created with, or nothing
         request_validator(op.name, op.version, op.request_schema).check_request(arguments)
         if authorize is not None:
             await authorize(op, control.obj)
@@ -471,7 +513,7 @@ async def _execute(
 
 
 async def _settle(job: _Job, op: Operation, result: Any) -> None:
-    result = job.redact(result)
+    result = await job.redact.apply(result)
     try:
         result_validator(op.name, op.version, op.result_schema).check_result(op.name, result)
     except DaemonError as error:

@@ -57,6 +57,9 @@ ANNOTATION_SSH_USER: Final = f"{PREFIX}/ssh-user"
 #: The DaemonJob an object belongs to or was created by (label on artifacts, annotation on
 #: workloads a job launched). One spelling for both.
 LABEL_DAEMON_JOB: Final = f"{PREFIX}/daemonjob"
+#: The prompt a secret answer's Secret answers (with :data:`LABEL_DAEMON_JOB`, its job); set by
+#: the shim on the one Secret it makes per job and prompt (``ops/answers.py``).
+LABEL_PROMPT: Final = f"{PREFIX}/prompt"
 #: Hashed principal of a DaemonJob (selects one caller's jobs).
 LABEL_PRINCIPAL: Final = f"{PREFIX}/principal"
 #: Operation name of a DaemonJob.
