@@ -16,10 +16,16 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from sparkrun_operator.api import bounds
+from sparkrun_operator.api.clip import clip
+
 GROUP = "sparkrun.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 CATEGORY = "sparkrun"
+#: The most characters of a condition's message (``metav1.Condition``'s bound); ``set_condition``
+#: cuts a longer one with an ellipsis rather than fail the status write.
+CONDITION_MESSAGE_MAX = 32768
 
 #: DNS-1123 label: the shape of most Kubernetes object names we reference.
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -65,7 +71,9 @@ class Condition(KubeModel):
         pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
     )
     message: str = Field(
-        default="", description="Human-readable explanation: what happened and what to do.", max_length=32768
+        default="",
+        description="Human-readable explanation: what happened and what to do.",
+        max_length=CONDITION_MESSAGE_MAX,
     )
     last_transition_time: dt.datetime = Field(
         description="When the condition last changed status (not when it was last checked)."
@@ -94,12 +102,15 @@ def set_condition(
 
     ``lastTransitionTime`` changes only when ``status`` flips (or the condition is new);
     reason, message and ``observedGeneration`` are always refreshed. The clock is injected
-    through ``now`` so callers (and tests) control time.
+    through ``now`` so callers (and tests) control time. A ``message`` over
+    :data:`CONDITION_MESSAGE_MAX` characters (text quoted from a tool or an upstream) is cut
+    with an ellipsis: the status write must never fail on it.
 
     Returns ``True`` when anything changed, so callers can skip a status write that would
     change nothing.
     """
     stamp = now if now is not None else utcnow()
+    message = clip(message, CONDITION_MESSAGE_MAX)
     for i, existing in enumerate(conditions):
         if existing.type != type:
             continue
@@ -162,13 +173,17 @@ class Toleration(KubeModel):
     """A Kubernetes toleration (core/v1 Toleration)."""
 
     key: str | None = Field(
-        default=None, description="Taint key the toleration applies to; empty matches all keys."
+        default=None,
+        description="Taint key the toleration applies to; empty matches all keys.",
+        json_schema_extra=bounds.schema_only(maxLength=bounds.LABEL_KEY_MAX_LENGTH),
     )
     operator: Literal["Exists", "Equal"] | None = Field(
         default=None, description="Exists or Equal (default Equal)."
     )
     value: str | None = Field(
-        default=None, description="Taint value the toleration matches (operator Equal)."
+        default=None,
+        description="Taint value the toleration matches (operator Equal).",
+        json_schema_extra=bounds.schema_only(maxLength=bounds.LABEL_VALUE_MAX_LENGTH),
     )
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         default=None, description="Taint effect to match; empty matches all effects."
@@ -181,23 +196,35 @@ class Toleration(KubeModel):
 class LabelSelectorRequirement(KubeModel):
     """One requirement of a label selector."""
 
-    key: str = Field(description="Label key the selector applies to.", min_length=1)
+    key: str = Field(
+        description="Label key the selector applies to.",
+        min_length=1,
+        json_schema_extra=bounds.schema_only(maxLength=bounds.LABEL_KEY_MAX_LENGTH),
+    )
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
         description="Relation of the key to the values: In, NotIn, Exists or DoesNotExist."
     )
-    values: list[str] | None = Field(
-        default=None, description="Values for In and NotIn; must be empty for Exists and DoesNotExist."
+    values: list[bounds.LabelValue] | None = Field(
+        default=None,
+        description="Values for In and NotIn; must be empty for Exists and DoesNotExist.",
+        json_schema_extra=bounds.schema_only(maxItems=bounds.SELECTOR_MAX_VALUES),
     )
 
 
 class LabelSelector(KubeModel):
     """A label query over a set of objects (metav1.LabelSelector)."""
 
-    match_labels: dict[str, str] | None = Field(
-        default=None, description="Labels that must all match exactly."
+    match_labels: dict[str, bounds.LabelValue] | None = Field(
+        default=None,
+        description="Labels that must all match exactly.",
+        json_schema_extra=bounds.map_keys(
+            bounds.LABEL_KEY_MAX_LENGTH, max_entries=bounds.SELECTOR_MAX_ENTRIES
+        ),
     )
     match_expressions: list[LabelSelectorRequirement] | None = Field(
-        default=None, description="Label requirements that must all hold."
+        default=None,
+        description="Label requirements that must all hold.",
+        json_schema_extra=bounds.schema_only(maxItems=bounds.SELECTOR_MAX_EXPRESSIONS),
     )
 
 
@@ -210,10 +237,16 @@ class EnvVar(KubeModel):
         max_length=256,
         pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$",
     )
-    value: str | None = Field(default=None, description="Literal value.")
+    value: str | None = Field(
+        default=None,
+        description="Literal value.",
+        json_schema_extra=bounds.schema_only(maxLength=bounds.ENV_VALUE_MAX_LENGTH),
+    )
     value_from: dict[str, Any] | None = Field(
         default=None,
-        description="A core/v1 EnvVarSource (secretKeyRef, configMapKeyRef, fieldRef ...), passed through.",
+        description="A core/v1 EnvVarSource (secretKeyRef, configMapKeyRef, fieldRef ...), passed through: "
+        "one source, nested at most 3 levels.",
+        json_schema_extra=bounds.json_value(bounds.ENV_VALUE_FROM_DEPTH, max_properties=1),
     )
 
 
@@ -228,4 +261,6 @@ class ObjectReference(KubeModel):
     name: str = Field(description="Name of the referent.")
 
 
-Quantity = Annotated[str, Field(pattern=QUANTITY)]
+Quantity = Annotated[
+    str, Field(pattern=QUANTITY, json_schema_extra=bounds.schema_only(maxLength=bounds.QUANTITY_MAX_LENGTH))
+]

@@ -42,6 +42,9 @@ WORKLOAD_ID: Final = (INFERENCE_WORKLOAD.group, INFERENCE_WORKLOAD.version, INFE
 OURS: Final = {keys.LABEL_BENCHMARK: kopf.PRESENT}
 JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"
 LOG_LINES: Final = 8
+#: What is read of a scenario pod's log: its ``started`` and ``result``/``error`` lines, each
+#: holding at most 16 KiB of raw output (``runtime/benchparse.py``), up to 6 times that escaped.
+LOG_BYTES: Final = 256 * 1024
 
 log = logging.getLogger("sparkrun.operator.benchmark")
 
@@ -90,6 +93,7 @@ async def _jobs(ctx: Context, namespace: str, name: str, done: set[str]) -> tupl
                     str(pods[-1]["metadata"]["name"]),
                     container=keys.CONTAINER_BENCHMARK,
                     lines=LOG_LINES,
+                    limit_bytes=LOG_BYTES,
                 )
         out.append(benchobserve.job_from(job, tail) if tail else observed)
     return tuple(out)

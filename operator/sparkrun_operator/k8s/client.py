@@ -53,6 +53,8 @@ RELISTS_410: Final = 3
 MAX_LINE: Final = 64 * 1024 * 1024
 _WRITES: Final = frozenset({"POST", "PUT", "PATCH"})
 _TRANSPORT: Final = (TimeoutError, aiohttp.ClientError, ConnectionError)
+#: The most bytes of a container's log ``log_tail`` reads unless its caller names another bound.
+LOG_TAIL_BYTES: Final = 64 * 1024
 
 #: Field managers of the project's processes (one per process; ADR 0013).
 OPERATOR_MANAGER: Final = keys.FIELD_MANAGER
@@ -110,6 +112,19 @@ def _decode(raw: bytes) -> Any:
         return json.loads(raw) if raw else None
     except ValueError:
         return raw.decode("utf-8", "replace")
+
+
+async def _read_at_most(content: aiohttp.StreamReader, limit: int) -> bytes:
+    """At most ``limit`` bytes of a body (fewer when it ends first)."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = await content.read(limit - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 async def _lines(content: aiohttp.StreamReader, *, max_line: int) -> AsyncIterator[bytes]:
@@ -282,28 +297,37 @@ class Kube:
             floor=lambda error: min(getattr(error, "retry_after", 0.0), self.backoff_429.maximum),
         )
 
-    async def log_tail(self, namespace: str, pod: str, *, container: str, lines: int = 20) -> str:
-        """The last ``lines`` lines of a container's log; ``""`` when there is none to read (the
-        pod or container is gone or not started, or its node cannot be reached). No answer at
-        all raises ``Unavailable`` like every call."""
+    async def log_tail(
+        self, namespace: str, pod: str, *, container: str, lines: int = 20, limit_bytes: int = LOG_TAIL_BYTES
+    ) -> str:
+        """The last ``lines`` lines of a container's log, at most ``limit_bytes`` of them (the
+        kubelet's ``limitBytes``, counted from the first of those lines; and never more read
+        here, whatever the answer holds): a line cut at the limit is dropped. ``""`` when there is
+        none to read (the pod or container is gone or not started, or its node cannot be
+        reached). No answer at all raises ``Unavailable`` like every call."""
         path = PODS.path(namespace=namespace, name=pod, subresource="log")
+        query = {"container": container, "tailLines": lines, "limitBytes": limit_bytes}
         try:
-            response = await self._open(
-                "GET", path, query={"container": container, "tailLines": lines}, accept="*/*"
-            )
+            response = await self._open("GET", path, query=query, accept="*/*")
         except errors.KubeError as error:
             if isinstance(error, errors.Unavailable) and not error.status:
                 raise
             return ""
+        raw = b""
         try:
             if not 200 <= response.status < 300:
                 return ""
             try:
-                raw = await response.read()
+                raw = await _read_at_most(response.content, limit_bytes)
             except _TRANSPORT as error:
                 raise errors.from_transport(error, method="GET", path=path) from error
         finally:
-            response.release()
+            if len(raw) >= limit_bytes:
+                response.close()  # NB: the rest unread: the connection is not reused
+            else:
+                response.release()
+        if len(raw) >= limit_bytes:
+            raw = raw[: raw.rfind(b"\n") + 1]
         return raw.decode(errors="replace")
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any] | None:

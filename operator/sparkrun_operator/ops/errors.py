@@ -6,7 +6,9 @@ daemon, except :class:`FeatureDisabled`, whose typed error names why the operati
 and what to use instead. ``type`` keeps the reference daemon's names (``ValueError`` for 422,
 ``LookupError``/``KeyError`` for 404, ``Conflict`` for 409, ``ReplayGap`` for 410,
 ``ResultContractError`` for an invalid operation result, ``TimeoutError`` for 504) so clients
-dispatching on them keep working.
+dispatching on them keep working. A ``detail`` (often quoting a tool's report or an upstream's
+words) is cut at :data:`MAX_DETAIL` characters with an ellipsis: a job's error and a response
+body stay bounded whatever a hostile server wrote.
 
 Hierarchy::
 
@@ -30,7 +32,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
+
+from sparkrun_operator.api.clip import MESSAGE_MAX, clip
 
 __all__ = [
     "BodyTooLarge",
@@ -50,6 +54,9 @@ __all__ = [
     "error_body",
 ]
 
+#: The most characters of a daemon error's ``detail`` (and so of a job's ``error.message``).
+MAX_DETAIL: Final = MESSAGE_MAX
+
 
 class DaemonError(Exception):
     """An error with an HTTP status and the daemon's JSON envelope."""
@@ -68,6 +75,7 @@ class DaemonError(Exception):
         retryable: bool | None = None,
         type_name: str | None = None,
     ) -> None:
+        detail = clip(str(detail), MAX_DETAIL)
         super().__init__(detail)
         self.detail = detail
         self.attrs: dict[str, Any] = dict(attrs or {})

@@ -17,10 +17,12 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from sparkrun_operator.api.clip import MESSAGE_MAX, clip
 from sparkrun_operator.api.meta import Condition, set_condition
 from sparkrun_operator.api.modelcache import (
     CacheManifest,
@@ -33,6 +35,8 @@ from sparkrun_operator.plan.logtail import last_event
 from sparkrun_operator.render import modelcache as render
 
 READY: Final = "Ready"
+#: A reason the downloader may report (CamelCase, as a condition's reason must be).
+_REASON: Final = re.compile(r"^[A-Z][A-Za-z0-9]{0,63}$")
 PROGRESSING: Final = "Progressing"
 STORAGE_READY: Final = "StorageReady"
 DELETION_BLOCKED: Final = "DeletionBlocked"
@@ -263,6 +267,8 @@ def _download(obs: CacheObservation, out: CachePlan, put: Put, *, storage_ok: bo
     out.delete_jobs.extend(j for j in obs.jobs if j.name != wanted)
     pod = obs.pods[-1] if obs.pods else None
     event = pod.last_event if pod else None
+    if event is not None and event.get("event") == "result" and current is not None and current.failed:
+        event = None  # NB: a failed Job has no result: such a line is not the downloader's
     if event is not None:
         _apply_event(status, event)
     if obs.deleting:
@@ -301,7 +307,7 @@ def _what(obs: CacheObservation) -> str:
 
 def _set_phase(status: ModelCacheStatus, phase: CachePhase, message: str) -> None:
     status.phase = phase
-    status.message = message
+    status.message = clip(message, MESSAGE_MAX)
 
 
 def _apply_event(status: ModelCacheStatus, event: Mapping[str, Any]) -> None:
@@ -373,8 +379,10 @@ def _failed(
         code or -1, (job.reason or "JobFailed", job.message or "the download Job failed")
     )
     detail = str(event.get("message") or "") if event and event.get("event") == "error" else ""
-    if event and event.get("event") == "error" and isinstance(event.get("reason"), str):
-        reason = str(event["reason"])
+    detail = clip(detail, MESSAGE_MAX)  # the downloader's words may quote the endpoint's
+    said = event.get("reason") if event and event.get("event") == "error" else None
+    if isinstance(said, str) and _REASON.match(said):
+        reason = said
     if job.reason == "DeadlineExceeded":
         reason, advice = "DeadlineExceeded", "the download took longer than its deadline"
     msg = f"{_what(obs)}: {reason}: {detail + '; ' if detail else ''}{advice}"

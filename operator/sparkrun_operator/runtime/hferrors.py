@@ -20,6 +20,11 @@ code  reason                 retryable  meaning
 9     StorageError           no         the cache volume is full, read-only or not writable
 10    NotCached              no         inspect/repair: no manifest for that revision
 ====  =====================  =========  ===================================================
+
+An endpoint's own words (``huggingface_hub`` puts the server's error body into its exception
+text) are quoted in a message cut at ``SERVER_TEXT_MAX`` characters, and a whole message at
+``MESSAGE_MAX`` (``api/clip.py``): a hostile endpoint answering megabytes cannot make the
+report, the job error or the ModelCache's status unbounded.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from typing import TypeVar
 
 import httpx2
 from huggingface_hub import errors as hf_errors
+
+from sparkrun_operator.api.clip import ECHO_MAX, MESSAGE_MAX, SERVER_TEXT_MAX, clip
 
 T = TypeVar("T")
 
@@ -64,9 +71,11 @@ _STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPER
 
 
 class DownloadError(Exception):
-    """A failure with an exit code and a message that names what to do."""
+    """A failure with an exit code and a message that names what to do (at most ``MESSAGE_MAX``
+    characters)."""
 
     def __init__(self, code: int, message: str) -> None:
+        message = clip(message, MESSAGE_MAX)
         super().__init__(message)
         self.code = code
         self.message = message
@@ -95,6 +104,11 @@ def _status(exc: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
+def _said(exc: BaseException) -> str:
+    """An exception's text, which may quote the server's answer: at most ``SERVER_TEXT_MAX``."""
+    return clip(str(exc), SERVER_TEXT_MAX)
+
+
 def is_transient(exc: BaseException) -> bool:
     for err in _chain(exc):
         if isinstance(err, httpx2.TransportError | TimeoutError | ConnectionError):
@@ -121,6 +135,7 @@ def classify(
 ) -> DownloadError:
     """Map a library or OS exception to a :class:`DownloadError` with an actionable message."""
     chain = _chain(exc)
+    endpoint = clip(endpoint, ECHO_MAX)  # NB: a caller's URL: quoted cut
     where = f"{repo} on {endpoint}"
     for err in chain:
         if isinstance(err, DownloadError):
@@ -145,7 +160,7 @@ def classify(
             )
         if isinstance(err, hf_errors.RemoteEntryNotFoundError):
             return DownloadError(
-                EXIT_ENTRY_NOT_FOUND, f"a file of {where} at {revision} is not served: {err}"
+                EXIT_ENTRY_NOT_FOUND, f"a file of {where} at {revision} is not served: {_said(err)}"
             )
         if isinstance(err, hf_errors.RepositoryNotFoundError) or (
             isinstance(err, hf_errors.HfHubHTTPError) and _status(err) in (401, 403)
@@ -159,10 +174,11 @@ def classify(
             return DownloadError(code, f"{where} was not found or is not accessible: {hint}.")
     for err in chain:
         if isinstance(err, OSError) and err.errno in _STORAGE_ERRNOS:
-            return DownloadError(EXIT_STORAGE, f"cannot write the cache volume: {err}")
+            return DownloadError(EXIT_STORAGE, f"cannot write the cache volume: {_said(err)}")
     if is_transient(exc) or any(isinstance(e, hf_errors.LocalEntryNotFoundError) for e in chain):
-        return DownloadError(EXIT_UNAVAILABLE, f"{endpoint} is unavailable for {repo}: {exc}; retry later.")
-    return DownloadError(EXIT_FAILED, f"downloading {where} failed: {type(exc).__name__}: {exc}")
+        said = _said(exc)
+        return DownloadError(EXIT_UNAVAILABLE, f"{endpoint} is unavailable for {repo}: {said}; retry later.")
+    return DownloadError(EXIT_FAILED, f"downloading {where} failed: {type(exc).__name__}: {_said(exc)}")
 
 
 def with_retries(

@@ -21,14 +21,19 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from sparkrun_operator import safeload
+from sparkrun_operator.api.clip import ECHO_MAX, clip, echo
+from sparkrun_operator.api.credentials import origin_of
+from sparkrun_operator.api.paths import MAX_PATH, safe_relative_path
 from sparkrun_operator.ops.context import ArgumentCheck, Executor, OperationContext, Settings
 from sparkrun_operator.ops.errors import Invalid
 from sparkrun_operator.ops.executors.modelcache import common
 from sparkrun_operator.ops.executors.modelcache.location import Location, locate, parse_cache_dir
 from sparkrun_operator.render.cachetool import DOWNLOAD_MODULE, TOOL_MODULE
 
-#: Bound of a supplied manifest (it travels in the tool Job's arguments).
-MAX_MANIFEST_BYTES = 256 * 1024
+#: Bound of a supplied manifest: its compact JSON is one argument of the tool Job's command,
+#: which Linux caps at 128 KiB (``safeload.MANIFEST``: 120 KiB).
+MAX_MANIFEST_BYTES = safeload.MANIFEST.max_bytes
 ACCESS_CONTEXT = "kubernetes-job"
 
 
@@ -41,7 +46,8 @@ def _refuse_host_only(args: Mapping[str, Any]) -> None:
         raise Invalid("local_cache_dir is a path on the daemon's host; here repair fetches from the origin")
     if args.get("transfer_mode", "auto") not in ("auto", "pull"):
         raise Invalid(
-            f"transfer_mode {args['transfer_mode']!r} moves files between hosts; here only auto/pull exist"
+            f"transfer_mode {echo(args['transfer_mode'])} moves files between hosts; "
+            "here only auto/pull exist"
         )
 
 
@@ -81,11 +87,15 @@ def _revision_args(args: Mapping[str, Any]) -> list[str]:
 
 
 def _endpoint(args: Mapping[str, Any]) -> list[str]:
+    """``--endpoint`` of the downloader; an endpoint a client could read differently from the
+    allowlist's parser (user information, backslashes, ...) is refused (ADR 0040)."""
     endpoint = args.get("endpoint")
     if endpoint is None:
         return []
-    if not str(endpoint).startswith(("http://", "https://")):
-        raise Invalid(f"endpoint {endpoint!r} must be an http(s) URL")
+    try:
+        origin_of(endpoint)
+    except ValueError as error:
+        raise Invalid(str(error)) from None
     return ["--endpoint", str(endpoint)]
 
 
@@ -132,7 +142,9 @@ async def _inspect(
         "--quiet",
     ]
     run = common.tool(ctx, loc, step, tool_args, module=DOWNLOAD_MODULE)
-    return await common.run_checked(ctx, run, f"inspecting {model} at {loc.cache_dir}", ok=("inspect",))
+    return await common.run_checked(
+        ctx, run, f"inspecting {clip(model, ECHO_MAX)} at {loc.cache_dir}", ok=("inspect",)
+    )
 
 
 async def inspect(ctx: OperationContext, args: dict[str, Any]) -> list[dict[str, Any]]:
@@ -163,8 +175,10 @@ async def repair(ctx: OperationContext, args: dict[str, Any]) -> dict[str, Any]:
             "--quiet",
             *_endpoint(args),
         ]
-        run = common.tool(ctx, loc, "repair", tool_args, module=DOWNLOAD_MODULE, read_only=False, token=True)
-        await common.run_checked(ctx, run, f"repairing {model} at {loc.cache_dir}", ok=("result",))
+        run = await common.downloader(ctx, loc, "repair", tool_args, args.get("endpoint"), read_only=False)
+        await common.run_checked(
+            ctx, run, f"repairing {clip(model, ECHO_MAX)} at {loc.cache_dir}", ok=("result",)
+        )
         event, host = await _inspect(ctx, loc, args, step="verify")
         report = validation_report(event, host, repo=model)
     manifest = event.get("manifest_daemon") or {}
@@ -192,11 +206,11 @@ async def _resolve(ctx: OperationContext, loc: Location | None, args: Mapping[st
         "--quiet",
         *_endpoint(args),
     ]
-    run = common.tool(ctx, None, "resolve", tool_args, module=DOWNLOAD_MODULE, token=True)
+    run = await common.downloader(ctx, None, "resolve", tool_args, args.get("endpoint"))
     if loc is not None:  # placed like the location's tools (nodes with egress), root still scratch
         selector, tolerations = loc.scheduling()
         run = dataclasses.replace(run, node_selector=selector, tolerations=tolerations)
-    event, _host = await common.run_checked(ctx, run, f"resolving {model}", ok=("manifest",))
+    event, _host = await common.run_checked(ctx, run, f"resolving {clip(model, ECHO_MAX)}", ok=("manifest",))
     manifest: dict[str, Any] = event["manifest"]
     return manifest
 
@@ -210,10 +224,14 @@ async def resolve(ctx: OperationContext, args: dict[str, Any]) -> dict[str, Any]
 def _checked_manifest(manifest: Any, model: str, revision: str | None) -> dict[str, Any]:
     if not isinstance(manifest, dict):
         raise Invalid("manifest must be an object (a model_cache.resolve result)")
-    if len(json.dumps(manifest)) > MAX_MANIFEST_BYTES:
-        raise Invalid(f"manifest is larger than {MAX_MANIFEST_BYTES} bytes")
+    try:
+        safeload.check_tree(manifest, safeload.MANIFEST)
+    except safeload.LimitExceeded as error:
+        raise Invalid(f"{error} (the manifest is one argument of the tool's command)") from None
+    except safeload.DocumentError as error:
+        raise Invalid(str(error)) from None
     if manifest.get("repo") != model:
-        raise Invalid(f"manifest.repo {manifest.get('repo')!r} is not model {model!r}")
+        raise Invalid(f"manifest.repo {echo(manifest.get('repo'))} is not model {echo(model)}")
     commit = str(manifest.get("revision") or "")
     if not common.is_commit(commit):
         raise Invalid("manifest.revision must be the full commit the manifest was resolved at")
@@ -222,7 +240,21 @@ def _checked_manifest(manifest: Any, model: str, revision: str | None) -> dict[s
     files = manifest.get("files")
     if not isinstance(files, list) or not files:
         raise Invalid("manifest.files must list the revision's files")
+    for item in files:
+        found = item.get("path") if isinstance(item, dict) else None
+        if not safe_relative_path(found):
+            raise Invalid(
+                f"manifest.files path {echo(found)} must be relative, without '.', '..' or empty parts, "
+                f"backslashes or control characters, at most {MAX_PATH} characters"
+            )
     return manifest
+
+
+def import_arguments(manifest: Mapping[str, Any], level: str) -> list[str]:
+    """The cache tool's ``import`` arguments for a checked manifest: its compact JSON is one
+    argument, at most ``MAX_MANIFEST_BYTES`` (``_checked_manifest``), within Linux's 128 KiB."""
+    encoded = json.dumps(manifest, separators=(",", ":"), allow_nan=False)
+    return ["import", "--commit", str(manifest["revision"]), "--manifest-json", encoded, "--verify", level]
 
 
 async def import_manifest(ctx: OperationContext, args: dict[str, Any]) -> list[dict[str, Any]]:
@@ -233,17 +265,11 @@ async def import_manifest(ctx: OperationContext, args: dict[str, Any]) -> list[d
     if manifest is None:
         manifest = await _resolve(ctx, loc, args)
     checked = _checked_manifest(manifest, model, args.get("revision"))
-    tool_args = [
-        "import",
-        "--commit",
-        str(checked["revision"]),
-        "--manifest-json",
-        json.dumps(checked, separators=(",", ":")),
-        "--verify",
-        _level(args),
-    ]
+    tool_args = import_arguments(checked, _level(args))
     run = common.tool(ctx, loc, "import", tool_args, module=TOOL_MODULE, read_only=False)
-    event, host = await common.run_checked(ctx, run, f"importing {model} at {loc.cache_dir}", ok=("report",))
+    event, host = await common.run_checked(
+        ctx, run, f"importing {clip(model, ECHO_MAX)} at {loc.cache_dir}", ok=("report",)
+    )
     failures = list(event.get("failures") or [])
     complete = bool(event.get("complete"))
     return [
