@@ -22,6 +22,7 @@ import yaml
 
 from sparkrun_testbed.kubeapi import ApiError, KubeApi
 from tests.shim.conftest import API, REPO, Daemon
+from tests.shim.harness import with_digest
 
 POLICY = REPO / "manifests" / "daemonjob-admission.yaml"
 SHIM_USER = "system:serviceaccount:sparkrun-system:sparkrun-shim"
@@ -52,12 +53,9 @@ def _job(
         "apiVersion": API,
         "kind": "DaemonJob",
         "metadata": {"name": secrets.token_hex(16), "namespace": namespace},
-        "spec": {
-            "operation": operation,
-            "arguments": arguments,
-            "principal": {"username": principal},
-            **spec,
-        },
+        "spec": with_digest(
+            {"operation": operation, "arguments": arguments, "principal": {"username": principal}, **spec}
+        ),
     }
 
 
@@ -165,10 +163,12 @@ def test_editor_cannot_submit_as_another_principal(daemon: Daemon, policy: str, 
     own = editor.create(
         _job(ns, "cluster.create", me, {"name": "nowhere-" + secrets.token_hex(3), "hosts": ["gpu-0"]})
     )
-    changed = copy.deepcopy(own)
-    changed["spec"]["principal"] = {"username": admin}
+    # NB: a merge patch, not a PUT of the created object: the operator writes the job's status
+    # meanwhile, and a PUT carrying the old resourceVersion then meets a 409 before admission.
     path = f"/apis/{API}/namespaces/{ns}/daemonjobs/{own['metadata']['name']}"
-    error = _refused(lambda: editor.request("PUT", path, json=changed))
+    merge = {"content-type": "application/merge-patch+json"}
+    patch = {"spec": {"principal": {"username": admin}}}
+    error = _refused(lambda: editor.request("PATCH", path, json=patch, headers=merge))
     assert error.status in (403, 422), error
     # ... and the executor refuses it: the editor holds no daemon scope.
     job = _wait_failed(daemon, own["metadata"]["name"])
