@@ -359,7 +359,8 @@ def test_a_secret_planted_under_the_answer_name_is_never_read(
     from sparkrun_operator.ops import answers
 
     ns = daemon.namespace
-    for variant in ("no labels, no owner", "labels, an owner of another uid"):
+    other: dict[str, Any] = {}  # the first variant's job: a real owner, of another job
+    for variant in ("no labels, no owner", "labels, another job as the owner"):
         job_id = _new_job(daemon)
         with local(job_id) as run:
             prompt_id = _state(daemon, job_id, {"waiting_input"})["status"]["prompt"]["id"]
@@ -368,12 +369,15 @@ def test_a_secret_planted_under_the_answer_name_is_never_read(
             meta: dict[str, Any] = {}
             if variant != "no labels, no owner":
                 meta = answers.secret_body(
-                    {"metadata": {"name": job_id, "uid": "00000000-0000-0000-0000-000000000000"}},
-                    prompt_id,
-                    value,
-                    namespace=ns,
+                    {"metadata": {"name": job_id, "uid": other["uid"]}}, prompt_id, value, namespace=ns
                 )["metadata"]
                 del meta["name"], meta["namespace"]
+                # NB: an owner that exists (the other job, by its name and UID): with an owner of
+                # a made-up UID the garbage collector deletes the Secret, and the check below
+                # could not tell who did.
+                meta["ownerReferences"][0]["name"] = other["name"]
+            else:
+                other = daemon.job_object(job_id)["metadata"]
             daemon.kube.create(_secret(name, ns, value, **meta))
             _answer_as_shim(daemon, job_id, prompt_id, name)
             job = _state(daemon, job_id, TERMINAL)
