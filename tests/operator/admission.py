@@ -23,19 +23,11 @@ import yaml
 from sparkrun_testbed.kubeapi import ApiError, KubeApi
 from sparkrun_testbed.plane import Testbed
 from tests.operator.conftest import REPO
+from tests.shim.harness import service_account_token
 
 ADMISSION = "admissionregistration.k8s.io/v1"
 MANIFESTS = REPO / "manifests"
 POLICY_KINDS = ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
-
-
-def _token(kube: KubeApi, namespace: str, name: str) -> str:
-    answer = kube.request(
-        "POST",
-        f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
-        json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-    ).json()
-    return str(answer["status"]["token"])
 
 
 def tenant(testbed: Testbed, kube: KubeApi, ns: str, account: str, rules: list[dict[str, Any]]) -> KubeApi:
@@ -57,7 +49,9 @@ def tenant(testbed: Testbed, kube: KubeApi, ns: str, account: str, rules: list[d
             "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}],
         }
     )
-    return KubeApi(server=testbed.server, ca_pem=testbed.ca_pem, token=_token(kube, ns, account))
+    return KubeApi(
+        server=testbed.server, ca_pem=testbed.ca_pem, token=service_account_token(kube, ns, account)
+    )
 
 
 def policy_documents(path: Path) -> list[dict[str, Any]]:

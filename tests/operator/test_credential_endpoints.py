@@ -30,7 +30,7 @@ from sparkrun_testbed.hfhub import PRIVATE, TINY, TOKEN, Hub, default_repos
 from sparkrun_testbed.kubeapi import KubeApi
 from sparkrun_testbed.plane import Testbed
 from tests.conftest import Require
-from tests.operator.test_modelcache import CLASS, MOUNT, ON_PROCESS_NODES, _node_ip
+from tests.operator.test_modelcache import MOUNT, ON_PROCESS_NODES, _node_ip, bound_claim
 from tests.process.helpers import network_mode
 from tests.shim.conftest import Daemon, start_daemon, stop_daemon
 
@@ -138,40 +138,6 @@ def _daemon(testbed: Testbed, kube: KubeApi, workdir: Path, *extra: str) -> Daem
     return daemon
 
 
-def _claim(kube: KubeApi, daemon: Daemon, root: Path) -> str:
-    """A ``hostPath`` PersistentVolume pre-bound to the claim ``CLAIM`` of the daemon's namespace."""
-    pv = f"{daemon.namespace}-{CLAIM}"
-    kube.create(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": pv},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteMany"],
-                "storageClassName": CLASS,
-                "persistentVolumeReclaimPolicy": "Retain",
-                "hostPath": {"path": str(root), "type": "DirectoryOrCreate"},
-                "claimRef": {"namespace": daemon.namespace, "name": CLAIM},
-            },
-        }
-    )
-    kube.create(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": CLAIM, "namespace": daemon.namespace},
-            "spec": {
-                "accessModes": ["ReadWriteMany"],
-                "storageClassName": CLASS,
-                "resources": {"requests": {"storage": "1Gi"}},
-                "volumeName": pv,
-            },
-        }
-    )
-    return pv
-
-
 @pytest.fixture(scope="module")
 def default_daemon(
     testbed: Testbed, kube: KubeApi, servers: Servers, tmp_path_factory: pytest.TempPathFactory
@@ -181,7 +147,7 @@ def default_daemon(
     daemon = _daemon(testbed, kube, workdir)
     pv = None
     try:
-        pv = _claim(kube, daemon, workdir / "pv")
+        pv = bound_claim(kube, workdir / "pv", daemon.namespace, CLAIM)
         yield daemon
     except BaseException:
         print(daemon.runner.logs())

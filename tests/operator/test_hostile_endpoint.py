@@ -30,7 +30,7 @@ from sparkrun_testbed.kubeapi import KubeApi
 from sparkrun_testbed.plane import Testbed
 from tests.conftest import Require
 from tests.operator.conftest import condition
-from tests.operator.test_modelcache import CLASS, MOUNT, ON_PROCESS_NODES, _node_ip
+from tests.operator.test_modelcache import CLASS, MOUNT, ON_PROCESS_NODES, _node_ip, host_volume
 from tests.process.helpers import network_mode
 from tests.shim.conftest import API, Daemon, start_daemon, stop_daemon
 
@@ -162,32 +162,12 @@ def test_an_error_body_cannot_forge_the_resolved_manifest(daemon: Daemon, hostil
     assert job["error"]["error"]["type"] == "HostsUnreachable", json.dumps(job)[:2000]
 
 
-def _volume(kube: KubeApi, root: Path, namespace: str, claim: str) -> str:
-    name = f"{namespace}-{claim}"
-    kube.create(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": name},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": CLASS,
-                "persistentVolumeReclaimPolicy": "Retain",
-                "hostPath": {"path": str(root), "type": "DirectoryOrCreate"},
-                "claimRef": {"namespace": namespace, "name": claim},
-            },
-        }
-    )
-    return name
-
-
 def test_a_huge_error_body_fails_a_modelcache_with_bounded_conditions(
     daemon: Daemon, hostile: Hostile, kube: KubeApi, tmp_path: Path
 ) -> None:
     hostile.answer = Answer(404, MB3, {"X-Error-Code": "EntryNotFound"})
     namespace = daemon.namespace
-    pv = _volume(kube, tmp_path / "pv", namespace, "hostile")
+    pv = host_volume(kube, tmp_path / "pv", namespace, "hostile")
     try:
         kube.apply(
             {

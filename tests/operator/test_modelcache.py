@@ -62,26 +62,52 @@ def volumes(kube: KubeApi) -> Iterator[list[str]]:
         kube.delete("v1", "PersistentVolume", name)
 
 
-def _volume(
-    kube: KubeApi, tmp_path: Path, namespace: str, claim: str, made: list[str], mode: str = "ReadWriteOnce"
-) -> Path:
-    path = tmp_path / f"pv-{claim}"
-    made.append(f"{namespace}-{claim}")
+def host_volume(kube: KubeApi, root: Path, namespace: str, claim: str, mode: str = "ReadWriteOnce") -> str:
+    """A ``hostPath`` PersistentVolume at ``root``, pre-bound to claim ``claim`` of ``namespace``
+    (``<namespace>-<claim>``, returned): the testbed has no provisioner."""
+    name = f"{namespace}-{claim}"
     kube.create(
         {
             "apiVersion": "v1",
             "kind": "PersistentVolume",
-            "metadata": {"name": f"{namespace}-{claim}"},
+            "metadata": {"name": name},
             "spec": {
                 "capacity": {"storage": "1Gi"},
                 "accessModes": [mode],
                 "storageClassName": CLASS,
                 "persistentVolumeReclaimPolicy": "Retain",
-                "hostPath": {"path": str(path), "type": "DirectoryOrCreate"},
+                "hostPath": {"path": str(root), "type": "DirectoryOrCreate"},
                 "claimRef": {"namespace": namespace, "name": claim},
             },
         }
     )
+    return name
+
+
+def bound_claim(kube: KubeApi, root: Path, namespace: str, claim: str) -> str:
+    """:func:`host_volume` (ReadWriteMany) and the claim bound to it; the volume's name."""
+    name = host_volume(kube, root, namespace, claim, mode="ReadWriteMany")
+    kube.create(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "namespace": namespace},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": CLASS,
+                "resources": {"requests": {"storage": "1Gi"}},
+                "volumeName": name,
+            },
+        }
+    )
+    return name
+
+
+def _volume(
+    kube: KubeApi, tmp_path: Path, namespace: str, claim: str, made: list[str], mode: str = "ReadWriteOnce"
+) -> Path:
+    path = tmp_path / f"pv-{claim}"
+    made.append(host_volume(kube, path, namespace, claim, mode))
     return path
 
 

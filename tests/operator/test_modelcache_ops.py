@@ -28,7 +28,7 @@ from sparkrun_testbed.kubeapi import KubeApi
 from sparkrun_testbed.plane import Testbed
 from tests.conftest import Require
 from tests.operator.conftest import API, workload
-from tests.operator.test_modelcache import CLASS, MOUNT, ON_PROCESS_NODES, _node_ip
+from tests.operator.test_modelcache import MOUNT, ON_PROCESS_NODES, _node_ip, bound_claim
 from tests.process.helpers import network_mode
 from tests.shim.conftest import Daemon, start_daemon, stop_daemon
 
@@ -106,34 +106,7 @@ def env(
     pv = f"{daemon.namespace}-{CLAIM}"
     try:
         with Hub(default_repos(lfs_mib=1, tokenizer=False), tokens=[TOKEN], host=_node_ip(kube)) as hub:
-            kube.create(
-                {
-                    "apiVersion": "v1",
-                    "kind": "PersistentVolume",
-                    "metadata": {"name": pv},
-                    "spec": {
-                        "capacity": {"storage": "1Gi"},
-                        "accessModes": ["ReadWriteMany"],
-                        "storageClassName": CLASS,
-                        "persistentVolumeReclaimPolicy": "Retain",
-                        "hostPath": {"path": str(root), "type": "DirectoryOrCreate"},
-                        "claimRef": {"namespace": daemon.namespace, "name": CLAIM},
-                    },
-                }
-            )
-            kube.create(
-                {
-                    "apiVersion": "v1",
-                    "kind": "PersistentVolumeClaim",
-                    "metadata": {"name": CLAIM, "namespace": daemon.namespace},
-                    "spec": {
-                        "accessModes": ["ReadWriteMany"],
-                        "storageClassName": CLASS,
-                        "resources": {"requests": {"storage": "1Gi"}},
-                        "volumeName": pv,
-                    },
-                }
-            )
+            bound_claim(kube, root, daemon.namespace, CLAIM)
             kube.apply(_cache("tiny-tag", daemon.namespace, hub, TAG))
             kube.apply(_cache("tiny-main", daemon.namespace, hub, "main"))
             _wait_ready(kube, daemon.namespace, "tiny-tag")

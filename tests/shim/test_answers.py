@@ -42,8 +42,9 @@ import yaml
 
 from sparkrun_testbed.kubeapi import ApiError, KubeApi
 from tests.deploy.chart import CHART, require_helm
+from tests.operator.admission import tenant
 from tests.shim.conftest import API, Daemon
-from tests.shim.harness import service_account_token, with_digest
+from tests.shim.harness import with_digest
 
 pytestmark = pytest.mark.testbed
 
@@ -113,35 +114,12 @@ def _wait_for_policy(daemon: Daemon, patcher: KubeApi) -> None:
 def patcher(daemon: Daemon) -> Iterator[KubeApi]:
     """A ServiceAccount that may read, create and patch DaemonJobs of the namespace (no daemon
     scope): a namespace editor, or a GitOps controller's identity."""
-    ns = daemon.namespace
-    daemon.kube.create(
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "patcher", "namespace": ns}}
-    )
     rule = {
         "apiGroups": ["sparkrun.dev"],
         "resources": ["daemonjobs"],
         "verbs": ["get", "list", "create", "update", "patch"],
     }
-    daemon.kube.create(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": "daemonjob-patcher", "namespace": ns},
-            "rules": [rule],
-        }
-    )
-    daemon.kube.create(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "daemonjob-patcher", "namespace": ns},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "daemonjob-patcher"},
-            "subjects": [{"kind": "ServiceAccount", "name": "patcher", "namespace": ns}],
-        }
-    )
-    testbed = daemon.runner.testbed
-    token = service_account_token(daemon.kube, ns, "patcher")
-    with KubeApi(server=testbed.server, ca_pem=testbed.ca_pem, token=token) as client:
+    with tenant(daemon.runner.testbed, daemon.kube, daemon.namespace, "patcher", [rule]) as client:
         yield client
 
 
