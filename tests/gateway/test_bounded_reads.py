@@ -37,6 +37,27 @@ def thread_cpu(thread: threading.Thread) -> float:
     return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
 
 
+def exchange(
+    start_gateway: StartGateway, answer: bytes, *requests: tuple[str, dict[str, Any]]
+) -> list[tuple[httpx.Response, float]]:
+    """Each ``(route, body)`` POSTed to a gateway whose one upstream answers ``answer`` (whole,
+    then it closes); each response with the CPU seconds the gateway's loop spent on it."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await read_request(reader)
+        writer.write(answer)
+        await writer.drain()
+
+    out = []
+    with raw_upstream(handler) as up:
+        gw = start_gateway([workload("m", "m", [up.url])])
+        for route, body in requests:
+            before = thread_cpu(gw.thread)
+            response = httpx.post(f"{gw.url}{route}", json=body, timeout=60)
+            out.append((response, thread_cpu(gw.thread) - before))
+    return out
+
+
 def sse_events(raw: bytes) -> list[tuple[str, dict[str, object]]]:
     """The ``(event, data)`` pairs of an Anthropic stream."""
     out = []
@@ -162,15 +183,10 @@ def test_a_malformed_event_ends_the_stream_in_the_clients_protocol(
         chunk_event("Hi") + b"data: " + event + b"\n\n" + chunk_event(finish="stop") + b"data: [DONE]\n\n"
     )
 
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
-        await read_request(reader)
-        writer.write(close_head(len(stream)) + stream)
-        await writer.drain()
-
-    with raw_upstream(handler) as up:
-        gw = start_gateway([workload("m", "m", [up.url])])
-        claude = httpx.post(f"{gw.url}/v1/messages", json={**MESSAGES, "stream": True}, timeout=10)
-        llama = httpx.post(f"{gw.url}/api/chat", json={**MESSAGES, "stream": True}, timeout=10)
+    body = {**MESSAGES, "stream": True}
+    [(claude, _), (llama, _)] = exchange(
+        start_gateway, close_head(len(stream)) + stream, ("/v1/messages", body), ("/api/chat", body)
+    )
     assert claude.status_code == 200
     name, data = sse_events(claude.content)[-1]
     assert name == "error", claude.content[-300:]
@@ -183,15 +199,12 @@ def test_a_malformed_event_ends_the_stream_in_the_clients_protocol(
 def test_a_malformed_answer_is_502_in_the_clients_protocol(
     start_gateway: StartGateway, answer: bytes
 ) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
-        await read_request(reader)
-        writer.write(close_head(len(answer), b"application/json") + answer)
-        await writer.drain()
-
-    with raw_upstream(handler) as up:
-        gw = start_gateway([workload("m", "m", [up.url])])
-        claude = httpx.post(f"{gw.url}/v1/messages", json=MESSAGES, timeout=10)
-        llama = httpx.post(f"{gw.url}/api/chat", json={**MESSAGES, "stream": False}, timeout=10)
+    [(claude, _), (llama, _)] = exchange(
+        start_gateway,
+        close_head(len(answer), b"application/json") + answer,
+        ("/v1/messages", MESSAGES),
+        ("/api/chat", {**MESSAGES, "stream": False}),
+    )
     assert claude.status_code == 502, claude.text
     assert claude.json()["error"]["message"].startswith("Upstream answered something unexpected")
     assert llama.status_code == 502, llama.text
@@ -294,17 +307,9 @@ def test_an_event_of_many_pieces_ends_the_stream_cheaply(
     deltas ends the stream with the bound's error, for little of the gateway's CPU."""
     event = b"data: " + json.dumps(many_pieces(shape, 200 * KB)).encode() + b"\n\n"
     stream = chunk_event("Hi") + event + chunk_event(finish="stop") + b"data: [DONE]\n\n"
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
-        await read_request(reader)
-        writer.write(close_head(len(stream)) + stream)
-        await writer.drain()
-
-    with raw_upstream(handler) as up:
-        gw = start_gateway([workload("m", "m", [up.url])])
-        before = thread_cpu(gw.thread)
-        resp = httpx.post(f"{gw.url}{route}", json={**MESSAGES, "stream": True}, timeout=60)
-        spent = thread_cpu(gw.thread) - before
+    [(resp, spent)] = exchange(
+        start_gateway, close_head(len(stream)) + stream, (route, {**MESSAGES, "stream": True})
+    )
     assert resp.status_code == 200
     assert stream_error(route, resp.content) == f"Upstream sent {PIECES[shape]} in one event"
     assert spent < 0.2, f"the gateway used {spent:.2f} CPU s for one 200 KiB event"
@@ -328,15 +333,9 @@ def test_an_event_over_256_kib_ends_a_translated_stream(start_gateway: StartGate
     4 MiB event of empty lists took 0.3 s of the loop to decode, again for every event)."""
     pad = json.dumps({"choices": [{"index": 0, "delta": {"content": "Hi"}}], "pad": "p" * 300 * KB})
     stream = chunk_event("Hi") + b"data: " + pad.encode() + b"\n\n" + b"data: [DONE]\n\n"
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
-        await read_request(reader)
-        writer.write(close_head(len(stream)) + stream)
-        await writer.drain()
-
-    with raw_upstream(handler) as up:
-        gw = start_gateway([workload("m", "m", [up.url])])
-        resp = httpx.post(f"{gw.url}{route}", json={**MESSAGES, "stream": True}, timeout=30)
+    [(resp, _)] = exchange(
+        start_gateway, close_head(len(stream)) + stream, (route, {**MESSAGES, "stream": True})
+    )
     assert resp.status_code == 200
     assert stream_error(route, resp.content) == "Upstream sent an event larger than 262144 bytes"
 
@@ -365,18 +364,11 @@ def test_a_1_mib_answer_of_containers_costs_the_loop_little(
     the loop decoded it all (0.3 CPU s per MiB; a worker thread would not help, the decoder holds
     the GIL)."""
     answer = container_answers()[shape]
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
-        await read_request(reader)
-        writer.write(close_head(len(answer), b"application/json") + answer)
-        await writer.drain()
-
-    with raw_upstream(handler) as up:
-        gw = start_gateway([workload("m", "m", [up.url])])
-        before = thread_cpu(gw.thread)
-        resp = httpx.post(f"{gw.url}{route}", json={**MESSAGES, "stream": False}, timeout=30)
-        spent = thread_cpu(gw.thread) - before
-        print(f"the loop's CPU for the answer: {spent:.3f} s")
+    [(resp, spent)] = exchange(
+        start_gateway,
+        close_head(len(answer), b"application/json") + answer,
+        (route, {**MESSAGES, "stream": False}),
+    )
     if shape == "pad":
         assert resp.status_code == 502, resp.text[:300]
         assert "Upstream sent JSON of more than 65536 values" in resp.text
@@ -397,17 +389,9 @@ def test_streamed_tool_arguments_of_containers_cost_the_loop_little(start_gatewa
         for piece in ["[", *pieces, "[]]"]
     )
     stream += chunk_event(finish="tool_calls") + b"data: [DONE]\n\n"
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
-        await read_request(reader)
-        writer.write(close_head(len(stream)) + stream)
-        await writer.drain()
-
-    with raw_upstream(handler) as up:
-        gw = start_gateway([workload("m", "m", [up.url])])
-        before = thread_cpu(gw.thread)
-        resp = httpx.post(f"{gw.url}/api/chat", json={**MESSAGES, "stream": True}, timeout=30)
-        spent = thread_cpu(gw.thread) - before
+    [(resp, spent)] = exchange(
+        start_gateway, close_head(len(stream)) + stream, ("/api/chat", {**MESSAGES, "stream": True})
+    )
     assert resp.status_code == 200
     calls = json.loads(resp.content.splitlines()[-2])["message"]["tool_calls"]
     assert calls[0]["function"]["arguments"] == {"_raw": f"[{CONTAINERS}[]]"}
@@ -437,15 +421,8 @@ def test_upstream_error_text_is_clipped_to_1_kib(start_gateway: StartGateway, ro
     head, body = error_answers()[way]
     stream = way.endswith("event")
     ctype = b"text/event-stream" if stream else b"application/json"
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
-        await read_request(reader)
-        writer.write(head + b"\r\ncontent-type: " + ctype + b"\r\nconnection: close\r\n\r\n" + body)
-        await writer.drain()
-
-    with raw_upstream(handler) as up:
-        gw = start_gateway([workload("m", "m", [up.url])])
-        resp = httpx.post(f"{gw.url}{route}", json={**MESSAGES, "stream": stream}, timeout=30)
+    answer = head + b"\r\ncontent-type: " + ctype + b"\r\nconnection: close\r\n\r\n" + body
+    [(resp, _)] = exchange(start_gateway, answer, (route, {**MESSAGES, "stream": stream}))
     if way == "later-event":
         assert resp.status_code == 200
         message = stream_error(route, resp.content)
