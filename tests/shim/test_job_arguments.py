@@ -22,13 +22,13 @@ from typing import Any
 import pytest
 
 from sparkrun_operator.api import bounds
-from sparkrun_operator.api.crdgen import crd
 from sparkrun_operator.api.resources import DAEMON_JOB
 from sparkrun_operator.ops import jobs
 from sparkrun_testbed.kubeapi import ApiError, KubeApi
 from sparkrun_testbed.plane import Testbed
 from tests.shim.conftest import API, TERMINAL, Daemon
 from tests.shim.harness import with_digest
+from tests.testbed.test_spec_bounds import renamed_crd, spec_schema
 
 pytestmark = pytest.mark.testbed
 
@@ -171,17 +171,9 @@ PROBE_GROUP = "digest-probe.sparkrun.dev"
 def _probe_crd(*, current: bool) -> dict[str, Any]:
     """The generated DaemonJob CRD under a group of its own; unless ``current``, as it was before
     issue 23 made ``requestDigest`` required (no ``required`` entry, no presence rule)."""
-    doc = crd(DAEMON_JOB)
-    doc["metadata"]["name"] = f"digestprobes.{PROBE_GROUP}"
-    doc["spec"]["group"] = PROBE_GROUP
-    doc["spec"]["names"] = {
-        "kind": "DigestProbe",
-        "listKind": "DigestProbeList",
-        "plural": "digestprobes",
-        "singular": "digestprobe",
-    }
+    doc = renamed_crd(DAEMON_JOB, PROBE_GROUP, "DigestProbe")
     if not current:
-        spec = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        spec = spec_schema(doc)
         spec["required"].remove("requestDigest")
         del spec["x-kubernetes-validations"]
     return doc

@@ -18,7 +18,7 @@ import pytest
 
 from sparkrun_operator.api import bounds
 from sparkrun_operator.api.crdgen import crd
-from sparkrun_operator.api.resources import INFERENCE_WORKLOAD
+from sparkrun_operator.api.resources import INFERENCE_WORKLOAD, Kind
 from sparkrun_testbed.kubeapi import ApiError, KubeApi
 from sparkrun_testbed.plane import Testbed
 from tests.corpus import load_examples
@@ -139,21 +139,34 @@ def test_rules_over_bounded_free_form_values_still_see_them(
 PROBE_GROUP = "bounds-probe.sparkrun.dev"
 
 
+def renamed_crd(kind: Kind, group: str, probe: str) -> dict[str, Any]:
+    """The generated CRD of ``kind`` under ``group`` as kind ``probe`` (lowercase plural ``+s``):
+    a copy to change and install beside the real one on the shared testbed."""
+    doc = crd(kind)
+    plural = probe.lower() + "s"
+    doc["metadata"]["name"] = f"{plural}.{group}"
+    doc["spec"]["group"] = group
+    doc["spec"]["names"] = {
+        "kind": probe,
+        "listKind": f"{probe}List",
+        "plural": plural,
+        "singular": probe.lower(),
+    }
+    return doc
+
+
+def spec_schema(doc: dict[str, Any]) -> dict[str, Any]:
+    """The ``spec`` schema of a CRD's first version."""
+    schema: dict[str, Any] = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    return schema
+
+
 def _probe_crd(*, bounded: bool) -> dict[str, Any]:
     """The generated InferenceWorkload CRD under a group of its own; without the args bound
     (the schema before issue 23) unless ``bounded``."""
-    doc = crd(INFERENCE_WORKLOAD)
-    doc["metadata"]["name"] = f"boundprobes.{PROBE_GROUP}"
-    doc["spec"]["group"] = PROBE_GROUP
-    doc["spec"]["names"] = {
-        "kind": "BoundProbe",
-        "listKind": "BoundProbeList",
-        "plural": "boundprobes",
-        "singular": "boundprobe",
-    }
+    doc = renamed_crd(INFERENCE_WORKLOAD, PROBE_GROUP, "BoundProbe")
     if not bounded:
-        spec = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-        del spec["properties"]["engine"]["properties"]["args"]["items"]["maxLength"]
+        del spec_schema(doc)["properties"]["engine"]["properties"]["args"]["items"]["maxLength"]
     return doc
 
 
