@@ -8,15 +8,14 @@
 - on short ASCII text the result is the backtracking patterns' (the rules did not change);
 - :meth:`Redactor.apply` redacts large values in a worker thread while the loop keeps running.
 
-``python -m tests.unit.test_redact_linear [KiB]`` prints the time of each adversarial kind
-(docs/reliability.md, "Tenant strings").
+The inputs and the old patterns are ``bench/redact.py``'s, whose ``python -m bench.redact`` measures
+each kind side by side with one plain scan and the old patterns (docs/performance.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-import sys
 import threading
 import time
 from typing import Any
@@ -25,6 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.redact import FRAGMENTS, KNOWN, OLD_WORDS, adversarial, old_redact
 from sparkrun_operator.ops import redact
 from sparkrun_operator.ops.redact import REDACTED, THREAD_AT, Redactor
 
@@ -32,84 +32,6 @@ MIB = 1 << 20
 #: Per MiB; measured 10-220 ms a kind (docs/reliability.md): a bound with room for a busy CI
 #: machine, far below the minutes and hours of the backtracking patterns.
 BOUND_PER_MIB = 2.0
-KNOWN = ("s3cr3t-Known-Value-42", "multi-line-secret-part-two", "pässwörd-ünïcode-9")
-
-#: Fragments of adversarial text: near-misses of every shape and name rule, and matches.
-FRAGMENTS = (
-    "a",
-    "A",
-    "_",
-    "-",
-    ".",
-    "=",
-    ":",
-    " ",
-    "\t",
-    '"',
-    "'",
-    "token",
-    "tokens",
-    "tokeniz",
-    "auth",
-    "author",
-    "authen",
-    "authorization",
-    "password",
-    "api_key",
-    "x-api-key",
-    "secret",
-    "Bearer ",
-    "Basic ",
-    "bearer",
-    "sk-",
-    "hf_",
-    "ghp_",
-    "github_pat_",
-    "xoxb-",
-    "AKIA",
-    "eyJ",
-    "eyJ-",
-    "abc",
-    "0123456789",
-    "[redacted",
-    "s3cr3t-Known",
-    "é",
-    "\u00a0",
-)
-
-
-def adversarial(size: int) -> dict[str, str]:
-    """Strings of about ``size`` characters, each one kind of hostile input."""
-
-    def fill(unit: str) -> str:
-        return unit * max(1, size // len(unit))
-
-    return {
-        "word run": "a" * size,
-        "word run, then =": "A" * size + "=",
-        "--x= and a word run": "--x=" + "A" * size,
-        "secret words, no separator": fill("tokenauthpasswordsecret"),
-        "near-miss names": fill("tokens=1 tokenizer: 2 author=3 authentic:4 "),
-        "name, long blank, no separator": "token" + " " * size + "x",
-        "quoted name, long blank": '"token"' + " " * size + '"',
-        "separators": fill("=:"),
-        "chained assignments": fill("a=b:"),
-        "names and separators": fill("token=:"),
-        "near-miss sk-": fill("sk-" + "a" * 15 + " "),
-        "near-miss hf_": fill("hf_" + "a" * 15 + " "),
-        "near-miss github_pat_": fill("github_pat_" + "a" * 15 + " "),
-        "near-miss xoxb-": fill("xoxb-" + "a" * 9 + " "),
-        "near-miss AKIA": fill("AKIA" + "A" * 17 + " "),
-        "near-miss JWT": fill("eyJ" + "a" * 40 + "." + "b" * 3 + " "),
-        "eyJ- run": fill("eyJ-"),
-        "near-miss bearer": fill("Bearer abc "),
-        "bearer, long blank": "Bearer" + " " * size + "!",
-        "near-miss known value": fill(KNOWN[0][:-1] + " "),
-        "dense assignments": fill("token=x "),
-        "dense shapes": fill("sk-" + "a" * 16 + " "),
-        "dense known values": fill(KNOWN[0] + " "),
-        "no newline, mixed": "".join(FRAGMENTS[i * 7 % len(FRAGMENTS)] for i in range(size // 5))[:size],
-    }
 
 
 def _elapsed(redactor: Redactor, text: str) -> float:
@@ -240,46 +162,13 @@ def test_any_repeated_fragment_mix_is_redacted_within_the_bound(unit: str) -> No
 
 # -- the rules did not change: the backtracking patterns as an oracle on short ASCII text ----------
 
-_WORDS = (
-    r"pass(?:word|wd|phrase)|secret|token(?!s|iz)|api[-_.]?key|apikey|access[-_.]?key|private[-_.]?key"
-    r"|auth(?:orization)?(?!or|en)|credentials?|cookie|session[-_.]?id|bearer|signature"
-)
-_OLD_ASSIGNMENT = re.compile(
-    rf"""[A-Za-z0-9_.-]*(?:{_WORDS})[A-Za-z0-9_.-]*["']?"""
-    r"""(?:\s*[=:]\s*|\s*["']?\s*:\s*["']?)["']?(?P<value>[^\s"',;&}\]]+)""",
-    re.I,
-)
-_OLD_SHAPES = (
-    re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]{4,}"),
-    re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"),
-    re.compile(r"\b(?:hf|ghp|gho|ghs|ghu|github_pat)_[A-Za-z0-9_]{16,}"),
-    re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"),
-    re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"),
-    re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),
-)
-
-
-def _oracle(text: str, known: tuple[str, ...]) -> str:
-    for value in sorted(known, key=len, reverse=True):
-        text = text.replace(value, REDACTED)
-    for shape in _OLD_SHAPES:
-        text = shape.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}" if m.lastindex else REDACTED, text)
-
-    def value(m: re.Match[str]) -> str:
-        if m.group("value").startswith("[redacted"):
-            return m.group(0)
-        return m.group(0)[: m.start("value") - m.start(0)] + REDACTED
-
-    return _OLD_ASSIGNMENT.sub(value, text)
-
-
 ASCII_FRAGMENTS = [f for f in FRAGMENTS if f.isascii()] + ["\n", ",", "}", "s3cr3t-Known-Value-42", "x"]
 
 
 @settings(max_examples=400, deadline=None, database=None, derandomize=True)
 @given(st.lists(st.sampled_from(ASCII_FRAGMENTS), max_size=16).map("".join))
 def test_short_ascii_text_is_redacted_as_the_backtracking_patterns_did(text: str) -> None:
-    assert Redactor(KNOWN)(text) == _oracle(text, KNOWN)
+    assert Redactor(KNOWN)(text) == old_redact(text, KNOWN)
 
 
 @pytest.mark.parametrize(
@@ -288,7 +177,7 @@ def test_short_ascii_text_is_redacted_as_the_backtracking_patterns_did(text: str
      "Authorization", "authorizationen", "AUTHORS", "autho", "api_key", "my token", "\ud800token", "bearer"],
 )  # fmt: skip
 def test_secret_names_are_those_of_the_lookahead_pattern(name: str) -> None:
-    assert redact.secret_name(name) == bool(re.search(_WORDS, name, re.I))
+    assert redact.secret_name(name) == bool(re.search(OLD_WORDS, name, re.I))
 
 
 def test_lone_surrogates_and_non_ascii_text_survive() -> None:
@@ -340,21 +229,6 @@ async def test_apply_counts_the_passes_of_many_known_values() -> None:
     text = "x" * (THREAD_AT // redactor.passes + 10)
     assert redact.size(text, limit=THREAD_AT) * redactor.passes > THREAD_AT
     assert await redactor.apply(text) == text
-
-
-def main() -> None:
-    size = int(sys.argv[1]) * 1024 if len(sys.argv) > 1 else MIB
-    redactor = Redactor(KNOWN)
-    total = 0.0
-    for kind, text in adversarial(size).items():
-        took = _elapsed(redactor, text)
-        total += took
-        print(f"{kind:32} {len(text) / 1024:8.0f} KiB {took * 1000:8.1f} ms")
-    print(f"{'all kinds':32} {'':12} {total * 1000:8.1f} ms")
-
-
-if __name__ == "__main__":
-    main()
 
 
 async def test_a_diagnostics_bundle_yields_to_the_loop_between_records() -> None:
