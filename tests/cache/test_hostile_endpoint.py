@@ -20,9 +20,7 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +29,7 @@ import pytest
 from sparkrun_operator.ops.errors import DaemonError
 from sparkrun_operator.plan.logtail import last_event
 from sparkrun_operator.runtime import hferrors
+from tests.canned import Answer, CannedServer
 
 BIG = b"A" * 3_000_000
 FORGED = {"event": "manifest", "manifest": {"repo": "forged/model", "revision": "f" * 40, "files": []}}
@@ -39,57 +38,18 @@ INJECTION = b"oops\n" + json.dumps(FORGED).encode() + b"\n\x0b" + json.dumps(FOR
 LINE_BYTES = 32 * 1024
 
 
-class Hostile(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        self.body = b""
-        self.status = 500
-        self.requests = 0
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.thread = threading.Thread(target=self.serve_forever, name="hostile", daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: Hostile
-
-    def _answer(self) -> None:
-        self.server.requests += 1
-        body = self.server.body
-        self.send_response(self.server.status)
-        self.send_header("Content-Type", "text/plain" if self.server.status != 200 else "application/json")
-        self.send_header("Retry-After", "0")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    do_GET = do_HEAD = do_POST = _answer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
-
-
 @pytest.fixture(scope="module")
-def hostile() -> Iterator[Hostile]:
-    server = Hostile()
-    try:
+def hostile() -> Iterator[CannedServer]:
+    with CannedServer() as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _resolve(
-    hostile: Hostile, body: bytes, root: Path, *, status: int = 500, command: str = "resolve"
+    hostile: CannedServer, body: bytes, root: Path, *, status: int = 500, command: str = "resolve"
 ) -> tuple[int, str]:
     """Run ``command`` against the server answering ``body``: (exit code, the merged log)."""
-    hostile.body, hostile.status = body, status
+    content = "application/json" if status == 200 else "text/plain"
+    hostile.answer = Answer(status, body, {"Content-Type": content, "Retry-After": "0"})
     argv = [sys.executable, "-m", "sparkrun_operator.runtime.download", command, "--root", str(root)]
     argv += ["--repo", "org/model", "--endpoint", hostile.url, "--quiet"]
     done = subprocess.run(
@@ -103,10 +63,10 @@ def _resolve(
     return done.returncode, done.stdout.decode(errors="replace")
 
 
-def test_a_huge_error_body_gives_a_bounded_report(hostile: Hostile, tmp_path: Path) -> None:
+def test_a_huge_error_body_gives_a_bounded_report(hostile: CannedServer, tmp_path: Path) -> None:
     code, log = _resolve(hostile, BIG, tmp_path)
     assert code == hferrors.EXIT_UNAVAILABLE, log[-2000:]
-    assert hostile.requests > 0
+    assert hostile.count() > 0
     longest = max(len(line.encode()) for line in log.split("\n"))
     assert longest <= LINE_BYTES, f"a line of {longest} bytes"
     event = last_event(log)
@@ -118,7 +78,7 @@ def test_a_huge_error_body_gives_a_bounded_report(hostile: Hostile, tmp_path: Pa
     assert "retry later" in message
 
 
-def test_an_error_body_cannot_forge_the_tools_report(hostile: Hostile, tmp_path: Path) -> None:
+def test_an_error_body_cannot_forge_the_tools_report(hostile: CannedServer, tmp_path: Path) -> None:
     code, log = _resolve(hostile, INJECTION, tmp_path)
     assert code == hferrors.EXIT_UNAVAILABLE, log[-2000:]
     # the server's text is in the report, but escaped: no line of the log is the forged event
@@ -157,7 +117,7 @@ def _outside(base: Path, root: Path) -> list[Path]:
 )
 @pytest.mark.parametrize("command", ["resolve", "download"])
 def test_an_answer_naming_paths_outside_is_refused(
-    hostile: Hostile, tmp_path: Path, sha: str, sibling: dict[str, Any], what: str, command: str
+    hostile: CannedServer, tmp_path: Path, sha: str, sibling: dict[str, Any], what: str, command: str
 ) -> None:
     root = tmp_path / "a" / "b" / "root"
     root.mkdir(parents=True)
@@ -172,7 +132,7 @@ def test_an_answer_naming_paths_outside_is_refused(
 
 
 def test_repair_of_an_imported_manifest_naming_a_path_outside_is_refused(
-    hostile: Hostile, tmp_path: Path
+    hostile: CannedServer, tmp_path: Path
 ) -> None:
     root = tmp_path / "a" / "b" / "root"
     root.mkdir(parents=True)

@@ -17,10 +17,8 @@ records every request and its ``Authorization`` header and answers 404.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ import pytest
 from sparkrun_testbed.hfhub import PRIVATE, TINY, TOKEN, Hub, default_repos
 from sparkrun_testbed.kubeapi import KubeApi
 from sparkrun_testbed.plane import Testbed
+from tests.canned import Answer, CannedServer, Seen
 from tests.conftest import Require
 from tests.operator.test_modelcache import MOUNT, ON_PROCESS_NODES, _node_ip, bound_claim
 from tests.process.helpers import network_mode
@@ -38,67 +37,23 @@ CLAIM = "creds"
 SECRET = "hub-token"
 COMMIT = "c0ffee" * 6 + "c0ff"
 
-
-@dataclass(frozen=True)
-class Seen:
-    method: str
-    path: str
-    authorization: str
-
-
-class Recorder(ThreadingHTTPServer):
-    """Records every request (method, path, ``Authorization``); answers 404 (no such repository)."""
-
-    daemon_threads = True
-
-    def __init__(self, host: str) -> None:
-        self.seen: list[Seen] = []
-        self.lock = threading.Lock()
-        super().__init__((host, 0), _Handler)
-        self.thread = threading.Thread(target=self.serve_forever, name="recorder", daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.server_address[0]}:{self.server_address[1]}"
-
-    def requests(self) -> list[Seen]:
-        with self.lock:
-            return list(self.seen)
-
-    def with_token(self) -> list[Seen]:
-        return [s for s in self.requests() if TOKEN in s.authorization]
-
-    def close(self) -> None:
-        self.shutdown()
-        self.server_close()
+#: What the recording server answers: the Hub's "no such repository".
+NO_REPOSITORY = Answer(
+    404,
+    b'{"error":"Repository not found"}',
+    {"Content-Type": "application/json", "X-Error-Code": "RepoNotFound"},
+)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: Recorder
-
-    def _answer(self) -> None:
-        with self.server.lock:
-            self.server.seen.append(Seen(self.command, self.path, self.headers.get("Authorization") or ""))
-        body = b'{"error":"Repository not found"}'
-        self.send_response(404)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("X-Error-Code", "RepoNotFound")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    do_GET = do_HEAD = do_POST = _answer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
+def with_token(server: CannedServer) -> list[Seen]:
+    """The requests that carried the operator's Hub token."""
+    return [s for s in server.requests() if TOKEN in s.authorization]
 
 
 @dataclass
 class Servers:
     hub: Hub
-    recorder: Recorder
+    recorder: CannedServer
 
 
 @pytest.fixture(scope="module")
@@ -108,12 +63,11 @@ def servers(testbed: Testbed, crds: list[str], kube: KubeApi) -> Iterator[Server
         "process-node pods run with loopback addresses here (no privilege for network namespaces)",
     )
     host = _node_ip(kube)
-    recorder = Recorder(host)
-    try:
-        with Hub(default_repos(lfs_mib=1, tokenizer=False), tokens=[TOKEN], host=host) as hub:
-            yield Servers(hub, recorder)
-    finally:
-        recorder.close()
+    with (
+        CannedServer(host, NO_REPOSITORY) as recorder,
+        Hub(default_repos(lfs_mib=1, tokenizer=False), tokens=[TOKEN], host=host) as hub,
+    ):
+        yield Servers(hub, recorder)
 
 
 def _daemon(testbed: Testbed, kube: KubeApi, workdir: Path, *extra: str) -> Daemon:
@@ -175,7 +129,7 @@ def test_a_read_caller_cannot_send_the_operator_token_to_its_own_server(
     arrived = recorder.requests()[before:]
     assert arrived, "the tool Job never reached the recording server"
     assert [s for s in arrived if s.path.startswith(f"/api/models/{TINY}")], arrived
-    assert recorder.with_token() == [], "the operator's Hub token reached the caller's server"
+    assert with_token(recorder) == [], "the operator's Hub token reached the caller's server"
     assert all(s.authorization == "" for s in arrived), arrived
 
 
@@ -209,7 +163,7 @@ def test_an_imported_origin_does_not_take_the_token_to_repair(
     assert repaired["state"] == "failed", json.dumps(repaired)[:2000]  # nothing to fetch there
     arrived = recorder.requests()[before:]
     assert [s for s in arrived if f"/{TINY}/resolve/{COMMIT}/config.json" in s.path], arrived
-    assert recorder.with_token() == [], "the operator's Hub token followed the imported manifest's origin"
+    assert with_token(recorder) == [], "the operator's Hub token followed the imported manifest's origin"
 
 
 def test_the_allowed_hub_still_gets_the_token(
@@ -233,7 +187,7 @@ def test_the_allowed_hub_still_gets_the_token(
         )
         assert other["state"] == "failed"
         assert servers.recorder.requests()[before:], "the tool Job never reached the recording server"
-        assert servers.recorder.with_token() == []
+        assert with_token(servers.recorder) == []
     except BaseException:
         print(daemon.runner.logs())
         raise

@@ -17,10 +17,7 @@ in for a caller's or a tenant's own endpoint and answers every request with a bo
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +25,7 @@ import pytest
 
 from sparkrun_testbed.kubeapi import KubeApi
 from sparkrun_testbed.plane import Testbed
+from tests.canned import Answer, CannedServer
 from tests.conftest import Require
 from tests.operator.conftest import condition
 from tests.operator.test_modelcache import CLASS, MOUNT, ON_PROCESS_NODES, _node_ip, host_volume
@@ -55,74 +53,19 @@ FORGED = {
 MESSAGE_MAX = 4096
 
 
-@dataclass
-class Answer:
-    status: int = 500
-    body: bytes = b""
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-class Hostile(ThreadingHTTPServer):
-    """Answers every request with ``answer`` (and ``Retry-After: 0``: the downloader's retries
-    are quick); counts the requests."""
-
-    daemon_threads = True
-
-    def __init__(self, host: str) -> None:
-        self.answer = Answer()
-        self.requests = 0
-        self.lock = threading.Lock()
-        super().__init__((host, 0), _Handler)
-        self.thread = threading.Thread(target=self.serve_forever, name="hostile", daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.server_address[0]}:{self.server_address[1]}"
-
-    def seen(self) -> int:
-        with self.lock:
-            return self.requests
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: Hostile
-
-    def _answer(self) -> None:
-        with self.server.lock:
-            self.server.requests += 1
-            answer = self.server.answer
-        self.send_response(answer.status)
-        for name, value in {"Content-Type": "text/plain", "Retry-After": "0", **answer.headers}.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(answer.body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(answer.body)
-
-    do_GET = do_HEAD = do_POST = _answer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
-
-
 @pytest.fixture(scope="module")
-def hostile(testbed: Testbed, crds: list[str], kube: KubeApi) -> Iterator[Hostile]:
+def hostile(testbed: Testbed, crds: list[str], kube: KubeApi) -> Iterator[CannedServer]:
     Require()(
         network_mode(testbed.run_dir) == "netns",
         "process-node pods run with loopback addresses here (no privilege for network namespaces)",
     )
-    server = Hostile(_node_ip(kube))
-    try:
+    with CannedServer(_node_ip(kube)) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture(scope="module")
 def daemon(
-    testbed: Testbed, kube: KubeApi, hostile: Hostile, tmp_path_factory: pytest.TempPathFactory
+    testbed: Testbed, kube: KubeApi, hostile: CannedServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Daemon]:
     workdir = tmp_path_factory.mktemp("hostile")
     args = ("--cache-mount-path", MOUNT, "--cache-tool-scheduling", json.dumps(ON_PROCESS_NODES))
@@ -136,16 +79,17 @@ def daemon(
         stop_daemon(found)
 
 
-def _resolve(daemon: Daemon, hostile: Hostile, answer: Answer) -> dict[str, Any]:
-    hostile.answer = answer
-    before = hostile.seen()
+def _resolve(daemon: Daemon, hostile: CannedServer, answer: Answer) -> dict[str, Any]:
+    # NB: Retry-After 0: the downloader's retries are quick
+    hostile.answer = Answer(answer.status, answer.body, {"Retry-After": "0", **answer.headers})
+    before = hostile.count()
     job_id = daemon.submit("reader", "model_cache.resolve", {"model": "org/model", "endpoint": hostile.url})
     job: dict[str, Any] = daemon.wait_job(job_id, "reader", timeout=180)
-    assert hostile.seen() > before, "the tool Job never reached the hostile server"
+    assert hostile.count() > before, "the tool Job never reached the hostile server"
     return job
 
 
-def test_a_huge_error_body_fails_resolve_with_a_bounded_error(daemon: Daemon, hostile: Hostile) -> None:
+def test_a_huge_error_body_fails_resolve_with_a_bounded_error(daemon: Daemon, hostile: CannedServer) -> None:
     job = _resolve(daemon, hostile, Answer(500, MB3))
     assert job["state"] == "failed", json.dumps(job)[:2000]
     error = job["error"]
@@ -154,7 +98,7 @@ def test_a_huge_error_body_fails_resolve_with_a_bounded_error(daemon: Daemon, ho
     assert "is unavailable for org/model" in error["detail"]
 
 
-def test_an_error_body_cannot_forge_the_resolved_manifest(daemon: Daemon, hostile: Hostile) -> None:
+def test_an_error_body_cannot_forge_the_resolved_manifest(daemon: Daemon, hostile: CannedServer) -> None:
     line = json.dumps(FORGED).encode()
     job = _resolve(daemon, hostile, Answer(500, b"oops\n" + line + b"\n" + line + b"\n" + line))
     assert job["state"] == "failed", json.dumps(job)[:2000]
@@ -163,9 +107,9 @@ def test_an_error_body_cannot_forge_the_resolved_manifest(daemon: Daemon, hostil
 
 
 def test_a_huge_error_body_fails_a_modelcache_with_bounded_conditions(
-    daemon: Daemon, hostile: Hostile, kube: KubeApi, tmp_path: Path
+    daemon: Daemon, hostile: CannedServer, kube: KubeApi, tmp_path: Path
 ) -> None:
-    hostile.answer = Answer(404, MB3, {"X-Error-Code": "EntryNotFound"})
+    hostile.answer = Answer(404, MB3, {"Retry-After": "0", "X-Error-Code": "EntryNotFound"})
     namespace = daemon.namespace
     pv = host_volume(kube, tmp_path / "pv", namespace, "hostile")
     try:
