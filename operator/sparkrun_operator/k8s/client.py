@@ -29,6 +29,7 @@ lives in :mod:`.resources` and is re-exported here.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -46,6 +47,8 @@ from sparkrun_operator.retry import Backoff, retry
 
 DEFAULT_TIMEOUT: Final = 30.0
 PAGE_SIZE: Final = 500
+#: Seconds ``close`` waits after the session closed, for its TLS transports to finish closing.
+CLOSE_GRACE_SECONDS: Final = 0.25
 RETRIES_429: Final = 3
 #: Relists of one paginated list whose continue token expired before giving up.
 RELISTS_410: Final = 3
@@ -203,6 +206,10 @@ class Kube:
     async def close(self) -> None:
         if self.owns_api:
             await self.api.close()
+            # NB: aiohttp closes its TLS connections asynchronously: a loop that ends right after
+            # the session's close finds their transports unclosed (aiohttp's "graceful shutdown";
+            # the intermittent ResourceWarning at the end of tests/operator/test_jobcache.py).
+            await asyncio.sleep(CLOSE_GRACE_SECONDS)
 
     async def _open(
         self,
