@@ -4,8 +4,9 @@ RBAC, the namespace and the kopf peering CRDs are applied for real; Deployments,
 NetworkPolicies and the APIService are checked with a server-side dry run (an APIService with no
 serving backend would disturb discovery for every other test). cert-manager's Certificate and
 Issuer are only counted: the testbed has no cert-manager CRDs. Then the operator runs with *exactly* its
-ServiceAccount's permissions, with peering on as in the Deployment, and must bring a workload
-to Ready without a single Forbidden.
+ServiceAccount's permissions, with peering on as in the Deployment (namespaced: it serves only
+the test's namespace, so it never acts on other tests' objects), and must bring a workload to
+Ready without a single Forbidden.
 """
 
 from __future__ import annotations
@@ -115,7 +116,11 @@ def test_manifests_apply_and_the_operator_works_with_its_own_rbac(
     kubeconfig = _sa_kubeconfig(testbed, kubectl, "sparkrun-operator", tmp_path / "operator.kubeconfig")
     log = tmp_path / "operator.log"
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
-    argv = [sys.executable, "-m", "sparkrun_operator.cli.main", "operator", "run", "--all-namespaces",
+    # NB: it serves this test's namespace only. Every namespace would make it a second operator of
+    # the other tests' objects, running concurrently on the shared testbed: it reconciled their
+    # workloads and took their DaemonJobs (whose executor Leases it may not touch there). The
+    # chart's own `--all-namespaces` runs with this RBAC in e2e/test_helm_pods.py.
+    argv = [sys.executable, "-m", "sparkrun_operator.cli.main", "operator", "run", "-n", namespace,
             "--peering-name", f"rbac-{namespace}", "--priority", "100"]  # fmt: skip
     with log.open("ab") as out:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
