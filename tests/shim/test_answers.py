@@ -213,9 +213,12 @@ class LocalOperator:
     async def _main(self) -> None:
         from sparkrun_operator.controllers.daemonjob import JobExecutor
         from sparkrun_operator.k8s.client import DAEMON_API_MANAGER, Kube
+        from sparkrun_operator.ops.context import Settings
 
         rest = await Kube.connect(field_manager=DAEMON_API_MANAGER, kubeconfig=str(self.kubeconfig))
-        executor = JobExecutor(rest, executors={"workloads.run": self._ask_first})
+        executor = JobExecutor(
+            rest, settings=Settings(namespace=self.namespace), executors={"workloads.run": self._ask_first}
+        )
         try:
             client = executor.jobs_in(self.namespace)
             while not self._stop.is_set():

@@ -134,6 +134,14 @@ def _cache_flags(runner: argparse.ArgumentParser) -> None:
         '(default \'{"huggingFace": ["https://huggingface.co"]}\'; ADR 0040)',
     )
     runner.add_argument(
+        "--executor-namespace",
+        default=None,
+        metavar="NAMESPACE",
+        help="the operator's own namespace, where its DaemonJob executor keeps its Lease (default: "
+        "$POD_NAMESPACE, else the in-cluster service account's namespace, else the first --namespace, "
+        "else sparkrun-system); the shim's /v1/reservations reads Leases there",
+    )
+    runner.add_argument(
         "--gateway-url",
         default=None,
         metavar="URL",
@@ -193,6 +201,26 @@ def _secret_key(raw: str) -> tuple[str, str]:
     return name, key or "token"
 
 
+#: The namespace of an in-cluster pod's service account (the kubelet mounts it).
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def executor_namespace(args: argparse.Namespace) -> str:
+    """``--executor-namespace``, else where this pod runs, else the first served namespace."""
+    if args.executor_namespace:
+        return str(args.executor_namespace)
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    try:
+        with open(SERVICE_ACCOUNT_NAMESPACE, encoding="utf-8") as handle:
+            found = handle.read(254).strip()
+    except OSError:
+        found = ""
+    if found:
+        return found
+    return str(args.namespace[0]) if args.namespace else "sparkrun-system"
+
+
 def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
@@ -228,6 +256,7 @@ def _run(args: argparse.Namespace) -> int:
             benchmark_via=args.benchmark_via,
             benchmark_scheduling=args.benchmark_scheduling,
             benchmark_hf_endpoint=args.benchmark_hf_endpoint,
+            executor_namespace=executor_namespace(args),
             status_settle_seconds=args.status_settle_seconds,
             max_concurrent_writes=args.max_concurrent_writes,
             api_connections=max(32, 2 * args.max_concurrent_passes + args.max_concurrent_writes),

@@ -69,6 +69,8 @@ class OperatorConfig:
     benchmark_via: str = "Service"
     benchmark_scheduling: dict[str, Any] = field(default_factory=dict)
     benchmark_hf_endpoint: str | None = None
+    #: The operator's own namespace (``--executor-namespace``): its DaemonJob executor's Lease.
+    executor_namespace: str = "sparkrun-system"
 
 
 class Poke(asyncio.Event):

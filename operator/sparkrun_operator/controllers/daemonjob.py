@@ -163,6 +163,9 @@ class JobExecutor:
         self.catalog = catalog_mod.load()
         self.executors = executors if executors is not None else EXECUTORS
         self.executor_id = executor_id or executor_identity()
+        #: The operator's own namespace: its executor Lease lives here, whatever namespace a job
+        #: is in (the chart grants Leases only in the release namespace; the shim reads them there).
+        self.home = self.settings.namespace
         self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
         self.controls: dict[tuple[str, str], _Control] = {}
         self.tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -198,11 +201,10 @@ class JobExecutor:
                 await task
         self._background.clear()
         self.tasks.clear()
-        for namespace in sorted(self.namespaces):
-            try:
-                await leases.release(self.rest, namespace, self.executor_id)
-            except Exception:  # NB: best effort: the Lease then expires by itself
-                log.warning("releasing the executor lease in %s failed", namespace, exc_info=True)
+        try:
+            await leases.release(self.rest, self.home, self.executor_id)
+        except Exception:  # NB: best effort: the Lease then expires by itself
+            log.warning("releasing the executor lease in %s failed", self.home, exc_info=True)
 
     async def observe(self, kind: str, obj: dict[str, Any]) -> None:
         """Handle one watch event of a DaemonJob."""
@@ -227,7 +229,7 @@ class JobExecutor:
         status = obj.get("status") or {}
         if state in jobs.ACTIVE and status.get("executor") != self.executor_id:
             owner = status.get("executor")
-            alive = await leases.executor_liveness(self.rest, key[0])
+            alive = await leases.executor_liveness(self.rest, self.home)
             if owner and alive.get(owner):
                 self.foreign[key] = obj  # a live executor (another replica) runs it; checked again later
                 return
@@ -275,7 +277,7 @@ class JobExecutor:
 
     async def _run(self, key: tuple[str, str], control: _Control) -> None:
         try:
-            await leases.renew(self.rest, key[0], self.executor_id, duration=self.lease_seconds)
+            await leases.renew(self.rest, self.home, self.executor_id, duration=self.lease_seconds)
             await run_job(
                 control,
                 catalog=self.catalog,
@@ -302,25 +304,25 @@ class JobExecutor:
         failures = Attempts(Backoff(initial=min(0.5, period), maximum=period))
         while True:
             failed = False
-            for namespace in sorted(self.namespaces):
-                try:
-                    await leases.renew(self.rest, namespace, self.executor_id, duration=self.lease_seconds)
-                    await self._recheck_foreign(namespace)
-                except Exception:
-                    failed = True
-                    log.warning("renewing the executor lease in %s failed", namespace, exc_info=True)
+            try:
+                if self.namespaces:
+                    await leases.renew(self.rest, self.home, self.executor_id, duration=self.lease_seconds)
+                    await self._recheck_foreign()
+            except Exception:
+                failed = True
+                log.warning("renewing the executor lease in %s failed", self.home, exc_info=True)
             if failed:
                 await failures.wait()
             else:
                 failures.reset()
                 await asyncio.sleep(period)
 
-    async def _recheck_foreign(self, namespace: str) -> None:
+    async def _recheck_foreign(self) -> None:
         """Take over (as lost) the active jobs of executors that died since we last looked."""
-        waiting = [key for key in self.foreign if key[0] == namespace]
+        waiting = list(self.foreign)
         if not waiting:
             return
-        alive = await leases.executor_liveness(self.rest, namespace)
+        alive = await leases.executor_liveness(self.rest, self.home)
         for key in waiting:
             obj = self.foreign[key]
             owner = (obj.get("status") or {}).get("executor")

@@ -107,6 +107,7 @@ def daemon_settings(config: OperatorConfig) -> Settings:
     """Settings of the DaemonJob executor: the tool Jobs of ``model_cache.*`` run the image and
     mount path of the ModelCache download Jobs."""
     return Settings(
+        namespace=config.executor_namespace,
         tools_image=config.render.tools_image,
         cache_mount_path=config.render.cache_mount_path,
         cache_tool_scheduling=dict(config.cache_tool_scheduling),

@@ -1,8 +1,10 @@
 """Executor liveness: each operator process that runs jobs holds a renewed ``Lease``.
 
 A job in an active state names its executor (``status.executor``). The executor's Lease
-(``coordination.k8s.io/v1``, label ``sparkrun.dev/executor``) is renewed every few seconds while
-it runs; an executor whose Lease has expired is dead. ``GET /v1/reservations`` reports each
+(``coordination.k8s.io/v1``, label ``sparkrun.dev/executor``) lives in the operator's own
+namespace (the release namespace: ``--executor-namespace``), one per executor whatever
+namespaces its jobs are in, and is renewed every few seconds while it runs; an executor whose
+Lease has expired is dead. ``GET /v1/reservations`` reports each
 claim's owner liveness from these Leases, and ``POST /v1/reservations/{owner}/reconcile``
 marks a dead owner's jobs ``lost`` (never reruns them).
 

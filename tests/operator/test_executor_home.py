@@ -1,0 +1,76 @@
+"""A DaemonJob in a namespace other than the operator's own runs under the chart's RBAC.
+
+The executor's liveness Lease lives in the operator's own namespace (the release namespace,
+where the chart's Role grants Leases), whatever namespace a job is in: a namespace editor's
+DaemonJob in their own namespace (ADR 0021) once stayed ``pending`` for ever, because the
+executor tried to hold a Lease in that namespace and the chart grants no Leases there.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkrun_operator.ops import leases
+from sparkrun_operator.ops.jobargs import request_digest
+from sparkrun_testbed.kubeapi import KubeApi
+from sparkrun_testbed.plane import Testbed
+from tests.shim.conftest import start_daemon, stop_daemon
+
+pytestmark = [pytest.mark.testbed, pytest.mark.usefixtures("crds")]
+API = "sparkrun.dev/v1alpha1"
+
+
+def _job(name: str, namespace: str) -> dict[str, Any]:
+    operation, version, arguments, manager = "workloads.list", 1, {}, "daemon"
+    return {
+        "apiVersion": API,
+        "kind": "DaemonJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "operation": operation,
+            "operationVersion": version,
+            "arguments": arguments,
+            # NB: a cluster admin's own job (system:masters holds every daemon scope).
+            "principal": {"username": "tenant-admin", "groups": ["system:masters"]},
+            "manager": manager,
+            "requestDigest": request_digest(operation, version, arguments, manager),
+        },
+    }
+
+
+def test_a_job_in_another_namespace_runs_with_the_lease_at_home(
+    testbed: Testbed, kube: KubeApi, tmp_path: Path
+) -> None:
+    other = "tenant-" + secrets.token_hex(4)
+    kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
+    daemon = start_daemon(testbed, kube, tmp_path, chart_rbac=True, extra_operator_args=("-n", other))
+    try:
+        kube.create(_job("elsewhere", other))
+
+        def finished() -> dict[str, Any] | None:
+            found = kube.get(API, "DaemonJob", "elsewhere", namespace=other) or {}
+            status = found.get("status") or {}
+            return status if status.get("state") in ("succeeded", "failed", "lost") else None
+
+        deadline = time.monotonic() + 60
+        status = None
+        while status is None and time.monotonic() < deadline:
+            status = finished()
+            time.sleep(0.5)
+        log = daemon.runner.operator.tail(400)
+        assert status is not None, f"the job never finished:\n{log}"
+        assert status["state"] == "succeeded", status
+        home = kube.list_items("coordination.k8s.io/v1", "Lease", namespace=daemon.namespace)
+        there = kube.list_items("coordination.k8s.io/v1", "Lease", namespace=other)
+        executor = status["executor"]
+        assert leases.lease_name(executor) in {lease["metadata"]["name"] for lease in home}
+        assert [lease["metadata"]["name"] for lease in there] == []
+        assert "forbidden" not in log.lower(), log
+    finally:
+        stop_daemon(daemon)
+        kube.delete("v1", "Namespace", other)
