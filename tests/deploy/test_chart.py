@@ -492,6 +492,43 @@ def test_gateway_hook_and_probe_pass_against_a_real_gateway_with_keys(
         out.close()
 
 
+def test_helm_test_hook_waits_for_a_component_still_starting(default: Rendered, tmp_path: Path) -> None:
+    """`helm install --wait && helm test`: a Service may not answer yet (its endpoints not yet
+    published); the hook retries while nothing answers, within its bound, then fails."""
+    script = default.get("Pod", "sparkrun-test-operator")["spec"]["containers"][0]["args"][0]
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/healthz"
+    (tmp_path / "healthz").write_text("{}")
+    hook = subprocess.Popen(
+        [sys.executable, "-c", script, url, "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert hook.stdout is not None
+    first = hook.stdout.readline()  # its first attempt finds nothing listening (the hook bounds it)
+    assert "not answering yet" in first, first + (hook.stderr.read() if hook.stderr else "")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        out, err = hook.communicate(timeout=40)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert hook.returncode == 0, first + out + err
+    assert out.splitlines()[-1] == "200 {}"
+    started = time.monotonic()
+    gave_up = subprocess.run(
+        [sys.executable, "-c", script, f"http://127.0.0.1:{_free_port()}/healthz", "1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert gave_up.returncode != 0
+    assert "did not answer within 1 s" in gave_up.stderr
+    assert time.monotonic() - started < 15
+
+
 def test_generated_certificate_serves_tls_for_the_service_name(default: Rendered, tmp_path: Path) -> None:
     """A real TLS handshake: the chart's key and certificate served, verified with its CA."""
     data = default.get("Secret", "sparkrun-shim-tls", NAMESPACE)["data"]

@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -127,14 +126,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def peering_crds(kube: KubeApi) -> None:
     for doc in load_manifests(REPO / "manifests" / "kopf-peering.yaml"):
         kube.apply(doc)
+    # NB: what kopf reads at start: both kinds in the group's discovery (a 404 is "not yet")
     kube.wait(
-        lambda: kube.get(
-            "apiextensions.k8s.io/v1", "CustomResourceDefinition", "clusterkopfpeerings.kopf.dev"
+        lambda: (
+            {"kopfpeerings", "clusterkopfpeerings"}
+            <= {r["name"] for r in kube.get_json("/apis/kopf.dev/v1")["resources"]}
         ),
         timeout=30,
-        what="peering CRD",
+        what="the peering CRDs served (discovery)",
     )
-    time.sleep(1.0)  # discovery catches up
 
 
 def workload(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
