@@ -10,7 +10,6 @@ with the serve command's action replaced by a print, so nothing is loaded or sta
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -22,36 +21,10 @@ import pytest
 import yaml
 
 from sparkrun_operator.api.workload import DEFAULT_ENGINE_IMAGE
+from tests.vllm_args.parser import parse_commands
 
 GOLDEN = Path(__file__).resolve().parents[1] / "unit" / "render" / "golden"
 PYTHON = os.environ.get("SPARKRUN_VLLM_PYTHON", "")
-
-# Runs in the vLLM venv: vLLM's CLI main with `serve` made a no-op that records what it parsed.
-# Without a GPU vLLM cannot infer a device, and building the serve parser needs one: use the CPU
-# platform, as vLLM's own `vllm bench` does on such machines.
-_PARSE = r"""
-import json, sys
-from vllm import platforms
-from vllm.platforms.cpu import CpuPlatform
-if platforms.current_platform.is_unspecified():
-    platforms.current_platform = CpuPlatform()
-from vllm.entrypoints.cli import main as cli_main
-from vllm.entrypoints.cli import serve as serve_mod
-parsed = []
-serve_mod.ServeSubcommand.cmd = staticmethod(lambda args: parsed.append(args.model_tag))
-results = []
-for argv in json.loads(sys.stdin.read()):
-    sys.argv = ["vllm", *argv]
-    parsed.clear()
-    try:
-        cli_main.main()
-        results.append({"ok": bool(parsed), "model": parsed[0] if parsed else None})
-    except SystemExit as exc:
-        results.append({"ok": False, "error": f"exit {exc.code}"})
-    except Exception as exc:
-        results.append({"ok": False, "error": repr(exc)})
-print("RESULTS " + json.dumps(results))
-"""
 
 
 def _shell_words(line: str, index: int) -> list[str]:
@@ -107,19 +80,12 @@ CASES = _all_commands()
 def verdicts() -> dict[str, list[dict[str, Any]]]:
     """Every command of every golden file, parsed by vLLM in one process (importing it is slow)."""
     flat = [command for commands in CASES.values() for command in commands]
-    run = subprocess.run(
-        [PYTHON, "-c", _PARSE], input=json.dumps(flat), capture_output=True, text=True, timeout=900
-    )
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULTS ")]
-    assert run.returncode == 0, run.stderr[-5000:]
-    assert lines, run.stderr[-5000:]
-    results: list[dict[str, Any]] = json.loads(lines[-1].removeprefix("RESULTS "))
-    assert len(results) == len(flat)
+    results, stderr = parse_commands(PYTHON, flat)
     out, at = {}, 0
     for case, commands in CASES.items():
         out[case] = results[at : at + len(commands)]
         at += len(commands)
-    out["_stderr"] = [{"text": run.stderr}]
+    out["_stderr"] = [{"text": stderr}]
     return out
 
 

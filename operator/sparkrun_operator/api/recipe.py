@@ -6,12 +6,25 @@ what the revision fingerprint and intent id are computed over.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import BeforeValidator, ConfigDict, Field
 
 from sparkrun_operator.api import bounds, cel
 from sparkrun_operator.api.meta import Condition, KubeModel
+
+
+def _as_sparkrun_env_value(value: Any) -> Any:
+    """A number or boolean as sparkrun renders a recipe's env value: ``str()`` (``1`` -> ``"1"``,
+    ``true`` -> ``"True"``, ``1.5`` -> ``"1.5"``). Anything else is left to the string check."""
+    if isinstance(value, bool | int | float):
+        return str(value)
+    return value
+
+
+#: A Recipe env value: a string, or a number or boolean taken as sparkrun takes it (the CRD
+#: stores strings; ``catalog.import`` converts a recipe file's numbers and booleans).
+RecipeEnvValue = Annotated[bounds.EnvValue, BeforeValidator(_as_sparkrun_env_value)]
 
 
 class RecipeBenchmark(KubeModel):
@@ -77,9 +90,10 @@ class RecipeSpec(KubeModel):
         "served_model_name, ...), overridable per workload (free-form, snake_case keys).",
         json_schema_extra=bounds.json_value(bounds.RECIPE_DEFAULTS_DEPTH),
     )
-    env: dict[str, bounds.EnvValue] | None = Field(
+    env: dict[str, RecipeEnvValue] | None = Field(
         default=None,
-        description="Literal environment variables.",
+        description="Literal environment variables (a recipe file's numbers and booleans are "
+        'imported as sparkrun renders them: 1 -> "1", true -> "True").',
         json_schema_extra=bounds.map_keys(
             bounds.ENV_NAME_MAX_LENGTH, max_entries=bounds.RECIPE_ENV_MAX_ENTRIES
         ),

@@ -95,7 +95,16 @@ _DEFAULT_FLAGS: Final[Mapping[str, str | None]] = {
     "enable_chunked_prefill": "optional-bool",
 }
 
-_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: One step of the template scan (sparkrun's brace rules): an escape pair, a ``{...}`` span
+#: without braces inside (a placeholder when a setting has that name), or a lone brace.
+_TEMPLATE_TOKEN = re.compile(r"\{\{|\}\}|\{[^{}]*\}|[{}]")
+#: The template's own literal braces while references are resolved (NUL cannot reach an argv).
+_OPEN, _CLOSE = "\x00(", "\x00)"
+#: Substitution passes (a value may name another setting), and the most text they may make.
+_MAX_PASSES: Final = 10
+_MAX_RENDERED: Final = 1 << 20
+_TRAILING_BLANK_CONTINUATION = re.compile(r"\\[ \t]+\n")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class Issues:
@@ -163,22 +172,98 @@ def strip_owned(tokens: Iterable[str]) -> list[str]:
 
 
 def fill_template(template: str, *, settings: Mapping[str, Any]) -> tuple[str, list[str]]:
-    """Fill ``{key}`` placeholders (``{{``/``}}`` are literal braces); returns text and missing keys."""
+    """Fill ``{key}`` placeholders as sparkrun's ``Recipe.render_command`` does; returns the text
+    and the placeholders of the template no setting fills.
+
+    - ``{{``/``}}`` are escapes (one literal brace) only in a template that contains ``{{``;
+      otherwise they are literal text, so inline JSON (``'{"a": {"b": 1}}'``) keeps its braces.
+      The rule applies to the template's own text, never to a substituted value.
+    - A ``{...}`` span without braces inside is a placeholder when a setting has that name (any
+      name, ``{a.b}`` included); else it stays literal, and an identifier there is reported missing.
+    - A substituted value may name further settings (``http://h:{port}``): up to
+      :data:`_MAX_PASSES` passes resolve them; text that still changes after them refers to itself.
+    - Values are rendered with ``str()`` (``True``, ``0.5``), as sparkrun's template engine does.
+
+    Raises ``ValueError`` for text that does not settle, grows past :data:`_MAX_RENDERED`
+    characters, or holds a NUL character (which no engine argument can carry).
+    """
     missing: list[str] = []
+    escapes = "{{" in template
+    budget = _Budget()
 
-    def sub(match: re.Match[str]) -> str:
-        whole = match.group(0)
-        if whole == "{{":
-            return "{"
-        if whole == "}}":
-            return "}"
-        key = match.group(1)
-        if key not in settings or settings[key] is None:
+    def first(match: re.Match[str]) -> str:
+        token = match.group(0)
+        if token in ("{{", "}}"):
+            return (_OPEN if token == "{{" else _CLOSE) * (1 if escapes else 2)
+        if token in ("{", "}"):
+            return _OPEN if token == "{" else _CLOSE
+        key = token[1:-1]
+        if settings.get(key) is not None:
+            return budget.spend(settings[key])
+        if _IDENTIFIER.fullmatch(key):
             missing.append(key)
-            return whole
-        return _format_value(settings[key])
+        return token
 
-    return _PLACEHOLDER.sub(sub, template), missing
+    text = _TEMPLATE_TOKEN.sub(first, _no_nul(template))
+    for _ in range(_MAX_PASSES):
+        budget.left = _MAX_RENDERED - len(text)
+        after = _resolve_references(text, settings, budget)
+        if after == text:
+            return text.replace(_OPEN, "{").replace(_CLOSE, "}"), missing
+        text = after
+    raise ValueError(f"a setting refers to itself: the command still changes after {_MAX_PASSES} passes")
+
+
+def _resolve_references(text: str, settings: Mapping[str, Any], budget: _Budget) -> str:
+    """One pass over filled text: each shortest ``{...}`` on one line (braces inside included, as
+    sparkrun's later passes match it, so a JSON value's own braces make it miss) whose content,
+    without its outer braces, names a setting is replaced by that setting.
+
+    Linear in the text (a regex ``\\{(.*?)\\}`` rescans a line for every ``{`` without a ``}``):
+    the next ``}`` and the next line break are found once and reused while they lie ahead.
+    """
+    out: list[str] = []
+    copied = 0
+    close = newline = -1
+    at = text.find("{")
+    while at != -1:
+        if close < at:
+            close = text.find("}", at)
+            if close == -1:
+                break
+        if newline < at:
+            newline = text.find("\n", at)
+            newline = len(text) if newline == -1 else newline
+        if newline < close:  # no "}" on this line: no "{" before the line break matches
+            at = text.find("{", newline + 1)
+            continue
+        value = settings.get(text[at : close + 1].strip("{}"))
+        if value is not None:
+            out += [text[copied:at], budget.spend(value)]
+            copied = close + 1
+        at = text.find("{", close + 1)
+    out.append(text[copied:])
+    return "".join(out)
+
+
+class _Budget:
+    """Characters substituted values may still add in one pass (checked before they are added)."""
+
+    def __init__(self) -> None:
+        self.left = _MAX_RENDERED
+
+    def spend(self, value: Any) -> str:
+        text = _no_nul(str(value))
+        self.left -= len(text)
+        if self.left < 0:
+            raise ValueError(f"the filled command grows past {_MAX_RENDERED} characters")
+        return text
+
+
+def _no_nul(text: str) -> str:
+    if "\x00" in text:
+        raise ValueError("a NUL character cannot be passed to the engine")
+    return text
 
 
 def _format_value(value: Any) -> str:
@@ -189,11 +274,18 @@ def _format_value(value: Any) -> str:
 
 def template_args(command: str, *, settings: Mapping[str, Any], issues: Issues) -> list[str] | None:
     """Arguments after the model from a ``vllm serve`` command template, owned flags removed."""
-    text, missing = fill_template(command, settings=settings)
+    try:
+        text, missing = fill_template(command, settings=settings)
+    except ValueError as error:
+        issues.add("error", f"command template cannot be filled: {error}", "command")
+        return None
     for key in dict.fromkeys(missing):
         issues.add("error", f"command template uses {{{key}}}, which no default or field provides", "command")
+    # NB: as the shell reads it: a backslash-newline joins lines (one with blanks between the two
+    # is repaired first, as sparkrun does); the operator runs no shell, so no expansion happens.
+    text = _TRAILING_BLANK_CONTINUATION.sub("\\\n", text).replace("\\\n", "")
     try:
-        tokens = shlex.split(text.replace("\\\n", " "))
+        tokens = shlex.split(text)
     except ValueError as error:
         issues.add("error", f"command template is not valid shell syntax: {error}", "command")
         return None

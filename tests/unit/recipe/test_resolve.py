@@ -150,7 +150,7 @@ def test_validate_recipe_reports_hooks_and_identity_errors() -> None:
 
 def test_fill_template_escapes_and_missing() -> None:
     text, missing = fill_template("a {x} {{lit}} {y}", settings={"x": True})
-    assert text == "a true {lit} {y}"
+    assert text == "a True {lit} {y}"
     assert missing == ["y"]
 
 
