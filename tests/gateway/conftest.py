@@ -22,6 +22,7 @@ import pytest
 import uvicorn
 
 from sparkrun_operator.gateway import Gateway, GatewaySettings, KeySource, StaticRoutingSource, Waker
+from sparkrun_operator.gateway.routing import RoutingSource
 from sparkrun_operator.gateway.server import uvicorn_config
 from tests.engine.conftest import EngineProc, Launcher, free_port
 
@@ -73,6 +74,7 @@ class StartGateway(Protocol):
         settings: GatewaySettings | None = None,
         keys: KeySource | None = None,
         waker: Waker | None = None,
+        source: RoutingSource | None = None,
     ) -> GatewayThread: ...
 
 
@@ -86,10 +88,12 @@ def start_gateway(tmp_path: Path) -> Iterator[StartGateway]:
         settings: GatewaySettings | None = None,
         keys: KeySource | None = None,
         waker: Waker | None = None,
+        source: RoutingSource | None = None,
     ) -> GatewayThread:
+        """A gateway routing ``workloads`` (a routing file), or ``source`` when given."""
         routes = tmp_path / f"routes-{len(started)}.json"
         write_routes(routes, workloads)
-        source = StaticRoutingSource(routes, poll_interval=0.05)
+        source = source or StaticRoutingSource(routes, poll_interval=0.05)
         gateway = Gateway(source, settings=settings, keys=keys, waker=waker)
         port = free_port()
         server = uvicorn.Server(uvicorn_config(gateway, host="127.0.0.1", port=port, log_level="warning"))

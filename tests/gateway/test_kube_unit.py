@@ -8,7 +8,6 @@ from typing import Any
 
 from sparkrun_operator.gateway.kube import (
     build_entries,
-    capabilities_of,
     grant_of,
     imperative_aliases,
     ready_endpoints,
@@ -62,11 +61,16 @@ def test_only_ready_non_terminating_endpoints_are_routed() -> None:
 
 
 def test_capabilities_declared_or_derived() -> None:
-    assert capabilities_of({}) == {"text-generation"}
-    assert capabilities_of({"engine": {"args": ["--task", "embed"]}}) == {"embedding"}
-    assert capabilities_of({"engine": {"args": ["--runner=pooling"]}}) == {"embedding"}
-    declared = {"routing": {"capabilities": ["embedding", "text-generation"]}, "engine": {"args": []}}
-    assert capabilities_of(declared) == {"embedding", "text-generation"}
+    # A workload without a recipe and without status.model yet: the rule on its spec.
+    def caps(**spec: Any) -> frozenset[str]:
+        (entry,) = build_entries([_iw("a", model={"name": "org/m"}, **spec)], [])
+        return entry.capabilities
+
+    assert caps() == {"text-generation"}
+    assert caps(engine={"args": ["--task", "embed"]}) == {"embedding"}
+    assert caps(engine={"args": ["--runner=pooling"]}) == {"embedding"}
+    declared = {"capabilities": ["embedding", "text-generation"]}
+    assert caps(routing=declared, engine={"args": []}) == {"embedding", "text-generation"}
 
 
 def test_entries_join_workloads_with_their_service_slices() -> None:
@@ -142,3 +146,61 @@ def test_imperative_aliases_from_the_config_map() -> None:
         "fast",
     )  # "clash" belongs to another workload; "orphan" has no target
     assert entries["other"].aliases == ()
+
+
+# -- names and capabilities come from status.model (plan/served.py, the one naming rule) -------
+
+_SERVED_X = {"name": "org/m", "servedName": "served-x", "aliases": ["x"], "capabilities": ["text-generation"]}
+
+
+def test_a_recipe_workload_is_routed_by_the_name_its_engine_serves() -> None:
+    # The scenario: workload wl-x serves a recipe whose defaults.served_model_name is
+    # served-x; the engine answers only to served-x, so the gateway must route served-x (and
+    # rewrite an alias to it), never the workload's own name.
+    wl = _iw("wl-x", recipe={"name": "r"}, status={"model": _SERVED_X})
+    sl = _slice("wl-x", [{"addresses": ["10.244.0.5"], "conditions": {"ready": True}}])
+    (entry,) = build_entries([wl], [sl])
+    assert entry.served_name == "served-x"
+    assert entry.names == ("served-x", "x")
+    assert "wl-x" not in entry.names
+    assert entry.capabilities == {"text-generation"}
+    assert entry.routable
+
+
+def test_status_model_wins_over_the_spec() -> None:
+    # status.model is what the operator resolved for the desired revision (the recipe included);
+    # the spec's own fields are not read again by the gateway.
+    wl = _iw(
+        "a",
+        model={"name": "org/m", "servedName": "spec-name", "aliases": ["spec-alias"]},
+        status={"model": {**_SERVED_X, "capabilities": ["embedding"]}},
+    )
+    (entry,) = build_entries([wl], [])
+    assert entry.names == ("served-x", "x")
+    assert entry.capabilities == {"embedding"}
+
+
+def test_capabilities_come_from_status_model() -> None:
+    # A recipe whose args say --task embed: the operator derived [embedding] from the recipe's
+    # args; the workload's own spec says nothing, and the gateway must not fall back to it.
+    wl = _iw("emb", recipe={"name": "r"}, status={"model": {**_SERVED_X, "capabilities": ["embedding"]}})
+    (entry,) = build_entries([wl], [])
+    assert entry.capabilities == {"embedding"}
+
+
+def test_an_unresolved_recipe_workload_is_not_routed() -> None:
+    # No status.model yet: the operator has not resolved its Recipe, so it has no names: it is
+    # left out of the table (it does not claim its own name, and nothing fails).
+    workloads = [
+        _iw("wl-x", recipe={"name": "r"}),
+        _iw(
+            "wl-y",
+            recipe={"name": "r"},
+            model={"name": "org/m", "servedName": "y"},
+            status={"phase": "Pending"},
+        ),
+        _iw("plain", model={"name": "org/p"}),
+    ]
+    entries = build_entries(workloads, [])
+    assert [e.name for e in entries] == ["plain"]
+    assert entries[0].served_name == "org/p"

@@ -159,6 +159,18 @@ def test_every_enabled_operation_runs(daemon: Daemon) -> None:
         }
         endpoints = run("workloads.endpoints", {"workload_id": workload_id}, who="reader")
         assert endpoints["endpoints"][0]["healthy"] is True
+        # A recipe served under its own name (workload qwen3-8b-vllm, the recipe's
+        # served_model_name qwen3-8b): the daemon reports the names the operator wrote to
+        # status.model (what the gateway routes), never the workload's name.
+        endpoint = endpoints["endpoints"][0]
+        stored = daemon.kube.get(API, "InferenceWorkload", "qwen3-8b-vllm", namespace=daemon.namespace)
+        assert stored is not None
+        assert stored["status"]["model"]["servedName"] == "qwen3-8b"
+        assert (endpoint["model"], endpoint["served_model_name"]) == ("Qwen/Qwen3-8B", "qwen3-8b")
+        assert endpoint["actual_models"] == ["qwen3-8b"]
+        assert endpoint["capabilities"] == stored["status"]["model"]["capabilities"] == ["text-generation"]
+        rows = {row["workload_id"]: row for row in run("workloads.list", {}, who="reader")}
+        assert rows[workload_id]["metadata"]["model"] == "Qwen/Qwen3-8B"
         snapshot = run("discovery.snapshot", {"workload_ids": [workload_id]}, who="reader")
         assert [e["workload_id"] for e in snapshot["endpoints"]] == [workload_id]
         found = run(

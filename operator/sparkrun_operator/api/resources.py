@@ -100,7 +100,10 @@ INFERENCE_WORKLOAD = Kind(
         PrinterColumn("Phase", ".status.phase"),
         PrinterColumn("Replicas", ".status.readyReplicas", "integer", "Ready replicas"),
         PrinterColumn("Desired", ".spec.replicas", "integer", "Desired replicas"),
-        PrinterColumn("Model", ".spec.model.name"),
+        # NB: the resolved names (plan/served.py), so a recipe-based workload shows its recipe's
+        # model and served name; Served is what clients send as 'model'.
+        PrinterColumn("Model", ".status.model.name", description="The model the engine loads"),
+        PrinterColumn("Served", ".status.model.servedName", description="The name clients send as 'model'"),
         PrinterColumn("State", ".spec.state", priority=1),
         PrinterColumn("Nodes", ".spec.topology.nodes", "integer", "Nodes per replica", priority=1),
         AGE_COLUMN,

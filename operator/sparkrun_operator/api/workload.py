@@ -393,6 +393,26 @@ class Endpoint(KubeModel):
 StartupStage = Literal["accepted", "cacheReady", "scheduled", "running", "ready"]
 
 
+class ServedModel(KubeModel):
+    """What the engine serves and the names it answers to, resolved from the workload and its
+    recipe by the one naming rule (``plan/served.py``); every reader of names reads these."""
+
+    name: str = Field(description="The model the engine loads (Hugging Face id or path).", max_length=512)
+    served_name: str = Field(
+        description="The name the engine is started with (--served-model-name): clients send it as 'model'.",
+        max_length=256,
+    )
+    aliases: list[Annotated[str, Field(max_length=256)]] = Field(
+        default_factory=list, description="Extra names the gateway routes to this workload.", max_length=16
+    )
+    capabilities: list[Capability] = Field(
+        default_factory=list,
+        description="What the model can do (declared in spec.routing, else derived from the effective "
+        "engine arguments, the recipe's included).",
+        max_length=2,
+    )
+
+
 class StartupEvent(KubeModel):
     """One step of a replica's cold start."""
 
@@ -430,6 +450,11 @@ class InferenceWorkloadStatus(KubeModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     revision: str | None = Field(default=None, description="Hash of the effective serving spec now desired.")
+    model: ServedModel | None = Field(
+        default=None,
+        description="The model served and its names, as resolved for the desired revision (the recipe "
+        "included). The gateway, the daemon API and kubectl read names from here.",
+    )
     replicas: int = Field(default=0, description="Replicas that exist (scale subresource).", ge=0)
     ready_replicas: int = Field(default=0, description="Replicas whose leader is Ready.", ge=0)
     selector: str | None = Field(

@@ -16,7 +16,8 @@ id              key                                    value
 ``iw_nodes``    node name                              :class:`~..plan.cluster.ObservedNode`
 ``iw_gpu_pods`` node name                              :class:`~..plan.cluster.ObservedGpuPod`
 ``iw_names``    model name (served name or alias)      :class:`~..plan.names.Claim` of each
-                                                       workload claiming it (all namespaces)
+                                                       workload claiming it (all namespaces; its
+                                                       ``status.model``, plan/served.py)
 ``iw_gates``    ``(namespace, workload)``              :class:`~..plan.workload.ObservedGate`
                                                        (a rollout gate's InferenceBenchmark)
 =============== ====================================== =========================================

@@ -46,7 +46,7 @@ from sparkrun_operator.controllers.context import Context
 from sparkrun_operator.controllers.workload_pokes import full_key, status_key
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.client import JOBSETS, SERVICES, Resource, resource_of
-from sparkrun_operator.plan import names, observe
+from sparkrun_operator.plan import observe
 from sparkrun_operator.plan.workload import (
     Observation,
     ObservedJobSet,
@@ -142,12 +142,10 @@ def observation(
             gpu_resource=cluster.gpu_resource if cluster is not None else DEFAULT_GPU_RESOURCE,
             count_free=observe.needs_free(pods),
         )
-    claim = indexes.claim_of(body)
     return Observation(
-        claim=claim,
-        name_conflicts=tuple(names.conflicts(claim, indexes.holders(indices.get("iw_names"))))
-        if claim is not None
-        else (),
+        # NB: the planner checks the names it resolves for this workload against the other
+        # workloads' claims in the index (this one's own entry there may be stale)
+        holders=indexes.holders(indices.get("iw_names")),
         name=name,
         namespace=namespace,
         uid=str(meta.get("uid") or ""),

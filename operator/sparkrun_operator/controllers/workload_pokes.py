@@ -2,7 +2,9 @@
 
 - the workload itself: a new generation, a requested reconcile (``workloads.reconcile``'s
   annotation) or a deletion pokes its full lane; a change of the names it claims re-plans the
-  rivals that rank after it (:func:`poke_rivals`, plan/names.py);
+  rivals that rank after it (:func:`poke_rivals`, plan/names.py). The names are
+  ``status.model`` (plan/served.py), written by the workload's own planner, so the event of
+  that status write is the one that pokes: a spec or Recipe change moves them one pass later;
 - its JobSets and pods poke its status lane, which plans at once and pokes the full lane only
   when the plan has something for it (ADR 0030); a rollout gate's InferenceBenchmark pokes the
   full lane;

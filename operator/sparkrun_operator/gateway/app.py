@@ -37,6 +37,8 @@ import re
 import time
 from typing import Any
 
+from sparkrun_operator.plan.served import TEXT_GENERATION
+
 from . import routes
 from .auth import Grant, KeySource, digest, extract_key
 from .balancer import Backend, Balancer
@@ -45,7 +47,7 @@ from .context import Cancelled, Ctx, Message, Receive, Scope, Send
 from .errors import Family, GatewayError, bad_request, lacks_capability, no_instance
 from .limits import ByteBudget, InFlight
 from .metrics import GatewayMetrics
-from .routing import TEXT_GENERATION, RoutingSource, Workload
+from .routing import RoutingSource, Workload
 from .upstream import ConnectFailed, UpstreamError, UpstreamPool, UpstreamResponse, UpstreamTimeout
 from .wake import NoopWaker, WakeCoordinator, Waker
 

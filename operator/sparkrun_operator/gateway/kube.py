@@ -1,9 +1,10 @@
 """The gateway's Kubernetes side: routes from watches, wake by patching, keys from Secrets.
 
 - :class:`KubeRoutingSource` keeps the routing table from two watches (no API call per
-  request): InferenceWorkloads (names, aliases, state, capabilities, prefix affinity) and the
-  EndpointSlices of their Services (ready leader addresses). Endpoints are addresses of pods,
-  not ClusterIPs, so the gateway balances across replicas itself.
+  request): InferenceWorkloads (state, prefix affinity, and the names, aliases and capabilities
+  of ``status.model``: ``plan/served.py``) and the EndpointSlices of their Services (ready
+  leader addresses). Endpoints are addresses of pods, not ClusterIPs, so the gateway balances
+  across replicas itself.
 - :class:`KubeWaker` wakes a Sleeping or Stopped workload by setting ``spec.state: Running``
   (a merge patch as field manager ``sparkrun-gateway``, ADR 0011; the operator does the rest).
 - :class:`SecretKeySource` serves API keys from Secrets labelled ``sparkrun.dev/gateway-key``:
@@ -21,7 +22,6 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
-import itertools
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -29,14 +29,7 @@ from typing import Any
 from sparkrun_operator import safeload
 from sparkrun_operator.api.resources import INFERENCE_WORKLOAD
 from sparkrun_operator.gateway.auth import DigestTable, Grant
-from sparkrun_operator.gateway.routing import (
-    EMBEDDING,
-    TEXT_GENERATION,
-    RoutingTable,
-    State,
-    TablePublisher,
-    Workload,
-)
+from sparkrun_operator.gateway.routing import RoutingTable, State, TablePublisher, Workload
 from sparkrun_operator.k8s.client import (
     CONFIG_MAPS,
     ENDPOINT_SLICES,
@@ -47,6 +40,7 @@ from sparkrun_operator.k8s.client import (
 )
 from sparkrun_operator.k8s.informer import Informer, drop_managed_fields
 from sparkrun_operator.plan.names import claim_of
+from sparkrun_operator.plan.served import of_workload
 from sparkrun_operator.render import keys
 
 log = logging.getLogger("sparkrun.gateway.kube")
@@ -61,18 +55,6 @@ FIELD_MANAGER = GATEWAY_MANAGER
 #: ``aliases.json`` = {"alias": "target model name"}, applied to workloads of its namespace.
 ALIASES_CONFIG_MAP = keys.GATEWAY_ALIASES_CONFIG_MAP
 ALIASES_KEY = "aliases.json"
-
-_EMBEDDING_FLAGS = {("--task", "embed"), ("--task", "embedding"), ("--runner", "pooling")}
-
-
-def capabilities_of(spec: dict[str, Any]) -> frozenset[str]:
-    """Declared ``spec.routing.capabilities``, else derived from the engine arguments."""
-    declared = (spec.get("routing") or {}).get("capabilities") or []
-    if declared:
-        return frozenset(str(c) for c in declared)
-    args = [str(a) for a in (spec.get("engine") or {}).get("args") or []]
-    pairs = set(itertools.pairwise(args)) | {tuple(a.split("=", 1)) for a in args if "=" in a}
-    return frozenset({EMBEDDING}) if pairs & _EMBEDDING_FLAGS else frozenset({TEXT_GENERATION})
 
 
 def _condition_true(status: dict[str, Any], type_: str) -> bool:
@@ -109,18 +91,24 @@ def ready_endpoints(slices: Iterable[dict[str, Any]]) -> tuple[str, ...]:
     return tuple(sorted(urls))
 
 
-def workload_entry(obj: dict[str, Any], slices: Iterable[dict[str, Any]]) -> Workload:
-    """The routing entry of one InferenceWorkload and its Service's EndpointSlices."""
+def workload_entry(obj: dict[str, Any], slices: Iterable[dict[str, Any]]) -> Workload | None:
+    """The routing entry of one InferenceWorkload and its Service's EndpointSlices; ``None`` for
+    a workload without names yet (a recipe the operator has not resolved: no ``status.model``).
+
+    Names and capabilities are the workload's served model (:func:`~..plan.served.of_workload`:
+    ``status.model``, the one naming rule), so the gateway routes, and rewrites to, the name the
+    engine is started with."""
     spec = obj.get("spec") or {}
-    claim = claim_of(obj)
-    assert claim is not None, "an InferenceWorkload has a name"
+    served, claim = of_workload(obj), claim_of(obj)
+    if served is None or claim is None:
+        return None
     return Workload(
         namespace=claim.namespace,
         name=claim.name,
-        served_name=claim.served,
-        aliases=claim.aliases,
+        served_name=served.served_name,
+        aliases=served.aliases,
         state=routing_state(obj),
-        capabilities=capabilities_of(spec),
+        capabilities=frozenset(served.capabilities),
         endpoints=ready_endpoints(slices),
         prefix_affinity=bool((spec.get("routing") or {}).get("prefixAffinity", False)),
         created=claim.created,
@@ -200,7 +188,9 @@ def build_entries(
         if meta.get("deletionTimestamp"):
             continue
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        entries.append(workload_entry(obj, by_service.get(key, [])))
+        entry = workload_entry(obj, by_service.get(key, []))
+        if entry is not None:
+            entries.append(entry)
     return _with_imperative(entries, aliases or {})
 
 

@@ -16,10 +16,12 @@ import time
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from sparkrun_operator.plan.served import EMBEDDING, TEXT_GENERATION
+
 from . import enginejson
 from .enginejson import MAX_CHOICES, MAX_TOOL_CALL_DELTAS, too_many
 from .errors import GatewayError, bad_request, clip, upstream_message
-from .routing import EMBEDDING, TEXT_GENERATION, Workload
+from .routing import Workload
 
 MAX_TOOL_CALLS = 1024
 """Distinct tool calls one streamed answer may make (more: the stream ends with an error)."""

@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from sparkrun_operator.plan.served import TEXT_GENERATION
+
 from .context import DIRECT_BODY, Ctx, DirectBody, Handler
 from .errors import GatewayError, bad_request, render
-from .routing import TEXT_GENERATION
 from .splice import Splice, cut
 from .upstream import BodyTooLarge, UpstreamError, UpstreamResponse
 

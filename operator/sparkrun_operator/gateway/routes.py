@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from sparkrun_operator.plan.served import EMBEDDING, TEXT_GENERATION
+
 from . import listing, openai_api, translated
 from .context import Route
-from .routing import EMBEDDING, TEXT_GENERATION
 
 CANCEL = Route(listing.cancel, "openai", "cancel", reads_body=False)
 """``POST /v1/cancel/{id}``: matched by prefix, outside the table."""

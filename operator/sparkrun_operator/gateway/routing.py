@@ -39,13 +39,12 @@ from typing import Any, Literal, Protocol
 import yaml
 
 from sparkrun_operator.plan.names import Claim, owners
+from sparkrun_operator.plan.served import EMBEDDING, TEXT_GENERATION
 
 log = logging.getLogger("sparkrun.gateway.routing")
 
 State = Literal["Running", "Sleeping", "Stopped"]
 STATES: tuple[State, ...] = ("Running", "Sleeping", "Stopped")
-TEXT_GENERATION = "text-generation"
-EMBEDDING = "embedding"
 CAPABILITIES = (TEXT_GENERATION, EMBEDDING)
 
 

@@ -11,11 +11,13 @@ import contextlib
 import json
 from typing import TYPE_CHECKING, Any
 
+from sparkrun_operator.plan.served import TEXT_GENERATION
+
 from . import enginejson, messages_api, ollama_api
 from .context import JSON, NDJSON, Ctx
 from .errors import GatewayError, render, upstream_message
 from .openai_api import affinity_key, read_all
-from .routing import TEXT_GENERATION, Workload
+from .routing import Workload
 from .sse import DONE, SSEParser
 from .upstream import BodyTooLarge, UpstreamError, UpstreamResponse
 

@@ -1,8 +1,9 @@
 """Who serves a model name: the one rule the gateway and the workload planner share.
 
-Every InferenceWorkload claims model names: its served name (``spec.model.servedName``, else
-``spec.model.name``, else the workload's name) and its ``spec.model.aliases``. Names are global
-(clients send only ``model``), so two workloads, in any namespaces, may claim one name. Then:
+Every InferenceWorkload claims model names: its served name and its aliases, as the one naming
+rule gives them (``plan/served.py``: ``status.model`` once the operator resolved the workload and
+its recipe; a recipe-based workload not resolved yet claims nothing). Names are global (clients
+send only ``model``), so two workloads, in any namespaces, may claim one name. Then:
 
 **the oldest claim keeps the name** — the workload with the earliest
 ``metadata.creationTimestamp``; equal (or missing) timestamps are ordered by namespace, then
@@ -24,6 +25,8 @@ import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from sparkrun_operator.plan import served
 
 _LAST = dt.datetime.max.replace(tzinfo=dt.UTC)
 
@@ -91,24 +94,32 @@ def _time(value: Any) -> dt.datetime | None:
 
 
 def claim_of(obj: Mapping[str, Any]) -> Claim | None:
-    """The claim of a raw InferenceWorkload (``None`` without a name). A workload being deleted
-    still claims: callers that ignore such workloads skip them."""
+    """The claim of a raw InferenceWorkload (``None`` without a name, or without names yet:
+    :func:`~sparkrun_operator.plan.served.of_workload`). A workload being deleted still claims:
+    callers that ignore such workloads skip them."""
     meta = obj.get("metadata") or {}
     if not meta.get("name"):
         return None
-    spec = obj.get("spec") or {}
-    model = spec.get("model") or {}
-    served = str(model.get("servedName") or model.get("name") or meta["name"])
-    aliases: list[str] = []
-    for alias in model.get("aliases") or []:
-        if str(alias) != served and str(alias) not in aliases:
-            aliases.append(str(alias))
-    return Claim(
+    found = served.of_workload(obj)
+    if found is None:
+        return None
+    return claim_for(
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta["name"]),
-        served=served,
-        aliases=tuple(aliases),
         created=_time(meta.get("creationTimestamp")),
+        names=found,
+    )
+
+
+def claim_for(*, namespace: str, name: str, created: dt.datetime | None, names: served.Served) -> Claim:
+    """The claim of the workload ``namespace/name`` serving ``names`` (the planner's own claim,
+    from the names it has just resolved)."""
+    return Claim(
+        namespace=namespace,
+        name=name,
+        served=names.served_name,
+        aliases=tuple(a for a in dict.fromkeys(names.aliases) if a != names.served_name),
+        created=created,
     )
 
 

@@ -46,6 +46,8 @@ from sparkrun_operator.recipe.flags import Issues, check_user_args, default_flag
 
 #: Runtimes this operator serves (``vllm`` resolves to ``vllm-distributed`` in sparkrun).
 SUPPORTED_RUNTIMES: Final = frozenset({"vllm", "vllm-distributed"})
+#: The longest served name (``spec.model.servedName`` and ``status.model.servedName`` alike).
+SERVED_NAME_MAX_LENGTH: Final = 256
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,6 +167,7 @@ def validate_recipe(recipe: RecipeSpec) -> list[RecipeIssue]:
     """A Recipe's own issues: what would stop (error) or change (warning) serving it here."""
     issues = Issues()
     _check_recipe(recipe, issues, check_args=True)
+    _check_served_name((recipe.defaults or {}).get("served_model_name") or recipe.model, issues)
     if not issues.failed:
         try:
             identity.recipe_revision(recipe.to_v2())
@@ -201,10 +204,40 @@ def _check_recipe(recipe: RecipeSpec, issues: Issues, *, check_args: bool) -> To
     return topology
 
 
+def _check_served_name(value: Any, issues: Issues) -> None:
+    """An error when the recipe's served name (``defaults.served_model_name``, else its model)
+    cannot be a name clients route by.
+
+    It becomes the engine's ``--served-model-name`` and ``status.model.servedName`` (at most
+    :data:`SERVED_NAME_MAX_LENGTH` characters, like ``spec.model.servedName``), and the gateway
+    matches it against the ``model`` of requests and lists it: a control or format character
+    (a line break, a tab, NUL, a bidi override) would split, corrupt or disguise it. A plain
+    space is allowed, as in ``spec.model.servedName`` (the engine gets it as one argument).
+    """
+    where = "defaults.served_model_name"
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        issues.add("error", f"served_model_name must be a string, got {type(value).__name__}", where)
+        return
+    text = str(value)
+    if len(text) > SERVED_NAME_MAX_LENGTH:
+        issues.add(
+            "error",
+            f"the served name has {len(text)} characters, more than {SERVED_NAME_MAX_LENGTH}; set a "
+            "shorter served_model_name (or spec.model.servedName)",
+            where,
+        )
+    elif not text or not text.isprintable():
+        issues.add("error", "the served name may not be empty or contain control characters", where)
+
+
 def _template_settings(*, recipe: RecipeSpec, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """What ``{key}`` placeholders resolve from: recipe defaults, injected keys, then overrides."""
+    # NB: sparkrun collapses {{/}} escapes in a default only when the value uses them ("{{" in
+    # it): a plain JSON value's "}}" closes nested objects and must stay as written.
     settings: dict[str, Any] = {
-        key: value.replace("{{", "{").replace("}}", "}") if isinstance(value, str) else value
+        key: value.replace("{{", "{").replace("}}", "}")
+        if isinstance(value, str) and "{{" in value
+        else value
         for key, value in (recipe.defaults or {}).items()
     }
     settings.setdefault("model", recipe.model)
@@ -300,6 +333,8 @@ class _Choices:
 def _resolve_recipe(workload: InferenceWorkloadSpec, recipe: RecipeSpec, issues: Issues) -> Resolution:
     recipe_topology = _check_recipe(recipe, issues, check_args=False)
     chosen = _choices(workload, recipe, recipe_topology, issues)
+    if workload.model is None or not workload.model.served_name:
+        _check_served_name(chosen.served, issues)  # the recipe's name (a workload's is bounded)
     topology = chosen.topology
     if topology is None or issues.failed:
         return Resolution(None, tuple(issues.items))

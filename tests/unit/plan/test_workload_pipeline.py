@@ -207,19 +207,30 @@ def test_needs_capacity_and_recipe_of() -> None:
 
 def test_routable_names_the_older_workload_that_keeps_a_contested_name() -> None:
     """Issue 15: the loser of a name says so (Routable=False, NameConflict, naming the winner);
-    the rule is the gateway's (plan/names.py)."""
-    mine = names.Claim(namespace="ns", name="qwen", served="qwen", aliases=("small",), created=NOW)
+    the rule is the gateway's (plan/names.py). Issue 24: the planner's own claim is the names it
+    resolves in this pass, not the (stale) entry the names index holds for it."""
+    spec = InferenceWorkloadSpec.model_validate(
+        {"model": {"name": "Qwen/Qwen3-0.6B", "servedName": "qwen", "aliases": ["small"]}}
+    )
+    stale = names.Claim(namespace="ns", name="qwen", served="old-name", created=NOW - dt.timedelta(minutes=1))
     older = names.Claim(namespace="other", name="first", served="small", created=NOW - dt.timedelta(days=1))
-    index = {"qwen": [mine], "small": [mine, older]}
-    lost = tuple(names.conflicts(mine, lambda model: index.get(model, [])))
-    status = plan(_obs(claim=mine, name_conflicts=lost)).status
+    index = {"old-name": [stale], "small": [older]}
+    status = plan(_obs(spec=spec, holders=lambda model: index.get(model, []))).status
+    assert status.model is not None
+    assert (status.model.served_name, status.model.aliases) == ("qwen", ["small"])
     routable = next(cond for cond in status.conditions if cond.type == c.ROUTABLE)
     assert (routable.status, routable.reason) == ("False", c.REASON_NAME_CONFLICT)
     assert "alias 'small' is served by other/first" in routable.message
     assert "routes this workload as 'qwen' only" in routable.message
-    fine = plan(_obs(claim=mine)).status
+    fine = plan(_obs(spec=spec, holders=lambda model: [stale] if model == "old-name" else [])).status
     ok = next(cond for cond in fine.conditions if cond.type == c.ROUTABLE)
-    assert (ok.status, ok.reason) == ("True", c.REASON_NAMES_ACCEPTED)
+    assert (ok.status, ok.reason, ok.message) == (
+        "True",
+        c.REASON_NAMES_ACCEPTED,
+        "the gateway routes 'qwen', 'small'",
+    )
+    # without the names index nothing is said about routing
+    assert all(cond.type != c.ROUTABLE for cond in plan(_obs(spec=spec)).status.conditions)
 
 
 def test_conflicts_agree_with_the_gateways_owners() -> None:

@@ -28,12 +28,14 @@ from sparkrun_operator.api import admission
 from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.api.recipe import RecipeIssue, RecipeSpec
 from sparkrun_operator.api.resources import RECIPE
+from sparkrun_operator.api.workload import InferenceWorkloadSpec
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.context import ArgumentCheck, Executor, OperationContext, Settings
 from sparkrun_operator.ops.errors import Conflict, Invalid, NotFound
+from sparkrun_operator.plan.served import capabilities_of
 from sparkrun_operator.recipe import identity as recipe_identity
-from sparkrun_operator.recipe.resolve import validate_recipe
+from sparkrun_operator.recipe.resolve import resolve, validate_recipe
 from sparkrun_operator.render import keys
 
 __all__ = ["CHECKS", "EXECUTORS", "parse_recipe"]
@@ -96,6 +98,17 @@ def _issues(obj: Mapping[str, Any], spec: RecipeSpec) -> list[RecipeIssue]:
     return validate_recipe(spec)
 
 
+def _capabilities(name: str, spec: RecipeSpec) -> list[str]:
+    """What a workload serving the recipe as it stands can do: the naming rule's capabilities
+    (``plan/served.py``) of its rendered engine arguments (none when it does not resolve)."""
+    try:
+        workload = InferenceWorkloadSpec.model_validate({"recipe": {"name": name}})
+        effective = resolve(workload=workload, recipe=spec).spec
+    except ValueError:
+        effective = None
+    return list(capabilities_of((), effective.engine_args if effective else ()))
+
+
 def _code(issue: RecipeIssue) -> str:
     text = (issue.field or issue.message).lower()
     return re.sub(r"[^a-z0-9]+", "_", text).strip("_")[:64] or "issue"
@@ -122,7 +135,7 @@ def _detail(obj: Mapping[str, Any], overrides: Mapping[str, Any] | None) -> dict
         "plugin_items": {},
         "native_api_options": [],
         "native_protocols": ["openai"],
-        "capabilities": ["text-generation"],
+        "capabilities": _capabilities(str(obj["metadata"]["name"]), spec),
         "required_plugins": [],
         "available_plugins": ["k8s"],
         "trusted": False,

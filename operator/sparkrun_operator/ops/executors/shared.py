@@ -15,26 +15,33 @@ from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.api.workload import ENGINE_PORT, InferenceWorkloadSpec
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.context import OperationContext
+from sparkrun_operator.plan.served import Served, of_workload, served
 from sparkrun_operator.recipe.resolve import resolve
 from sparkrun_operator.render import names
 
 
-def served_names(
-    workload: Mapping[str, Any], recipes: Mapping[str, RecipeSpec]
-) -> tuple[str, str, list[str]]:
-    """``(model, served name, aliases)`` the workload's engine serves (the recipe resolved)."""
+def served_model(workload: Mapping[str, Any], recipes: Mapping[str, RecipeSpec]) -> Served | None:
+    """The model the workload serves, its names and capabilities: the one naming rule
+    (``plan/served.py``), so every operation reports what the gateway routes.
+
+    ``status.model`` when the operator wrote it (:func:`~..plan.served.of_workload`; also the rule
+    on the spec of a workload without a recipe). Before that, a recipe-based workload is resolved
+    here against ``recipes`` by the same rule (:func:`~..plan.served.served`): what the operator
+    is about to write, never a name of its own. ``None`` when nothing resolves (no such Recipe,
+    a recipe error): such a workload has no names (and no capabilities), as in the gateway.
+    """
+    found = of_workload(workload)
+    if found is not None:
+        return found
     spec = workload.get("spec") or {}
-    model = spec.get("model") or {}
-    recipe = recipes.get(((spec.get("recipe") or {}).get("name")) or "")
-    aliases = list(model.get("aliases") or [])
+    recipe = recipes.get(str((spec.get("recipe") or {}).get("name") or ""))
+    if recipe is None:
+        return None
     try:
         resolution = resolve(workload=InferenceWorkloadSpec.model_validate(spec), recipe=recipe)
     except ValueError:
-        resolution = None
-    if resolution is not None and resolution.spec is not None:
-        return resolution.spec.model, resolution.spec.served_name, aliases
-    name = model.get("servedName") or model.get("name") or (recipe.model if recipe else "")
-    return model.get("name") or name, name, aliases
+        return None
+    return None if resolution.spec is None else served(spec, resolution.spec)
 
 
 async def recipe_specs(ctx: OperationContext) -> dict[str, RecipeSpec]:
@@ -51,26 +58,28 @@ async def recipe_specs(ctx: OperationContext) -> dict[str, RecipeSpec]:
 def endpoint_entry(
     workload: Mapping[str, Any], recipes: Mapping[str, RecipeSpec], *, with_recipe: bool = True
 ) -> dict[str, Any]:
-    """A credential-free endpoint of a workload (discovery.snapshot / workloads.endpoints)."""
+    """A credential-free endpoint of a workload (discovery.snapshot / workloads.endpoints); its
+    names and capabilities are :func:`served_model`'s."""
     meta, spec, status = (
         workload.get("metadata") or {},
         workload.get("spec") or {},
         workload.get("status") or {},
     )
-    model, served, aliases = served_names(workload, recipes)
+    found = served_model(workload, recipes)
+    model = found.model if found else str((spec.get("model") or {}).get("name") or "")
     entry: dict[str, Any] = {
         "workload_id": kube.workload_id_of(workload),
         "model": model,
-        "served_model_name": served or None,
+        "served_model_name": found.served_name if found else None,
         "host": f"{names.service_name(workload=meta.get('name', ''))}.{meta.get('namespace', '')}.svc",
         "port": ENGINE_PORT,
         "healthy": kube.is_ready(workload),
-        "actual_models": [served, *aliases] if served else list(aliases),
+        "actual_models": list(found.names) if found else [],
         "max_model_len": (spec.get("engine") or {}).get("maxModelLen"),
         "cluster_name": spec.get("cluster"),
         "recipe_revision": status.get("recipeRevision") or "",
         "native_protocols": ["openai"],
-        "capabilities": ["text-generation"],
+        "capabilities": list(found.capabilities) if found else [],
         "runtime": "vllm",
         "owner": spec.get("manager") or "",
     }

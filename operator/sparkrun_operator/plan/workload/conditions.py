@@ -10,10 +10,12 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sparkrun_operator.api import conditions as c
 from sparkrun_operator.api.meta import set_condition
-from sparkrun_operator.api.workload import InferenceWorkloadStatus, WorkloadPhase
+from sparkrun_operator.api.workload import InferenceWorkloadStatus, ServedModel, WorkloadPhase
+from sparkrun_operator.plan import names, served
 from sparkrun_operator.plan.workload.gates import Block
 from sparkrun_operator.plan.workload.model import (
     FAILED_BACKOFF,
@@ -67,7 +69,7 @@ def report(
     )
     _degraded(cond, counts, status)
     _sleeping(cond, sleep)
-    _routable(obs, cond)
+    _routable(obs, cond, status.model)
     rolling = bool(counts.old) or any(js.deleting for js in obs.jobsets)
     _progressing(obs, out, cond, counts, blocked=blocked, rolling=rolling, status=status, gate=gate)
     # a held rollout is not updating: the old revision serves, nothing moves until the spec does
@@ -125,23 +127,44 @@ def _sleeping(cond: Conditions, sleep: Sleep) -> None:
         cond.set(c.SLEEPING, False, c.REASON_AWAKE, "engines awake")
 
 
-def _routable(obs: Observation, cond: Conditions) -> None:
+def _routable(obs: Observation, cond: Conditions, model: ServedModel | None) -> None:
     """``Routable``: whether the gateway routes every name the workload claims (plan/names.py:
-    the oldest claim keeps a contested name)."""
-    if obs.claim is None:
+    the oldest claim keeps a contested name). The workload's own names are the ones this pass
+    resolved (``model``, about to be written), not a status the names index may still hold;
+    the other workloads' claims come from the index."""
+    if obs.holders is None:
         return
-    if obs.name_conflicts:
-        lost = {conflict.model for conflict in obs.name_conflicts}
-        kept = [n for n in obs.claim.names if n not in lost]
-        message = "; ".join(conflict.describe() for conflict in obs.name_conflicts) + (
+    claim = own_claim(obs, model)
+    if claim is None:
+        return
+    conflicts = names.conflicts(claim, obs.holders)
+    if conflicts:
+        lost = {conflict.model for conflict in conflicts}
+        kept = [n for n in claim.names if n not in lost]
+        message = "; ".join(conflict.describe() for conflict in conflicts) + (
             f"; the gateway routes this workload as {', '.join(repr(n) for n in kept)} only"
             if kept
             else "; the gateway does not route this workload"
         )
         cond.set(c.ROUTABLE, False, c.REASON_NAME_CONFLICT, message)
         return
-    names = ", ".join(repr(n) for n in obs.claim.names)
-    cond.set(c.ROUTABLE, True, c.REASON_NAMES_ACCEPTED, f"the gateway routes {names}")
+    shown = ", ".join(repr(n) for n in claim.names)
+    cond.set(c.ROUTABLE, True, c.REASON_NAMES_ACCEPTED, f"the gateway routes {shown}")
+
+
+def own_claim(obs: Observation, model: ServedModel | None) -> names.Claim | None:
+    """The names the workload claims once ``model`` is its ``status.model``: exactly what the
+    names index will hold for it (``plan.served.of_workload``)."""
+    if model is not None:
+        obj: dict[str, Any] = {"status": {"model": model.to_wire()}}
+    elif obs.spec.recipe is None:
+        obj = {"spec": obs.spec.to_wire()}  # rare: an invalid spec that nothing runs
+    else:
+        return None
+    found = served.of_workload(obj)
+    if found is None:
+        return None
+    return names.claim_for(namespace=obs.namespace, name=obs.name, created=obs.created, names=found)
 
 
 def _progressing(

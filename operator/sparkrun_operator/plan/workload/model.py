@@ -7,7 +7,7 @@ pass sets. No I/O.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -16,7 +16,7 @@ from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
 from sparkrun_operator.api.meta import Condition, LabelSelector, Toleration, set_condition
 from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.api.workload import FailureRecord, InferenceWorkloadSpec, InferenceWorkloadStatus
-from sparkrun_operator.plan.names import Claim, Conflict
+from sparkrun_operator.plan.names import Claim
 from sparkrun_operator.recipe.resolve import EffectiveSpec
 from sparkrun_operator.render.workload import RenderOptions
 
@@ -177,10 +177,11 @@ class Observation:
     #: Replica-slot leader -> engine asleep (True/False), from ``/is_sleeping``; absent: unknown.
     asleep: Mapping[str, bool] = field(default_factory=dict)
     options: RenderOptions = field(default_factory=RenderOptions)
-    #: The model names this workload claims (``None``: unknown, no ``Routable`` condition).
-    claim: Claim | None = None
-    #: Its names another workload keeps (:func:`~sparkrun_operator.plan.names.conflicts`).
-    name_conflicts: tuple[Conflict, ...] = ()
+    #: Every claim of one model name, this workload's (perhaps stale) own included: the names
+    #: index over the workloads the operator serves (``None``: unknown, no ``Routable``
+    #: condition). The planner checks its own names, as it resolves them, against it
+    #: (:func:`~sparkrun_operator.plan.names.conflicts`).
+    holders: Callable[[str], Iterable[Claim]] | None = None
     #: The rollout gate's benchmarks (``spec.rollout.gate``), any revision.
     gates: tuple[ObservedGate, ...] = ()
 

@@ -33,7 +33,7 @@ Modules: :mod:`.request` (recipe resolution for a launch), :mod:`.preview` (plan
 from __future__ import annotations
 
 from sparkrun_operator.ops.context import ArgumentCheck, Executor
-from sparkrun_operator.ops.executors.shared import endpoint_entry, recipe_specs, served_names
+from sparkrun_operator.ops.executors.shared import endpoint_entry, recipe_specs, served_model
 from sparkrun_operator.ops.executors.workloads.bulk import check_stop_matching, stop_all, stop_matching
 from sparkrun_operator.ops.executors.workloads.inventory import (
     endpoints,
@@ -48,7 +48,7 @@ from sparkrun_operator.ops.executors.workloads.lifecycle import reconcile, sleep
 from sparkrun_operator.ops.executors.workloads.preview import materialize, plan
 from sparkrun_operator.ops.executors.workloads.request import check_launch
 
-__all__ = ["CHECKS", "EXECUTORS", "endpoint_entry", "recipe_specs", "served_names", "workload_row"]
+__all__ = ["CHECKS", "EXECUTORS", "endpoint_entry", "recipe_specs", "served_model", "workload_row"]
 
 CHECKS: dict[str, ArgumentCheck] = {
     "workloads.run": check_launch,

@@ -8,7 +8,7 @@ from typing import Any
 
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.context import OperationContext
-from sparkrun_operator.ops.executors.shared import endpoint_entry, recipe_specs, sweep
+from sparkrun_operator.ops.executors.shared import endpoint_entry, recipe_specs, served_model, sweep
 
 INVENTORY_LIMIT = 256
 
@@ -59,10 +59,12 @@ async def list_workloads(ctx: OperationContext, args: dict[str, Any]) -> Any:
     )
     if "limit" in args:
         workloads = workloads[: args["limit"]]
+    recipes = await recipe_specs(ctx)
     rows: list[dict[str, Any]] = []
     for workload in workloads:
         meta, spec, status = workload["metadata"], workload.get("spec") or {}, workload.get("status") or {}
         workload_id = kube.workload_id_of(workload)
+        found = served_model(workload, recipes)
         rows.append(
             {
                 "workload_id": workload_id,
@@ -75,7 +77,7 @@ async def list_workloads(ctx: OperationContext, args: dict[str, Any]) -> Any:
                     "state": spec.get("state", "Running"),
                     "cluster": spec.get("cluster"),
                     "manager": spec.get("manager"),
-                    "model": (spec.get("model") or {}).get("name"),
+                    "model": found.model if found else (spec.get("model") or {}).get("name"),
                     "recipe_revision": status.get("recipeRevision"),
                 },
                 "intent_id": status.get("intentId"),

@@ -1,0 +1,159 @@
+"""The naming rule: what a workload serves and which names it answers to. Pure: no I/O.
+
+One function decides it, from the workload and its recipe resolved (``recipe/resolve.py``): the
+**served name is the name the engine is started with** (``--served-model-name``), which is part
+of the serving revision (ADR 0010):
+
+1. ``spec.model.servedName``, else
+2. the recipe's ``defaults.served_model_name``, else
+3. the model the engine loads (``spec.model.name``, else the recipe's ``model``).
+
+Aliases are ``spec.model.aliases`` (minus the served name and repeats). Capabilities are
+``spec.routing.capabilities`` when declared, else derived from the *effective* engine arguments
+(the recipe's included), the last of each flag winning as in the engine: ``--task
+embed``/``embedding``, ``--runner pooling`` or ``--convert embed`` mean embedding, anything else
+text generation.
+
+The operator writes the result to ``status.model`` (:func:`to_status`); the gateway, the
+operator's name index, the daemon API and ``kubectl get iw`` read it back (:func:`of_workload`).
+A workload the operator has not resolved yet has no ``status.model``: then only a workload
+without a recipe has names (the rule needs no recipe for it); a recipe-based one has none until
+the operator has read its Recipe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sparkrun_operator.recipe.resolve import EffectiveSpec
+
+__all__ = [
+    "EMBEDDING",
+    "TEXT_GENERATION",
+    "Served",
+    "capabilities_of",
+    "of_workload",
+    "served",
+    "to_status",
+]
+
+TEXT_GENERATION: Final = "text-generation"
+EMBEDDING: Final = "embedding"
+_CAPABILITIES: Final = (TEXT_GENERATION, EMBEDDING)
+_POOLING_FLAGS: Final = frozenset({"--runner", "--task", "--convert"})
+_EMBEDDING_TASKS: Final = frozenset({"embed", "embedding"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Served:
+    """The model a workload's engine loads and the names and capabilities it is routed by."""
+
+    model: str
+    served_name: str
+    aliases: tuple[str, ...] = ()
+    capabilities: tuple[str, ...] = (TEXT_GENERATION,)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.served_name, *self.aliases)
+
+
+def capabilities_of(declared: Iterable[Any], engine_args: Iterable[Any]) -> tuple[str, ...]:
+    """Declared capabilities (known ones, in a fixed order), else derived from the arguments as
+    the engine reads them: the last ``--runner``/``--task``/``--convert`` wins (a workload's
+    ``--task generate`` after a recipe's ``--task embed`` serves text)."""
+    wanted = {str(c) for c in declared}
+    known = tuple(c for c in _CAPABILITIES if c in wanted)
+    if known:
+        return known
+    last = _last_values(str(a) for a in engine_args)
+    pooling = (
+        last.get("--runner") == "pooling"
+        or last.get("--task") in _EMBEDDING_TASKS
+        or last.get("--convert") == "embed"
+    )
+    return (EMBEDDING,) if pooling else (TEXT_GENERATION,)
+
+
+def _last_values(args: Iterable[str]) -> dict[str, str]:
+    """The last value of each flag in :data:`_POOLING_FLAGS` (``--flag v`` or ``--flag=v``;
+    ``_`` spelled ``-``, as vLLM's parser accepts)."""
+    out: dict[str, str] = {}
+    pending: str | None = None
+    for arg in args:
+        if pending is not None:
+            out[pending] = arg
+            pending = None
+            continue
+        name, eq, value = arg.partition("=")
+        if name.startswith("--"):
+            name = "--" + name[2:].replace("_", "-")
+        if name in _POOLING_FLAGS:
+            if eq:
+                out[name] = value
+            else:
+                pending = name
+    return out
+
+
+def _aliases(served_name: str, aliases: Iterable[Any]) -> tuple[str, ...]:
+    out: list[str] = []
+    for alias in aliases:
+        text = str(alias)
+        if text and text != served_name and text not in out:
+            out.append(text)
+    return tuple(out)
+
+
+def served(spec: Mapping[str, Any], effective: EffectiveSpec) -> Served:
+    """The rule, for a workload's raw ``spec`` and its resolved :class:`EffectiveSpec`."""
+    routing = spec.get("routing") or {}
+    return Served(
+        model=effective.model,
+        served_name=effective.served_name,
+        aliases=_aliases(effective.served_name, effective.aliases),
+        capabilities=capabilities_of(routing.get("capabilities") or (), effective.engine_args),
+    )
+
+
+def to_status(value: Served) -> dict[str, Any]:
+    """``status.model`` (wire form)."""
+    return {
+        "name": value.model,
+        "servedName": value.served_name,
+        "aliases": list(value.aliases),
+        "capabilities": list(value.capabilities),
+    }
+
+
+def of_workload(obj: Mapping[str, Any]) -> Served | None:
+    """The served model of a raw InferenceWorkload: its ``status.model`` when the operator wrote
+    one; else, for a workload without a recipe, the rule applied to its spec; else ``None``."""
+    status = obj.get("status") or {}
+    recorded = status.get("model") if isinstance(status, Mapping) else None
+    if isinstance(recorded, Mapping) and recorded.get("servedName"):
+        name = str(recorded["servedName"])
+        return Served(
+            model=str(recorded.get("name") or name),
+            served_name=name,
+            aliases=_aliases(name, recorded.get("aliases") or ()),
+            capabilities=capabilities_of(recorded.get("capabilities") or (), ()),
+        )
+    spec = obj.get("spec") or {}
+    if spec.get("recipe"):
+        return None
+    model = spec.get("model") or {}
+    if not model.get("name"):
+        return None
+    name = str(model.get("servedName") or model["name"])
+    engine = spec.get("engine") or {}
+    return Served(
+        model=str(model["name"]),
+        served_name=name,
+        aliases=_aliases(name, model.get("aliases") or ()),
+        capabilities=capabilities_of(
+            (spec.get("routing") or {}).get("capabilities") or (), engine.get("args") or ()
+        ),
+    )
