@@ -1,9 +1,14 @@
-"""A DaemonJob in a namespace other than the operator's own runs under the chart's RBAC.
+"""A DaemonJob outside the daemon API's namespace fails at once, with a reason, and its
+executor holds its Lease only in the operator's own namespace.
 
 The executor's liveness Lease lives in the operator's own namespace (the release namespace,
-where the chart's Role grants Leases), whatever namespace a job is in: a namespace editor's
-DaemonJob in their own namespace (ADR 0021) once stayed ``pending`` for ever, because the
-executor tried to hold a Lease in that namespace and the chart grants no Leases there.
+where the chart's Role grants Leases), whatever namespace a job is in. Jobs run only in that
+namespace (ADR 0021, amended): the daemon scopes mean something only there, and an operation
+takes the job's namespace for the API's, so a job in a tenant's namespace would let the tenant's
+own RoleBindings stand in for the daemon API's (binding a cluster role to its ServiceAccount,
+editing cluster-scoped InferenceClusters). Before, such a job stayed ``pending`` for ever under
+the chart's RBAC (its executor was refused a Lease there); with the Lease at home it would have
+run.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ def _job(name: str, namespace: str) -> dict[str, Any]:
     }
 
 
-def test_a_job_in_another_namespace_runs_with_the_lease_at_home(
+def test_a_job_in_another_namespace_is_refused_and_the_lease_stays_at_home(
     testbed: Testbed, kube: KubeApi, tmp_path: Path
 ) -> None:
     other = "tenant-" + secrets.token_hex(4)
@@ -64,7 +69,12 @@ def test_a_job_in_another_namespace_runs_with_the_lease_at_home(
             time.sleep(0.5)
         log = daemon.runner.operator.tail(400)
         assert status is not None, f"the job never finished:\n{log}"
-        assert status["state"] == "succeeded", status
+        assert status["state"] == "failed", status
+        error = status["error"]
+        assert error["type"] == "PermissionError", error
+        assert (error.get("details") or {}).get("reason") == "namespace_not_served", error
+        assert daemon.namespace in error["message"], error
+        assert "result" not in status or status["result"] is None, status
         home = kube.list_items("coordination.k8s.io/v1", "Lease", namespace=daemon.namespace)
         there = kube.list_items("coordination.k8s.io/v1", "Lease", namespace=other)
         executor = status["executor"]

@@ -261,18 +261,31 @@ class JobExecutor:
         return found
 
     async def _authorize(self, op: Operation, obj: dict[str, Any]) -> None:
-        """The job's principal must hold the operation's scope now (ADR 0021).
+        """The job must be in the daemon API's namespace and its principal must hold the
+        operation's scope now (ADR 0021).
 
+        Jobs run only in :attr:`home` (the namespace of the operator and the shim): the daemon
+        scopes mean something only there (``daemon-roles.yaml``), and an operation takes the job's
+        namespace as the API's, so a job elsewhere would let a tenant's own namespace stand in
+        for it (``plugins.k8s.configure_service_account`` binding a cluster role, ``cluster.*``).
         ``spec.principal`` is trusted as far as admission lets it be written
         (``manifests/daemonjob-admission.yaml``: only the shim writes another user's principal);
         the scope is checked again here, with the principal's own identity.
         """
+        namespace = obj["metadata"]["namespace"]
+        if namespace != self.home:
+            raise authz.PrincipalNotAuthorized(
+                f"DaemonJobs run only in the daemon API's namespace {self.home!r}; this job is in "
+                f"{namespace!r}: submit it through the daemon API (POST /v1/ops/{op.name})",
+                attrs={"reason": "namespace_not_served", "namespace": namespace},
+            )
+        if not self.verify_principals:
+            return
         user = authz.principal_of(obj.get("spec") or {})
         if user is None:
             raise authz.PrincipalNotAuthorized(
                 "The job names no principal", attrs={"reason": "principal_missing"}
             )
-        namespace = obj["metadata"]["namespace"]
         await authz.check_scope(self.authorizer_in(namespace), user, op.scope, secret=op.secret)
 
     async def _run(self, key: tuple[str, str], control: _Control) -> None:
@@ -286,7 +299,7 @@ class JobExecutor:
                 executor_id=self.executor_id,
                 prompt_timeout=self.settings.prompt_timeout,
                 clock=self.clock,
-                authorize=self._authorize if self.verify_principals else None,
+                authorize=self._authorize,
             )
         except asyncio.CancelledError:
             raise
