@@ -243,16 +243,21 @@ async def _daemon_sleep(api: Any, kube: KubeApi, namespace: str) -> None:
             await task
 
 
-async def _gateway_wake(api: Any, namespace: str) -> None:
+async def _gateway_wake(api: Any, kube: KubeApi, namespace: str) -> None:
     """What the gateway does for a request to a Sleeping model: its routing source sees the
-    workload, its waker sets ``spec.state: Running``."""
+    workload (by its served name: the recipe's, not the workload's name), its waker sets
+    ``spec.state: Running``."""
+    live = kube.get(API, "InferenceWorkload", "napper", namespace=namespace) or {}
+    served = ((live.get("status") or {}).get("model") or {}).get("servedName")
+    assert served, live.get("status")
+    assert served != "napper", served
     rest = Kube(api, field_manager=GATEWAY_MANAGER, owns_api=False)
     source = KubeRoutingSource(rest, namespace=namespace)
     await source.start()
     try:
         async with asyncio.timeout(30):
             table = source.snapshot()
-            while (found := table.lookup("napper")) is None or found.state != "Sleeping":
+            while (found := table.lookup(served)) is None or found.state != "Sleeping":
                 table = await source.wait_changed(table.version)
         await KubeWaker(rest).wake(found)
     finally:
@@ -288,7 +293,7 @@ async def test_runtime_state_and_gitops_do_not_fight(
     assert set(actions(flux.apply(git, namespace=namespace)).values()) == {"unchanged"}
     assert _state_owners(kube, namespace)[0] == "Sleeping", "re-applying Git must not wake it"
 
-    await _gateway_wake(k8s_api, namespace)
+    await _gateway_wake(k8s_api, kube, namespace)
     assert _state_owners(kube, namespace) == ("Running", {GATEWAY_MANAGER})
     report = flux.diff(git, namespace=namespace)
     assert report["drifted"] == [], drift_of(report)

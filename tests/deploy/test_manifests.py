@@ -115,7 +115,8 @@ def test_manifests_apply_and_the_operator_works_with_its_own_rbac(
 
     kubeconfig = _sa_kubeconfig(testbed, kubectl, "sparkrun-operator", tmp_path / "operator.kubeconfig")
     log = tmp_path / "operator.log"
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
+    # NB: POD_NAMESPACE as the Deployment sets it (the executor's Lease goes where the Role is).
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1", "POD_NAMESPACE": SYSTEM_NS}
     # NB: it serves this test's namespace only. Every namespace would make it a second operator of
     # the other tests' objects, running concurrently on the shared testbed: it reconciled their
     # workloads and took their DaemonJobs (whose executor Leases it may not touch there). The

@@ -166,6 +166,8 @@ class JobExecutor:
         #: The operator's own namespace: its executor Lease lives here, whatever namespace a job
         #: is in (the chart grants Leases only in the release namespace; the shim reads them there).
         self.home = self.settings.namespace
+        #: Whether this executor has written its Lease (then :meth:`stop` releases it).
+        self.leased = False
         self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
         self.controls: dict[tuple[str, str], _Control] = {}
         self.tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -201,6 +203,8 @@ class JobExecutor:
                 await task
         self._background.clear()
         self.tasks.clear()
+        if not self.leased:
+            return  # NB: it never saw a job: no Lease to release (and maybe no right to)
         try:
             await leases.release(self.rest, self.home, self.executor_id)
         except Exception:  # NB: best effort: the Lease then expires by itself
@@ -290,7 +294,7 @@ class JobExecutor:
 
     async def _run(self, key: tuple[str, str], control: _Control) -> None:
         try:
-            await leases.renew(self.rest, self.home, self.executor_id, duration=self.lease_seconds)
+            await self._renew()
             await run_job(
                 control,
                 catalog=self.catalog,
@@ -319,7 +323,7 @@ class JobExecutor:
             failed = False
             try:
                 if self.namespaces:
-                    await leases.renew(self.rest, self.home, self.executor_id, duration=self.lease_seconds)
+                    await self._renew()
                     await self._recheck_foreign()
             except Exception:
                 failed = True
@@ -329,6 +333,10 @@ class JobExecutor:
             else:
                 failures.reset()
                 await asyncio.sleep(period)
+
+    async def _renew(self) -> None:
+        self.leased = True  # NB: before the call: a renewal that reached the apiserver may have written it
+        await leases.renew(self.rest, self.home, self.executor_id, duration=self.lease_seconds)
 
     async def _recheck_foreign(self) -> None:
         """Take over (as lost) the active jobs of executors that died since we last looked."""
