@@ -167,17 +167,19 @@ def test_a_recipe_workload_is_routed_by_the_name_its_engine_serves() -> None:
     assert entry.routable
 
 
-def test_status_model_wins_over_the_spec() -> None:
-    # status.model is what the operator resolved for the desired revision (the recipe included);
-    # the spec's own fields are not read again by the gateway.
-    wl = _iw(
-        "a",
-        model={"name": "org/m", "servedName": "spec-name", "aliases": ["spec-alias"]},
-        status={"model": {**_SERVED_X, "capabilities": ["embedding"]}},
-    )
-    (entry,) = build_entries([wl], [])
+def test_status_model_names_a_recipe_workload_and_the_spec_a_plain_one() -> None:
+    # A recipe-based workload: status.model is what the operator resolved for the desired
+    # revision (the recipe included); the spec's own fields are not read again by the gateway.
+    model = {"name": "org/m", "servedName": "spec-name", "aliases": ["spec-alias"]}
+    status = {"model": {**_SERVED_X, "capabilities": ["embedding"]}}
+    (entry,) = build_entries([_iw("a", recipe={"name": "r"}, model=model, status=status)], [])
     assert entry.names == ("served-x", "x")
     assert entry.capabilities == {"embedding"}
+    # Without a recipe the rule needs only the spec: a status.model (writable by whoever holds
+    # inferenceworkloads/status) is not believed over it.
+    (plain,) = build_entries([_iw("b", model=model, status=status)], [])
+    assert plain.names == ("spec-name", "spec-alias")
+    assert plain.capabilities == {"text-generation"}
 
 
 def test_capabilities_come_from_status_model() -> None:

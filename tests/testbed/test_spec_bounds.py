@@ -227,3 +227,65 @@ def test_an_object_stored_before_the_bound_stays_served_and_updatable(
     assert info.value.status == 422
     assert "spec.engine.args[0]: Too long" in info.value.message
     _merge_patch(kube, probe, "stored-before", namespace, {"spec": {"engine": {"args": ["--short"]}}})
+
+
+NAME_GROUP = "names-probe.sparkrun.dev"
+
+
+def _name_probe_crd(*, ruled: bool) -> dict[str, Any]:
+    """The generated InferenceWorkload CRD as kind NameProbe; without the served-name CEL rules
+    (``api/servedname.py``, the schema before them) unless ``ruled``."""
+    doc = renamed_crd(INFERENCE_WORKLOAD, NAME_GROUP, "NameProbe")
+    if not ruled:
+        model = spec_schema(doc)["properties"]["model"]["properties"]
+        for node in (model["name"], model["servedName"], model["aliases"]["items"]):
+            del node["x-kubernetes-validations"]
+    return doc
+
+
+def test_a_served_name_stored_before_its_rule_stays_served_until_it_changes(
+    testbed: Testbed, kube: KubeApi, namespace: str
+) -> None:
+    """CRD validation ratcheting covers the served-name CEL rules too (docs/concepts.md "Model
+    names"): a stored bidi-override name stays, updates that leave it alone pass, changing it
+    must meet the rule."""
+    api_version = f"{NAME_GROUP}/v1alpha1"
+    testbed.apply_crds([_name_probe_crd(ruled=False)])
+    try:
+        old = _example("inferenceworkload", "named-before")
+        old["apiVersion"], old["kind"] = api_version, "NameProbe"
+        old["spec"]["model"]["servedName"] = "gpt\u202eprod"
+        kube.create(old, namespace=namespace)
+        testbed.apply_crds([_name_probe_crd(ruled=True)])
+        fresh = copy.deepcopy(old)
+        fresh["metadata"]["name"] = f"fresh-{secrets.token_hex(3)}"
+        path = kube.resource_path(api_version, "NameProbe", namespace=namespace)
+
+        def rule_in_force() -> bool:
+            try:
+                kube.request("POST", path, params={"dryRun": "All"}, json=fresh)
+            except ApiError as e:
+                return e.status == 422 and "control or format characters" in e.message
+            return False
+
+        kube.wait(rule_in_force, timeout=30, what="the served-name rule in force")
+
+        def patch(change: dict[str, Any]) -> None:
+            kube.request(
+                "PATCH",
+                kube.resource_path(api_version, "NameProbe", namespace=namespace, name="named-before"),
+                content=json.dumps({"spec": change}),
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+
+        patch({"replicas": 2})
+        stored = kube.get(api_version, "NameProbe", "named-before", namespace=namespace)
+        assert stored is not None
+        assert (stored["spec"]["model"]["servedName"], stored["spec"]["replicas"]) == ("gpt\u202eprod", 2)
+        with pytest.raises(ApiError) as info:
+            patch({"model": {"servedName": "gpt\u202eprod2"}})
+        assert info.value.status == 422
+        assert "spec.model.servedName" in info.value.message
+        patch({"model": {"servedName": "gpt-prod"}})
+    finally:
+        kube.delete("apiextensions.k8s.io/v1", "CustomResourceDefinition", f"nameprobes.{NAME_GROUP}")

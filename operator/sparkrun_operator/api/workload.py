@@ -18,6 +18,7 @@ from sparkrun_operator.api.meta import (
     LocalObjectReference,
     Toleration,
 )
+from sparkrun_operator.api.servedname import ServedName
 
 DEFAULT_ENGINE_IMAGE = "vllm/vllm-openai:v0.33.0"
 ENGINE_PORT = 8000
@@ -34,10 +35,9 @@ WorkloadPhase = Literal[
 class ModelSpec(KubeModel):
     """Which model to serve."""
 
-    name: str = Field(
-        description="Hugging Face model id (org/name) or a path the engine understands.",
-        min_length=1,
-        max_length=256,
+    name: ServedName = Field(
+        description="Hugging Face model id (org/name) or a path the engine understands; the served name "
+        "when servedName is not set, so held to the same rule.",
     )
     revision: str | None = Field(
         default=None,
@@ -45,15 +45,14 @@ class ModelSpec(KubeModel):
         min_length=1,
         max_length=128,
     )
-    served_name: str | None = Field(
+    served_name: ServedName | None = Field(
         default=None,
-        description="Name clients use in the 'model' field; defaults to the model name.",
-        min_length=1,
-        max_length=256,
+        description="Name clients use in the 'model' field; defaults to the model name. 1-256 characters, "
+        "no control or format characters, no whitespace at either end.",
     )
-    aliases: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(
+    aliases: list[ServedName] = Field(
         default_factory=list,
-        description="Extra names the gateway routes to this workload.",
+        description="Extra names the gateway routes to this workload (each held to servedName's rule).",
         max_length=16,
         json_schema_extra={"x-kubernetes-list-type": "set"},
     )

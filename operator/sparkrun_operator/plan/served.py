@@ -15,10 +15,10 @@ embed``/``embedding``, ``--runner pooling`` or ``--convert embed`` mean embeddin
 text generation.
 
 The operator writes the result to ``status.model`` (:func:`to_status`); the gateway, the
-operator's name index, the daemon API and ``kubectl get iw`` read it back (:func:`of_workload`).
-A workload the operator has not resolved yet has no ``status.model``: then only a workload
-without a recipe has names (the rule needs no recipe for it); a recipe-based one has none until
-the operator has read its Recipe.
+operator's name index, the daemon API and ``kubectl get iw`` read it (:func:`of_workload`) for
+a recipe-based workload, whose Recipe only the operator reads (none until it has). A workload
+without a recipe is named by the rule applied to its spec, never by its status: nothing in the
+status is needed for it, and a status is not the operator's alone to write (docs/security.md).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from sparkrun_operator.api import servedname
 from sparkrun_operator.recipe.resolve import EffectiveSpec
 
 __all__ = [
@@ -129,31 +130,49 @@ def to_status(value: Served) -> dict[str, Any]:
 
 
 def of_workload(obj: Mapping[str, Any]) -> Served | None:
-    """The served model of a raw InferenceWorkload: its ``status.model`` when the operator wrote
-    one; else, for a workload without a recipe, the rule applied to its spec; else ``None``."""
-    status = obj.get("status") or {}
-    recorded = status.get("model") if isinstance(status, Mapping) else None
-    if isinstance(recorded, Mapping) and recorded.get("servedName"):
-        name = str(recorded["servedName"])
-        return Served(
-            model=str(recorded.get("name") or name),
-            served_name=name,
-            aliases=_aliases(name, recorded.get("aliases") or ()),
-            capabilities=capabilities_of(recorded.get("capabilities") or (), ()),
-        )
+    """The served model of a raw InferenceWorkload, or ``None`` (no names).
+
+    A workload **without a recipe**: the rule applied to its spec, whatever its status says
+    (the rule needs nothing else; ``status.model`` is writable by whoever holds
+    ``inferenceworkloads/status``, and a name from there would be routed over the spec's).
+    ``None`` when a name in its spec is not a served name (``api/servedname.py``: a workload
+    stored before admission checked them; the operator refuses to resolve it too).
+
+    A workload **with a recipe**: its ``status.model``, written by the operator, the only
+    reader of its Recipe; ``None`` until the operator resolved it.
+    """
     spec = obj.get("spec") or {}
-    if spec.get("recipe"):
+    if not isinstance(spec, Mapping):
         return None
+    if spec.get("recipe"):
+        return _recorded(obj.get("status"))
     model = spec.get("model") or {}
-    if not model.get("name"):
+    if not isinstance(model, Mapping) or not model.get("name"):
         return None
     name = str(model.get("servedName") or model["name"])
+    aliases = [str(a) for a in model.get("aliases") or ()]
+    if any(servedname.problem(n) is not None for n in (str(model["name"]), name, *aliases)):
+        return None
     engine = spec.get("engine") or {}
     return Served(
         model=str(model["name"]),
         served_name=name,
-        aliases=_aliases(name, model.get("aliases") or ()),
+        aliases=_aliases(name, aliases),
         capabilities=capabilities_of(
             (spec.get("routing") or {}).get("capabilities") or (), engine.get("args") or ()
         ),
+    )
+
+
+def _recorded(status: Any) -> Served | None:
+    """``status.model`` as the operator wrote it (``None`` without a served name)."""
+    recorded = status.get("model") if isinstance(status, Mapping) else None
+    if not isinstance(recorded, Mapping) or not recorded.get("servedName"):
+        return None
+    name = str(recorded["servedName"])
+    return Served(
+        model=str(recorded.get("name") or name),
+        served_name=name,
+        aliases=_aliases(name, recorded.get("aliases") or ()),
+        capabilities=capabilities_of(recorded.get("capabilities") or (), ()),
     )

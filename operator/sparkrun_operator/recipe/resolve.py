@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from sparkrun_operator.api import servedname
 from sparkrun_operator.api.meta import EnvVar
 from sparkrun_operator.api.recipe import RecipeIssue, RecipeSpec
 from sparkrun_operator.api.workload import (
@@ -46,8 +47,6 @@ from sparkrun_operator.recipe.flags import Issues, check_user_args, default_flag
 
 #: Runtimes this operator serves (``vllm`` resolves to ``vllm-distributed`` in sparkrun).
 SUPPORTED_RUNTIMES: Final = frozenset({"vllm", "vllm-distributed"})
-#: The longest served name (``spec.model.servedName`` and ``status.model.servedName`` alike).
-SERVED_NAME_MAX_LENGTH: Final = 256
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -204,30 +203,40 @@ def _check_recipe(recipe: RecipeSpec, issues: Issues, *, check_args: bool) -> To
     return topology
 
 
-def _check_served_name(value: Any, issues: Issues) -> None:
-    """An error when the recipe's served name (``defaults.served_model_name``, else its model)
-    cannot be a name clients route by.
+def _check_served_name(value: Any, issues: Issues, where: str = "defaults.served_model_name") -> None:
+    """An error when a served name cannot be a name clients route by: the one definition of
+    ``api/servedname.py``, which admission applies to ``spec.model.servedName``, ``aliases`` and
+    ``name`` (a workload stored before that rule is refused here, so ``status.model`` never
+    carries a name admission would refuse).
 
-    It becomes the engine's ``--served-model-name`` and ``status.model.servedName`` (at most
-    :data:`SERVED_NAME_MAX_LENGTH` characters, like ``spec.model.servedName``), and the gateway
-    matches it against the ``model`` of requests and lists it: a control or format character
-    (a line break, a tab, NUL, a bidi override) would split, corrupt or disguise it. A plain
-    space is allowed, as in ``spec.model.servedName`` (the engine gets it as one argument).
+    It becomes the engine's ``--served-model-name`` and ``status.model.servedName``, and the
+    gateway matches it against the ``model`` of requests and lists it: a control or format
+    character (a line break, a tab, NUL, a bidi override) would split, corrupt or disguise it.
+    A recipe's may be a number (sparkrun renders it as text).
     """
-    where = "defaults.served_model_name"
     if isinstance(value, bool) or not isinstance(value, str | int):
         issues.add("error", f"served_model_name must be a string, got {type(value).__name__}", where)
         return
-    text = str(value)
-    if len(text) > SERVED_NAME_MAX_LENGTH:
-        issues.add(
-            "error",
-            f"the served name has {len(text)} characters, more than {SERVED_NAME_MAX_LENGTH}; set a "
-            "shorter served_model_name (or spec.model.servedName)",
-            where,
+    problem = servedname.problem(str(value))
+    if problem is not None:
+        hint = (
+            "; set a shorter served_model_name (or spec.model.servedName)"
+            if problem.startswith("has ")
+            else ""
         )
-    elif not text or not text.isprintable():
-        issues.add("error", "the served name may not be empty or contain control characters", where)
+        issues.add("error", f"the served name {problem}{hint}", where)
+
+
+def _check_workload_names(workload: InferenceWorkloadSpec, issues: Issues) -> None:
+    """The workload's own names (``spec.model``): each held to the served-name rule."""
+    ref = workload.model
+    if ref is None:
+        return
+    _check_served_name(ref.name, issues, "spec.model.name")
+    if ref.served_name is not None:
+        _check_served_name(ref.served_name, issues, "spec.model.servedName")
+    for i, alias in enumerate(ref.aliases):
+        _check_served_name(alias, issues, f"spec.model.aliases[{i}]")
 
 
 def _template_settings(*, recipe: RecipeSpec, overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -276,6 +285,7 @@ def _resolve_plain(workload: InferenceWorkloadSpec, issues: Issues) -> Resolutio
     if workload.model is None:
         issues.add("error", "spec.model is required when no recipe is named", "spec.model")
         return Resolution(None, tuple(issues.items))
+    _check_workload_names(workload, issues)
     topo = workload.topology
     topology = Topology(
         nodes=topo.nodes,
@@ -333,8 +343,11 @@ class _Choices:
 def _resolve_recipe(workload: InferenceWorkloadSpec, recipe: RecipeSpec, issues: Issues) -> Resolution:
     recipe_topology = _check_recipe(recipe, issues, check_args=False)
     chosen = _choices(workload, recipe, recipe_topology, issues)
-    if workload.model is None or not workload.model.served_name:
-        _check_served_name(chosen.served, issues)  # the recipe's name (a workload's is bounded)
+    _check_workload_names(workload, issues)
+    ref = workload.model
+    recipe_named = bool((recipe.defaults or {}).get("served_model_name"))
+    if ref is None or (not ref.served_name and recipe_named):
+        _check_served_name(chosen.served, issues)  # the recipe's name (the workload's checked above)
     topology = chosen.topology
     if topology is None or issues.failed:
         return Resolution(None, tuple(issues.items))

@@ -14,6 +14,8 @@ import pytest
 from sparkrun_operator.api import conditions as c
 from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus, ServedModel
+from sparkrun_operator.gateway.kube import build_entries
+from sparkrun_operator.gateway.routing import RoutingTable
 from sparkrun_operator.plan import names, served
 from sparkrun_operator.plan.served import EMBEDDING, TEXT_GENERATION, Served
 from sparkrun_operator.plan.workload import Observation, ObservedJobSet, ObservedRecipe, plan
@@ -86,7 +88,10 @@ def test_aliases_drop_the_served_name_and_repeats() -> None:
     got = _served(raw)
     assert got.aliases == ("a", "b")
     assert got.names == ("tiny", "a", "b")
-    recorded = {"status": {"model": {"name": MODEL, "servedName": "tiny", "aliases": ["tiny", "a", "a", ""]}}}
+    recorded = {
+        "spec": {"recipe": {"name": "rx"}},
+        "status": {"model": {"name": MODEL, "servedName": "tiny", "aliases": ["tiny", "a", "a", ""]}},
+    }
     found = served.of_workload(recorded)
     assert found is not None
     assert found.aliases == ("a",)
@@ -127,16 +132,18 @@ def test_capabilities_of_ignores_unknown_declarations() -> None:
     assert served.capabilities_of([], ["--max_model_len", "8", "--runner_x", "pooling"]) == (TEXT_GENERATION,)
 
 
-def test_of_workload_reads_the_status_first_then_a_plain_spec_only() -> None:
+def test_of_workload_reads_a_recipe_workloads_status_and_a_plain_workloads_spec() -> None:
     status_model = {"name": MODEL, "servedName": "served-x", "aliases": ["x"], "capabilities": [EMBEDDING]}
     recipe_wl = {"metadata": {"name": "wl-x"}, "spec": {"recipe": {"name": "rx"}}}
     # a recipe-based workload the operator has not resolved has no names (not its own name)
     assert served.of_workload(recipe_wl) is None
     found = served.of_workload({**recipe_wl, "status": {"model": status_model}})
     assert found == Served(model=MODEL, served_name="served-x", aliases=("x",), capabilities=(EMBEDDING,))
-    # the status wins over the spec it was resolved from
+    # a workload without a recipe: the rule on its spec, whatever its status says
     plain = {"spec": {"model": {"name": MODEL, "servedName": "spec-name"}}}
-    assert served.of_workload({**plain, "status": {"model": status_model}}) == found
+    assert served.of_workload({**plain, "status": {"model": status_model}}) == Served(
+        model=MODEL, served_name="spec-name"
+    )
     # a plain workload before its first pass: the rule on its spec (its engine arguments)
     before = served.of_workload(
         {"spec": {"model": {"name": MODEL}, "engine": {"args": ["--runner", "pooling"]}}}
@@ -307,3 +314,124 @@ def test_a_long_recipe_model_without_a_served_name_is_refused_not_written() -> N
         "short",
     )
     assert resolve(workload=RECIPE_WL, recipe=_recipe(defaults={"served_model_name": 7})).spec is not None
+
+
+# -- who may name a workload: not a writer of its status (hostile review of issue 24) ------
+
+
+def test_status_model_from_a_non_operator_writer_is_not_trusted_over_spec() -> None:
+    """A workload without a recipe: its spec says ``mine``; its ``status.model``, writable by
+    anyone granted ``inferenceworkloads/status`` (a wildcard namespace role), says ``gpt-prod``.
+    The names index, the conflict rule and the gateway take the spec: nothing in the status is
+    needed to apply the rule to it."""
+    spec = {"model": {"name": MODEL, "servedName": "mine", "aliases": ["mine-2"]}}
+    forged = {"name": "evil/m", "servedName": "gpt-prod", "aliases": ["x"], "capabilities": [EMBEDDING]}
+    meta = {"name": "w", "namespace": "tenant-a", "creationTimestamp": "2026-01-01T00:00:00Z"}
+    obj = {"metadata": meta, "spec": spec, "status": {"phase": "Running", "model": forged}}
+    assert served.of_workload(obj) == Served(model=MODEL, served_name="mine", aliases=("mine-2",))
+    claim = names.claim_of(obj)
+    assert claim is not None
+    assert claim.names == ("mine", "mine-2")
+    table = RoutingTable.build(build_entries([obj], []), 1)
+    assert table.lookup("gpt-prod") is None
+    assert table.lookup("x") is None
+    found = table.lookup("mine")
+    assert found is not None
+    assert found.key == "tenant-a/w"
+    # the planner's own claim (the Routable condition) is the same: the spec's names
+    forged_status = InferenceWorkloadStatus.model_validate({"model": forged})
+    p = plan(_obs(_spec(**spec), status=forged_status, holders=lambda _: ()))
+    routable = next(cond for cond in p.status.conditions if cond.type == c.ROUTABLE)
+    assert routable.message == "the gateway routes 'mine', 'mine-2'"
+    # a recipe-based workload is still named by its status (only the operator reads its Recipe)
+    recipe_obj = {"metadata": meta, "spec": {"recipe": {"name": "rx"}}, "status": {"model": forged}}
+    recorded = served.of_workload(recipe_obj)
+    assert recorded is not None
+    assert recorded.served_name == "gpt-prod"
+
+
+# -- one definition of a served name (api/servedname.py) -------------------------------------
+
+#: Names admission refuses in ``spec.model.servedName``/``aliases``/``name`` and a Recipe's served name.
+HOSTILE = [
+    "gpt-prod\n",
+    "gpt-prod\r\n",
+    "gpt-\u202eprod",
+    "gpt\u2066prod",
+    "gpt-prod\u200b",
+    "\ufeffgpt",
+    "\x1b[2Jgpt",
+    "tab\there",
+    "nul\x00",
+    "line\u2028sep",
+    " gpt-prod",
+    "gpt-prod ",
+    "gpt-prod\u00a0",
+    "\u3000gpt",
+]
+
+
+def _spec_cases(bad: str) -> list[tuple[dict[str, Any], RecipeSpec | None, str]]:
+    """Each place a workload names what it serves, holding ``bad``, with the field refused."""
+    return [
+        ({"model": {"name": MODEL, "servedName": bad}}, None, "spec.model.servedName"),
+        ({"model": {"name": MODEL, "aliases": ["ok", bad]}}, None, "spec.model.aliases[1]"),
+        ({"model": {"name": bad}}, None, "spec.model.name"),
+        (
+            {"recipe": {"name": "rx"}, "model": {"name": MODEL, "servedName": bad}},
+            SERVED_X,
+            "spec.model.servedName",
+        ),
+        (
+            {"recipe": {"name": "rx"}, "model": {"name": MODEL, "aliases": [bad]}},
+            SERVED_X,
+            "spec.model.aliases[0]",
+        ),
+    ]
+
+
+@pytest.mark.parametrize("bad", HOSTILE)
+def test_spec_served_name_is_held_to_the_same_rule_as_a_recipes(bad: str) -> None:
+    """A workload's own names are checked by the rule a recipe's served name is: a workload
+    stored before admission checked them (CRD validation ratcheting) resolves to an error, gets
+    no ``status.model`` and starts nothing, and is routed by no name."""
+    for raw, recipe, field in _spec_cases(bad):
+        resolution = resolve(workload=_spec(**raw), recipe=recipe)
+        assert resolution.spec is None, (raw, resolution.issues)
+        assert any(i.field == field and i.severity == "error" for i in resolution.errors), resolution.errors
+        observed = ObservedRecipe(name="rx", spec=recipe) if recipe is not None else None
+        p = plan(_obs(_spec(**raw), recipe=observed))
+        assert p.status.model is None
+        assert all(doc["kind"] != "JobSet" for doc in p.apply)
+        assert any(cond.reason == c.REASON_INVALID_SPEC for cond in p.status.conditions)
+        if recipe is None:
+            assert served.of_workload({"spec": raw}) is None
+            assert names.claim_of({"metadata": {"name": "w"}, "spec": raw}) is None
+
+
+@pytest.mark.parametrize("bad", HOSTILE)
+def test_a_recipes_served_name_is_refused_by_the_same_rule(bad: str) -> None:
+    issues = validate_recipe(_recipe(defaults={"served_model_name": bad}))
+    assert any(i.field == "defaults.served_model_name" and i.severity == "error" for i in issues)
+    assert resolve(workload=RECIPE_WL, recipe=_recipe(defaults={"served_model_name": bad})).spec is None
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "gpt prod",  # an inner space (the engine gets one argument)
+        "gpt\u00a0prod",  # an inner no-break space: a look-alike, not a control
+        "\u0433pt-prod",  # Cyrillic ghe: a look-alike (NFKC does not fold it either)
+        "\uff47\uff50\uff54",  # fullwidth "gpt": NFKC folds it to "gpt", still not refused
+        "\u00e9t\u00e9",
+        "x" * 256,
+    ],
+)
+def test_look_alikes_are_served_names_of_their_own(name: str) -> None:
+    """NFKC look-alikes are not refused: they are distinct names, routed and listed as written
+    (the gateway matches names exactly), so one never answers for another."""
+    raw = {"model": {"name": MODEL, "servedName": name, "aliases": [name.upper()]}}
+    assert _served(raw).names == (name, name.upper())
+    assert (
+        _served({"recipe": {"name": "rx"}}, _recipe(defaults={"served_model_name": name})).served_name == name
+    )

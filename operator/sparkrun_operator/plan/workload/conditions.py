@@ -154,13 +154,11 @@ def _routable(obs: Observation, cond: Conditions, model: ServedModel | None) -> 
 
 def own_claim(obs: Observation, model: ServedModel | None) -> names.Claim | None:
     """The names the workload claims once ``model`` is its ``status.model``: exactly what the
-    names index will hold for it (``plan.served.of_workload``)."""
+    names index will hold for it (``plan.served.of_workload``: the status of a recipe-based
+    workload, the spec of one without a recipe)."""
+    obj: dict[str, Any] = {"spec": obs.spec.to_wire()}
     if model is not None:
-        obj: dict[str, Any] = {"status": {"model": model.to_wire()}}
-    elif obs.spec.recipe is None:
-        obj = {"spec": obs.spec.to_wire()}  # rare: an invalid spec that nothing runs
-    else:
-        return None
+        obj["status"] = {"model": model.to_wire()}
     found = served.of_workload(obj)
     if found is None:
         return None
