@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, Final
 
 from sparkrun_operator.api.benchmark import ScenarioResult
 from sparkrun_operator.api.cluster import InferenceClusterSpec
@@ -21,6 +21,7 @@ from sparkrun_operator.api.meta import LabelSelector
 from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.api.workload import FailureRecord
 from sparkrun_operator.plan import cluster as cluster_plan
+from sparkrun_operator.plan import served
 from sparkrun_operator.plan.cluster import ClusterRef, ObservedGpuPod, ObservedNode
 from sparkrun_operator.plan.workload import (
     NodeCapacity,
@@ -31,9 +32,13 @@ from sparkrun_operator.plan.workload import (
     ObservedPod,
     ObservedRecipe,
 )
+from sparkrun_operator.plan.workload.model import EngineStart
 from sparkrun_operator.render import keys
 
 Obj = Mapping[str, Any]
+
+#: The flag ``render/`` starts the engine with its served name by.
+SERVED_NAME_FLAG: Final = "--served-model-name"
 
 
 def parse_time(value: Any) -> dt.datetime | None:
@@ -159,7 +164,42 @@ def jobset_from(obj: Obj) -> ObservedJobSet | None:
             if isinstance(rjob, Mapping)
             for k in ("active", "ready", "succeeded", "failed", "suspended")
         ),
+        engine=engine_start(spec),
     )
+
+
+def _items(value: Any) -> list[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def _at(obj: Any, *path: str) -> Any:
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, Mapping) else None
+    return obj
+
+
+def engine_start(spec: Mapping[str, Any]) -> EngineStart | None:
+    """What the leader's engine of a JobSet ``spec`` was started with: the ``vllm`` container's
+    ``args`` (``vllm serve`` arguments, model first, as ``render/`` writes them) hold the model and
+    ``--served-model-name``; ``None`` when they do not (whether ``status.model`` can carry them is
+    the planner's check)."""
+    leader = next((j for j in _items(spec.get("replicatedJobs")) if j.get("name") == keys.ROLE_LEADER), None)
+    containers = _items(_at(leader, "template", "spec", "template", "spec", "containers"))
+    engine = next((c for c in containers if c.get("name") == keys.CONTAINER_ENGINE), None)
+    args = engine.get("args") if engine is not None else None
+    if not isinstance(args, list) or not args or not all(isinstance(a, str) for a in args):
+        return None
+    model, served_name = args[0], None
+    for i, arg in enumerate(args):
+        if arg == SERVED_NAME_FLAG:
+            served_name = args[i + 1] if i + 1 < len(args) else None
+            break
+        if arg.startswith(SERVED_NAME_FLAG + "="):
+            served_name = arg.partition("=")[2]
+            break
+    if not model or model.startswith("-") or not served_name:
+        return None
+    return EngineStart(model=model, served_name=served_name, capabilities=served.capabilities_of((), args))
 
 
 def _failure(pod_name: str, statuses: Iterable[Any]) -> FailureRecord | None:

@@ -100,9 +100,17 @@ _DEFAULT_FLAGS: Final[Mapping[str, str | None]] = {
 _TEMPLATE_TOKEN = re.compile(r"\{\{|\}\}|\{[^{}]*\}|[{}]")
 #: The template's own literal braces while references are resolved (NUL cannot reach an argv).
 _OPEN, _CLOSE = "\x00(", "\x00)"
-#: Substitution passes (a value may name another setting), and the most text they may make.
+#: Substitution passes (a value may name another setting).
 _MAX_PASSES: Final = 10
-_MAX_RENDERED: Final = 1 << 20
+#: The most characters a filled command template may make, checked while it is filled (before
+#: the command is split or rendered): the engine's arguments are in every JobSet twice (the
+#: leader's ``args``, a worker's shell line), under etcd's 1.5 MiB object limit with the rest of
+#: the pods, and they are resolved on the operator's and the shim's event loops. Two arguments of
+#: ``spec.engine.args``' own bound (32,768 characters) fit.
+MAX_FILLED_COMMAND: Final = 65536
+#: The most words (``vllm serve``, the model and the arguments) a filled command may have: a
+#: real recipe has a few dozen; ``spec.engine.args`` has at most 128 items.
+MAX_COMMAND_WORDS: Final = 1024
 _TRAILING_BLANK_CONTINUATION = re.compile(r"\\[ \t]+\n")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -184,12 +192,13 @@ def fill_template(template: str, *, settings: Mapping[str, Any]) -> tuple[str, l
       :data:`_MAX_PASSES` passes resolve them; text that still changes after them refers to itself.
     - Values are rendered with ``str()`` (``True``, ``0.5``), as sparkrun's template engine does.
 
-    Raises ``ValueError`` for text that does not settle, grows past :data:`_MAX_RENDERED`
-    characters, or holds a NUL character (which no engine argument can carry).
+    Raises ``ValueError`` for text that does not settle, grows past :data:`MAX_FILLED_COMMAND`
+    characters (checked before each value is added), or holds a NUL character (which no engine
+    argument can carry).
     """
     missing: list[str] = []
     escapes = "{{" in template
-    budget = _Budget()
+    budget = _Budget(MAX_FILLED_COMMAND - len(template))
 
     def first(match: re.Match[str]) -> str:
         token = match.group(0)
@@ -206,7 +215,7 @@ def fill_template(template: str, *, settings: Mapping[str, Any]) -> tuple[str, l
 
     text = _TEMPLATE_TOKEN.sub(first, _no_nul(template))
     for _ in range(_MAX_PASSES):
-        budget.left = _MAX_RENDERED - len(text)
+        budget.left = MAX_FILLED_COMMAND - len(text)
         after = _resolve_references(text, settings, budget)
         if after == text:
             return text.replace(_OPEN, "{").replace(_CLOSE, "}"), missing
@@ -249,14 +258,14 @@ def _resolve_references(text: str, settings: Mapping[str, Any], budget: _Budget)
 class _Budget:
     """Characters substituted values may still add in one pass (checked before they are added)."""
 
-    def __init__(self) -> None:
-        self.left = _MAX_RENDERED
+    def __init__(self, left: int = MAX_FILLED_COMMAND) -> None:
+        self.left = left
 
     def spend(self, value: Any) -> str:
         text = _no_nul(str(value))
         self.left -= len(text)
         if self.left < 0:
-            raise ValueError(f"the filled command grows past {_MAX_RENDERED} characters")
+            raise ValueError(f"the filled command grows past {MAX_FILLED_COMMAND} characters")
         return text
 
 
@@ -285,9 +294,12 @@ def template_args(command: str, *, settings: Mapping[str, Any], issues: Issues) 
     # is repaired first, as sparkrun does); the operator runs no shell, so no expansion happens.
     text = _TRAILING_BLANK_CONTINUATION.sub("\\\n", text).replace("\\\n", "")
     try:
-        tokens = shlex.split(text)
+        tokens = _words(text)
     except ValueError as error:
         issues.add("error", f"command template is not valid shell syntax: {error}", "command")
+        return None
+    if tokens is None:
+        issues.add("error", f"command template makes more than {MAX_COMMAND_WORDS} words", "command")
         return None
     if tokens[:2] != ["vllm", "serve"]:
         shown = " ".join(tokens[:2]) or "(empty)"
@@ -301,6 +313,20 @@ def template_args(command: str, *, settings: Mapping[str, Any], issues: Issues) 
     if rest and flag_name(rest[0]) is None:
         rest = rest[1:]  # the positional model: the operator renders it
     return strip_owned(rest)
+
+
+def _words(text: str) -> list[str] | None:
+    """``shlex.split(text)``, read word by word: ``None`` once it passes :data:`MAX_COMMAND_WORDS`
+    (the rest is not read)."""
+    lexer = shlex.shlex(text, posix=True)
+    lexer.whitespace_split = True
+    lexer.commenters = ""
+    words: list[str] = []
+    for word in lexer:
+        if len(words) == MAX_COMMAND_WORDS:
+            return None
+        words.append(word)
+    return words
 
 
 def default_flags(defaults: Mapping[str, Any], *, issues: Issues) -> list[str]:

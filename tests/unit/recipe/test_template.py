@@ -149,9 +149,50 @@ def test_references_resolve_as_the_shortest_brace_span_on_a_line() -> None:
 
 
 def test_filling_is_linear_in_hostile_braces() -> None:
-    # A line of 128 Ki "{" without a "}": a backtracking regex rescans it from every "{"
-    # (about a minute); one pass over it takes microseconds.
+    # A line of 64,000 "{" without a "}" (within the 64 KiB bound): a backtracking regex rescans
+    # it from every "{" (about 15 s); one pass over it takes microseconds.
     started = time.perf_counter()
-    text, missing = fill_template("{a}{a}{a}{a}", settings={"a": "{" * 32768})
-    assert (len(text), missing) == (4 * 32768, [])
+    text, missing = fill_template("{a}{a}{a}{a}", settings={"a": "{" * 16000})
+    assert (len(text), missing) == (4 * 16000, [])
     assert time.perf_counter() - started < 2
+
+
+#: The review's hostile recipe (issue 24): 32 KB of words, referenced 31 times by a default the
+#: command uses once. Before the bound it filled to ~1 MB, split into 496,000 engine arguments in
+#: ~0.4 s on the operator's loop (every pass), and rendered a ~2 MB JobSet that etcd refuses.
+HOSTILE_GROWTH = {"a": "x " * 16000, "b": "{a}" * 31}
+
+
+def test_a_command_filled_past_64_kib_is_refused_while_it_is_filled() -> None:
+    # refused by the fill itself (before the command is split or anything rendered)
+    with pytest.raises(ValueError, match="grows past 65536 characters"):
+        fill_template("vllm serve {model} {b}", settings={"model": "org/m", **HOSTILE_GROWTH})
+    recipe = _recipe("vllm serve {model} {b}", **HOSTILE_GROWTH)
+    workload = InferenceWorkloadSpec.model_validate({"recipe": {"name": "r"}})
+    res = resolve(workload=workload, recipe=recipe)
+    assert res.spec is None
+    (error,) = res.errors
+    assert (error.field, error.message) == (
+        "command",
+        "command template cannot be filled: the filled command grows past 65536 characters",
+    )
+    assert [i.message for i in validate_recipe(recipe) if i.severity == "error"] == [error.message]
+
+
+def test_a_command_at_64_kib_is_filled() -> None:
+    template = "vllm serve {model} --chat-template {t}"
+    fixed = len(template) - len("{model}") - len("{t}") + len("org/m")
+    text, _ = fill_template(template, settings={"model": "org/m", "t": "x" * (65536 - fixed - 16)})
+    assert len(text) == 65536 - 16
+    assert len(_args("vllm serve {model} --chat-template {t}", t="x" * 32768)[1]) == 32768
+
+
+def test_a_command_of_more_than_1024_words_is_refused() -> None:
+    words = " ".join(["--x"] * 1021)  # with "vllm serve {model}": 1024 words
+    assert len(_args(f"vllm serve {{model}} {words}")) == 1021
+    recipe = _recipe(f"vllm serve {{model}} {words} --y")
+    res = resolve(workload=InferenceWorkloadSpec.model_validate({"recipe": {"name": "r"}}), recipe=recipe)
+    assert res.spec is None
+    (error,) = res.errors
+    assert (error.field, error.message) == ("command", "command template makes more than 1024 words")
+    assert [i.message for i in validate_recipe(recipe) if i.severity == "error"] == [error.message]

@@ -34,6 +34,17 @@ STARTUP_MAX: Final = 256
 
 
 @dataclass(frozen=True, kw_only=True)
+class EngineStart:
+    """What a JobSet's leader engine was started with (its container's ``vllm serve`` arguments,
+    as ``render/`` writes them): the model, ``--served-model-name``, and the capabilities those
+    arguments mean (``plan.served.capabilities_of`` with none declared)."""
+
+    model: str
+    served_name: str
+    capabilities: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
 class ObservedJobSet:
     """A JobSet labelled as belonging to the workload."""
 
@@ -53,6 +64,8 @@ class ObservedJobSet:
     created: dt.datetime | None = None
     #: Jobs the JobSet reports in any state (``status.replicatedJobsStatus``); 0: none exist.
     jobs: int = 0
+    #: What its leader's engine was started with; ``None``: not readable (not rendered by us).
+    engine: EngineStart | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
