@@ -26,6 +26,11 @@ from sparkrun_operator.client import Client
 READY_TIMEOUT = 600
 
 
+def resource(kind: str, name: str, spec: dict[str, object]) -> dict[str, object]:
+    """A ``sparkrun.dev/v1alpha1`` object of ``kind`` (its namespace: the one applied to)."""
+    return {"apiVersion": "sparkrun.dev/v1alpha1", "kind": kind, "metadata": {"name": name}, "spec": spec}
+
+
 def _workload(name: str, served: str, target: Target) -> dict[str, object]:
     engine: dict[str, object] = {"maxModelLen": 4096}
     if target.image:
@@ -38,12 +43,7 @@ def _workload(name: str, served: str, target: Target) -> dict[str, object]:
     }
     if target.scheduling:
         spec["scheduling"] = target.scheduling
-    return {
-        "apiVersion": "sparkrun.dev/v1alpha1",
-        "kind": "InferenceWorkload",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
+    return resource("InferenceWorkload", name, spec)
 
 
 def _openai(target: Target, timeout: float) -> OpenAI:

@@ -44,7 +44,7 @@ import openai
 import pytest
 import yaml
 
-from e2e.main_flow import _openai
+from e2e.main_flow import _openai, resource
 from e2e.target import Target
 from sparkrun_operator.client import Client
 
@@ -118,12 +118,7 @@ def _extras(suffix: str, namespace: str, second: str, target: Target) -> list[tu
             spec["command"] = command
         if target.image:
             spec["container"] = target.image
-        return {
-            "apiVersion": "sparkrun.dev/v1alpha1",
-            "kind": "Recipe",
-            "metadata": {"name": name},
-            "spec": spec,
-        }
+        return resource("Recipe", name, spec)
 
     def workload(name: str, recipe_name: str, model: dict[str, Any] | None = None) -> dict[str, Any]:
         spec: dict[str, Any] = {"recipe": {"name": recipe_name}}
@@ -131,12 +126,7 @@ def _extras(suffix: str, namespace: str, second: str, target: Target) -> list[tu
             spec["model"] = model
         if target.scheduling:
             spec["scheduling"] = target.scheduling
-        return {
-            "apiVersion": "sparkrun.dev/v1alpha1",
-            "kind": "InferenceWorkload",
-            "metadata": {"name": name},
-            "spec": spec,
-        }
+        return resource("InferenceWorkload", name, spec)
 
     embed = "vllm serve {model} --served-model-name {served_model_name} --port {port} --task embed"
     return [

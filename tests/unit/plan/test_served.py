@@ -20,8 +20,8 @@ from sparkrun_operator.plan import names, served
 from sparkrun_operator.plan.served import EMBEDDING, TEXT_GENERATION, Served
 from sparkrun_operator.plan.workload import Observation, ObservedJobSet, ObservedRecipe, plan
 from sparkrun_operator.recipe.resolve import resolve, validate_recipe
+from tests.unit.plan.served_obs import observation
 
-NOW = dt.datetime(2026, 12, 6, 12, 0, tzinfo=dt.UTC)
 MODEL = "Qwen/Qwen3-0.6B"
 
 
@@ -181,18 +181,7 @@ def test_claim_of_takes_the_resolved_names() -> None:
 
 
 def _obs(spec: InferenceWorkloadSpec, **kwargs: Any) -> Observation:
-    values: dict[str, Any] = {
-        "name": "wl-x",
-        "namespace": "a",
-        "uid": "uid-x",
-        "generation": 1,
-        "spec": spec,
-        "status": InferenceWorkloadStatus(),
-        "now": NOW,
-        "created": NOW - dt.timedelta(minutes=1),
-    }
-    values.update(kwargs)
-    return Observation(**values)
+    return observation(spec, **kwargs)
 
 
 RECIPE_WL = _spec(recipe={"name": "rx"})

@@ -22,8 +22,8 @@ from sparkrun_operator.plan.served import EMBEDDING, TEXT_GENERATION
 from sparkrun_operator.plan.workload import Observation, ObservedJobSet, ObservedRecipe, plan
 from sparkrun_operator.plan.workload.model import EngineStart
 from sparkrun_operator.render import keys
+from tests.unit.plan.served_obs import NOW, observation
 
-NOW = dt.datetime(2026, 12, 6, 12, 0, tzinfo=dt.UTC)
 MODEL = "Qwen/Qwen3-0.6B"
 RECIPE_WL = InferenceWorkloadSpec.model_validate({"recipe": {"name": "rx"}})
 
@@ -39,18 +39,7 @@ REFUSED = _recipe(defaults={"served_model_name": "served-x", "a": "x{a}"}, comma
 
 
 def _obs(spec: InferenceWorkloadSpec = RECIPE_WL, **kwargs: Any) -> Observation:
-    values: dict[str, Any] = {
-        "name": "wl-x",
-        "namespace": "a",
-        "uid": "uid-x",
-        "generation": 1,
-        "spec": spec,
-        "status": InferenceWorkloadStatus(),
-        "now": NOW,
-        "created": NOW - dt.timedelta(minutes=1),
-    }
-    values.update(kwargs)
-    return Observation(**values)
+    return observation(spec, **kwargs)
 
 
 def _started(
@@ -158,28 +147,16 @@ def test_a_recorded_status_model_is_kept_and_nothing_running_is_unchanged() -> N
 
 def test_a_jobset_without_readable_engine_arguments_leaves_the_resolution() -> None:
     running, revision = _started(SERVED_X)
-    unknown = ObservedJobSet(name=running.name, uid="u", replica=0, revision=revision)
     pinned = InferenceWorkloadSpec.model_validate({"recipe": {"name": "rx", "revision": "0" * 12}})
-    p = plan(
-        _obs(
-            pinned,
-            recipe=ObservedRecipe(name="rx", spec=RENAMED),
-            status=_upgraded(revision),
-            jobsets=(unknown,),
-        )
-    )
-    assert _names(p) == ("renamed", [], [TEXT_GENERATION])
-    # names no status can carry (a JobSet someone else wrote): the resolution
-    for model, name in (("m" * 513, "n"), (MODEL, "n" * 257)):
-        odd = replace(running, engine=EngineStart(model=model, served_name=name, capabilities=()))
-        p = plan(
-            _obs(
-                pinned,
-                recipe=ObservedRecipe(name="rx", spec=RENAMED),
-                status=_upgraded(revision),
-                jobsets=(odd,),
-            )
-        )
+    unknown = ObservedJobSet(name=running.name, uid="u", replica=0, revision=revision)
+    # names no status can carry (a JobSet someone else wrote): the resolution too
+    odd = [
+        replace(running, engine=EngineStart(model=model, served_name=name, capabilities=()))
+        for model, name in (("m" * 513, "n"), (MODEL, "n" * 257))
+    ]
+    for jobset in (unknown, *odd):
+        recipe = ObservedRecipe(name="rx", spec=RENAMED)
+        p = plan(_obs(pinned, recipe=recipe, status=_upgraded(revision), jobsets=(jobset,)))
         assert _names(p) == ("renamed", [], [TEXT_GENERATION])
 
 
