@@ -173,7 +173,15 @@ def test_an_apiservice_answers_through_kubectl_get_raw(
             assert hello["metadata"]["name"] == "world"
             # The aggregator authenticated us and forwarded the identity: it really proxied.
             assert hello["remoteUser"] == "sparkrun-admin"
-            assert "hellos" in kubectl("api-resources", f"--api-group={group}", "-o", "name").stdout
+            # NB: the apiserver's aggregated discovery takes the new group in a moment after the
+            # APIService is Available (its discovery controller fetches the remote's), so a
+            # client's discovery may miss it at first (one CI run saw an empty list): poll.
+            kube.wait(
+                lambda: "hellos" in kubectl("api-resources", f"--api-group={group}", "-o", "name").stdout,
+                timeout=30,
+                what=f"{group} in kubectl api-resources",
+                interval=1.0,
+            )
         finally:
             kube.delete(APISERVICE, "APIService", apiservice["metadata"]["name"])
             os.killpg(server.pid, signal.SIGKILL)
