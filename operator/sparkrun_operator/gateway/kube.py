@@ -99,7 +99,8 @@ def workload_entry(obj: dict[str, Any], slices: Iterable[dict[str, Any]]) -> Wor
     ``status.model``, the one naming rule), so the gateway routes, and rewrites to, the name the
     engine is started with."""
     spec = obj.get("spec") or {}
-    served, claim = of_workload(obj), claim_of(obj)
+    served = of_workload(obj)
+    claim = claim_of(obj, served) if served is not None else None
     if served is None or claim is None:
         return None
     return Workload(

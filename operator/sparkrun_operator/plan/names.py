@@ -93,14 +93,15 @@ def _time(value: Any) -> dt.datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
-def claim_of(obj: Mapping[str, Any]) -> Claim | None:
+def claim_of(obj: Mapping[str, Any], names: served.Served | None = None) -> Claim | None:
     """The claim of a raw InferenceWorkload (``None`` without a name, or without names yet:
-    :func:`~sparkrun_operator.plan.served.of_workload`). A workload being deleted still claims:
-    callers that ignore such workloads skip them."""
+    :func:`~sparkrun_operator.plan.served.of_workload`, or ``names`` when the caller has them
+    already). A workload being deleted still claims: callers that ignore such workloads skip
+    them."""
     meta = obj.get("metadata") or {}
     if not meta.get("name"):
         return None
-    found = served.of_workload(obj)
+    found = names if names is not None else served.of_workload(obj)
     if found is None:
         return None
     return claim_for(

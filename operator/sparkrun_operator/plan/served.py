@@ -35,6 +35,7 @@ __all__ = [
     "TEXT_GENERATION",
     "Served",
     "capabilities_of",
+    "distinct_aliases",
     "of_workload",
     "served",
     "to_status",
@@ -99,7 +100,8 @@ def _last_values(args: Iterable[str]) -> dict[str, str]:
     return out
 
 
-def _aliases(served_name: str, aliases: Iterable[Any]) -> tuple[str, ...]:
+def distinct_aliases(served_name: str, aliases: Iterable[Any]) -> tuple[str, ...]:
+    """``aliases`` as text, in order, without blanks, repeats or the served name itself."""
     out: list[str] = []
     for alias in aliases:
         text = str(alias)
@@ -114,7 +116,7 @@ def served(spec: Mapping[str, Any], effective: EffectiveSpec) -> Served:
     return Served(
         model=effective.model,
         served_name=effective.served_name,
-        aliases=_aliases(effective.served_name, effective.aliases),
+        aliases=distinct_aliases(effective.served_name, effective.aliases),
         capabilities=capabilities_of(routing.get("capabilities") or (), effective.engine_args),
     )
 
@@ -157,7 +159,7 @@ def of_workload(obj: Mapping[str, Any]) -> Served | None:
     return Served(
         model=str(model["name"]),
         served_name=name,
-        aliases=_aliases(name, aliases),
+        aliases=distinct_aliases(name, aliases),
         capabilities=capabilities_of(
             (spec.get("routing") or {}).get("capabilities") or (), engine.get("args") or ()
         ),
@@ -173,6 +175,6 @@ def _recorded(status: Any) -> Served | None:
     return Served(
         model=str(recorded.get("name") or name),
         served_name=name,
-        aliases=_aliases(name, recorded.get("aliases") or ()),
+        aliases=distinct_aliases(name, recorded.get("aliases") or ()),
         capabilities=capabilities_of(recorded.get("capabilities") or (), ()),
     )

@@ -93,7 +93,7 @@ def started(obs: Observation, live: Iterable[ObservedJobSet]) -> ServedModel | N
     found = served.Served(
         model=engine.model,
         served_name=engine.served_name,
-        aliases=tuple(dict.fromkeys(a for a in aliases if a and a != engine.served_name)),
+        aliases=served.distinct_aliases(engine.served_name, aliases),
         capabilities=served.capabilities_of(declared, ()) if declared else engine.capabilities,
     )
     try:
