@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 from sparkrun_operator.api.crdgen import all_crds
 from sparkrun_operator.cli.main import build_parser
-from sparkrun_operator.controllers.context import Metrics
+from sparkrun_operator.controllers.metrics import Metrics
 from sparkrun_operator.gateway.metrics import GatewayMetrics
 from sparkrun_operator.gateway.server import _parser as gateway_parser
 from tests.deploy.chart import CHART, NAMESPACE, REPO, Rendered, helm, render, require_helm

@@ -31,8 +31,9 @@ import yaml
 
 from sparkrun_operator.gateway.kube import KubeRoutingSource, KubeWaker
 from sparkrun_operator.k8s.client import DAEMON_API_MANAGER, GATEWAY_MANAGER, Kube
-from sparkrun_operator.ops.context import OperationContext, Settings
 from sparkrun_operator.ops.executors.workloads import lifecycle
+from sparkrun_operator.ops.invocation import OperationContext
+from sparkrun_operator.ops.settings import Settings
 from sparkrun_testbed import plane
 from sparkrun_testbed.kubeapi import KubeApi
 from tests.deploy.chart import CHART, helm, helm_binary

@@ -22,7 +22,8 @@ from sparkrun_operator.gateway.kube import (
     SecretKeySource,
 )
 from sparkrun_operator.gateway.routing import RoutingTable
-from sparkrun_operator.k8s.client import CONFIG_MAPS, SECRETS, SERVICES, Kube
+from sparkrun_operator.k8s.client import Kube
+from sparkrun_operator.k8s.resources import CONFIG_MAPS, SECRETS, SERVICES
 
 T = TypeVar("T")
 

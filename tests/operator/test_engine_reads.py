@@ -1,4 +1,4 @@
-"""The operator's reads from a tenant's engine are bounded (``controllers/common.py`` ``Engine``).
+"""The operator's reads from a tenant's engine are bounded (``controllers/engine.py`` ``Engine``).
 
 A raw HTTP server on loopback (``tests/gateway/rawserver.py``) plays a hostile engine: a 64 MiB
 ``/is_sleeping`` answer, a body that never ends, one that drips a byte at a time, a gzip bomb.
@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sparkrun_operator.controllers.common import Engine
+from sparkrun_operator.controllers.engine import Engine
 from tests.gateway.rawserver import RawUpstream, read_request
 
 KB = 1024

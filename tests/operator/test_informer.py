@@ -20,8 +20,9 @@ import httpx
 import pytest
 
 from sparkrun_operator.k8s import errors
-from sparkrun_operator.k8s.client import CONFIG_MAPS, Kube, connect
+from sparkrun_operator.k8s.client import Kube, connect
 from sparkrun_operator.k8s.informer import Informer
+from sparkrun_operator.k8s.resources import CONFIG_MAPS
 from sparkrun_operator.retry import Backoff
 from sparkrun_testbed import plane
 
@@ -232,7 +233,7 @@ async def test_the_watch_survives_an_apiserver_restart(testbed: plane.Testbed, n
         admin = await _client(testbed)
         try:
             # The client's view of the same expiry: a typed Gone from the ERROR event.
-            with pytest.raises(errors.Gone) as expired:
+            with pytest.raises(errors.KubeGone) as expired:
                 async for _ in admin.watch(CONFIG_MAPS, namespace, resource_version=seen, timeout_seconds=5):
                     pass
             assert expired.value.status == 410

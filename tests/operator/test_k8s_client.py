@@ -18,9 +18,10 @@ import pytest
 
 from sparkrun_operator.api.resources import INFERENCE_WORKLOAD
 from sparkrun_operator.api.workload import InferenceWorkloadStatus
-from sparkrun_operator.controllers.common import status_patch
+from sparkrun_operator.controllers.status import status_patch
 from sparkrun_operator.k8s import errors
-from sparkrun_operator.k8s.client import CONFIG_MAPS, SERVICES, Kube, connect, resource_of
+from sparkrun_operator.k8s.client import Kube, connect
+from sparkrun_operator.k8s.resources import CONFIG_MAPS, SERVICES, resource_of
 from sparkrun_testbed import plane
 
 WORKLOADS = resource_of(INFERENCE_WORKLOAD)
@@ -66,14 +67,14 @@ async def test_apply_owner_and_typed_errors(testbed: plane.Testbed, crds: list[s
         assert again["metadata"]["resourceVersion"] == applied["metadata"]["resourceVersion"]  # no-op
 
         assert await kube.get(SERVICES, "absent", namespace) is None
-        with pytest.raises(errors.NotFound) as missing:
+        with pytest.raises(errors.KubeNotFound) as missing:
             await kube.merge_patch(SERVICES, "absent", {"metadata": {"labels": {"x": "y"}}}, namespace)
         assert missing.value.status == 404
-        with pytest.raises(errors.AlreadyExists):
+        with pytest.raises(errors.KubeAlreadyExists):
             await kube.create(SERVICES, _service(namespace))
         bad = _service(namespace, "bad")
         bad["spec"] = {"ports": [{"port": 99999}]}
-        with pytest.raises(errors.Invalid) as invalid:
+        with pytest.raises(errors.KubeInvalid) as invalid:
             await kube.apply(SERVICES, bad)
         assert "99999" in invalid.value.message
 
@@ -105,7 +106,7 @@ async def test_delete_with_uid_precondition(testbed: plane.Testbed, namespace: s
         old_uid = first["metadata"]["uid"]
         assert await kube.delete(SERVICES, "svc", namespace, uid=old_uid, propagation="Background")
         await kube.create(SERVICES, _service(namespace))  # a new object reuses the name
-        with pytest.raises(errors.Conflict):
+        with pytest.raises(errors.KubeConflict):
             await kube.delete(SERVICES, "svc", namespace, uid=old_uid, propagation="Foreground")
         assert await kube.get(SERVICES, "svc", namespace) is not None
         assert not await kube.delete(SERVICES, "never-was", namespace, propagation="Background")
@@ -120,19 +121,19 @@ async def test_unreachable_apiserver_chains_the_cause(testbed: plane.Testbed) ->
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         kube.api.configuration.host = f"https://127.0.0.1:{port}"
-        with pytest.raises(errors.Unavailable) as down:
+        with pytest.raises(errors.KubeUnavailable) as down:
             await kube.get(SERVICES, "svc", "default")
         assert isinstance(down.value.__cause__, aiohttp.ClientError)
         assert down.value.method == "GET"
         assert down.value.status == 0
-        with pytest.raises(errors.Unavailable) as listing:
+        with pytest.raises(errors.KubeUnavailable) as listing:
             await kube.list(SERVICES, "default")
         assert isinstance(listing.value.__cause__, aiohttp.ClientError)
-        with pytest.raises(errors.Unavailable) as watching:
+        with pytest.raises(errors.KubeUnavailable) as watching:
             async for _ in kube.watch(SERVICES, "default"):
                 pass
         assert isinstance(watching.value.__cause__, aiohttp.ClientError)
-        with pytest.raises(errors.Unavailable) as streaming:
+        with pytest.raises(errors.KubeUnavailable) as streaming:
             async for _ in kube.stream_lines("/api/v1/namespaces/default/pods/p/log"):
                 pass
         assert isinstance(streaming.value.__cause__, aiohttp.ClientError)
@@ -214,20 +215,21 @@ async def test_every_write_names_the_field_manager(testbed: plane.Testbed, names
 def test_errors_from_responses() -> None:
     body = b'{"kind":"Status","reason":"AlreadyExists","message":"exists"}'
     error = errors.from_response(status=409, body=body, method="POST", path="/x")
-    assert isinstance(error, errors.AlreadyExists)
+    assert isinstance(error, errors.KubeAlreadyExists)
     assert str(error) == "POST /x: 409 AlreadyExists: exists"
     assert isinstance(
-        errors.from_response(status=409, body=b"{}", method="DELETE", path="/x"), errors.Conflict
+        errors.from_response(status=409, body=b"{}", method="DELETE", path="/x"), errors.KubeConflict
     )
     assert isinstance(
-        errors.from_response(status=503, body=b"busy", method="GET", path="/x"), errors.Unavailable
+        errors.from_response(status=503, body=b"busy", method="GET", path="/x"), errors.KubeUnavailable
     )
     busy = errors.from_response(status=429, body=None, method="GET", path="/x", retry_after="3")
-    assert isinstance(busy, errors.TooManyRequests)
-    assert isinstance(busy, errors.Unavailable)
+    assert isinstance(busy, errors.KubeTooManyRequests)
+    assert isinstance(busy, errors.KubeUnavailable)
     assert busy.retry_after == 3.0
-    assert isinstance(errors.from_response(status=410, body=b"{}", method="GET", path="/x"), errors.Gone)
-    assert isinstance(errors.from_response(status=403, body=b"{}", method="GET", path="/x"), errors.Forbidden)
+    assert isinstance(errors.from_response(status=410, body=b"{}", method="GET", path="/x"), errors.KubeGone)
+    refused = errors.from_response(status=403, body=b"{}", method="GET", path="/x")
+    assert isinstance(refused, errors.KubeForbidden)
     plain = errors.from_response(status=400, body=b"not json", method="GET", path="/x")
     assert type(plain) is errors.KubeError
     assert plain.message == "not json"

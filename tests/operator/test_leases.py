@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from sparkrun_operator.k8s.client import DAEMON_API_MANAGER, LEASES, Kube, connect
+from sparkrun_operator.k8s.client import DAEMON_API_MANAGER, Kube, connect
+from sparkrun_operator.k8s.resources import LEASES
 from sparkrun_operator.ops import leases
 from sparkrun_testbed import plane
 

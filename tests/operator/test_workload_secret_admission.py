@@ -23,9 +23,10 @@ from pydantic import ValidationError
 
 from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.k8s.client import Kube
-from sparkrun_operator.ops.context import OperationContext, Settings
 from sparkrun_operator.ops.errors import Invalid
 from sparkrun_operator.ops.executors.workloads.request import workload_spec
+from sparkrun_operator.ops.invocation import OperationContext
+from sparkrun_operator.ops.settings import Settings
 from sparkrun_testbed.kubeapi import ApiError, KubeApi
 from sparkrun_testbed.plane import Testbed
 from tests.operator.admission import ADMISSION, bound_to, chart_policies, first_refusal, refused, tenant

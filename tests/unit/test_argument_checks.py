@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from sparkrun_operator.ops import catalog
-from sparkrun_operator.ops.context import Settings
 from sparkrun_operator.ops.errors import Invalid
 from sparkrun_operator.ops.executors import ARGUMENT_CHECKS, EXECUTORS
+from sparkrun_operator.ops.settings import Settings
 
 COMMIT = "a" * 40
 MANIFEST = {"repo": "org/model", "revision": COMMIT, "files": [{"path": "config.json", "size": 2}]}

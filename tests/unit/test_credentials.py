@@ -10,10 +10,11 @@ import pytest
 from sparkrun_operator.api.credentials import HUGGING_FACE, CredentialEndpoints, Origin, origin_of
 from sparkrun_operator.cli.main import build_parser
 from sparkrun_operator.k8s.client import Kube
-from sparkrun_operator.ops.context import OperationContext, Settings
 from sparkrun_operator.ops.errors import Invalid
 from sparkrun_operator.ops.executors import ARGUMENT_CHECKS
-from sparkrun_operator.ops.executors.modelcache import common
+from sparkrun_operator.ops.executors.modelcache import steps
+from sparkrun_operator.ops.invocation import OperationContext
+from sparkrun_operator.ops.settings import Settings
 from sparkrun_operator.render import keys
 from sparkrun_operator.render.cachetool import ToolOptions, render_tool_job
 from sparkrun_operator.runtime.downloadcli import allowed_token
@@ -108,9 +109,9 @@ def test_a_trailing_dot_is_another_origin() -> None:
     assert allowed_token("t", fqdn, ",".join(allowed.origins(HUGGING_FACE))) == ("t", None)
     assert allowed_token("t", "http://hf-mirror.internal:8080", fqdn)[0] is None
     ctx = _ctx(hub_token_secret=("hf", "token"), credential_endpoints=allowed)
-    run = common.tool(ctx, None, "resolve", ["resolve"], token=True, endpoint=fqdn)
+    run = steps.tool(ctx, None, "resolve", ["resolve"], token=True, endpoint=fqdn)
     assert _token_args(run)[-2:] == ["--token-origins", fqdn]
-    bare = common.tool(
+    bare = steps.tool(
         ctx, None, "resolve", ["resolve"], token=True, endpoint="http://hf-mirror.internal:8080"
     )
     assert bare.token_secret is None
@@ -169,7 +170,7 @@ def _token_args(run: Any) -> list[str]:
 def test_a_tool_job_carries_the_token_only_where_it_may_go() -> None:
     secret = ("hf", "token")
     ctx = _ctx(hub_token_secret=secret)
-    run = common.tool(ctx, None, "resolve", ["resolve"], token=True)
+    run = steps.tool(ctx, None, "resolve", ["resolve"], token=True)
     assert run.token_secret == secret
     assert _token_args(run) == [
         "--token-file",
@@ -178,17 +179,17 @@ def test_a_tool_job_carries_the_token_only_where_it_may_go() -> None:
         HUB,
     ]
     assert (
-        common.tool(ctx, None, "resolve", ["resolve"], token=True, endpoint=HUB + "/").token_secret == secret
+        steps.tool(ctx, None, "resolve", ["resolve"], token=True, endpoint=HUB + "/").token_secret == secret
     )
     for endpoint in ("http://caller.example", "http://huggingface.co", "https://huggingface.co@x"):
-        off = common.tool(ctx, None, "resolve", ["resolve"], token=True, endpoint=endpoint)
+        off = steps.tool(ctx, None, "resolve", ["resolve"], token=True, endpoint=endpoint)
         assert (off.token_secret, _token_args(off)) == (None, []), endpoint
     nowhere = _ctx(
         hub_token_secret=secret, credential_endpoints=CredentialEndpoints.parse({HUGGING_FACE: []})
     )
-    assert common.tool(nowhere, None, "resolve", ["resolve"], token=True).token_secret is None
-    assert common.tool(_ctx(), None, "resolve", ["resolve"], token=True).token_secret is None
-    assert common.tool(ctx, None, "scan", ["scan"]).token_secret is None
+    assert steps.tool(nowhere, None, "resolve", ["resolve"], token=True).token_secret is None
+    assert steps.tool(_ctx(), None, "resolve", ["resolve"], token=True).token_secret is None
+    assert steps.tool(ctx, None, "scan", ["scan"]).token_secret is None
 
 
 @pytest.mark.parametrize("op", ["model_cache.resolve", "model_cache.repair", "model_cache.inspect"])

@@ -23,11 +23,11 @@ from sparkrun_operator.api.clip import ECHO_MAX, ELLIPSIS, MESSAGE_MAX, SERVER_T
 from sparkrun_operator.api.credentials import HUGGING_FACE, CredentialEndpoints, origin_of, withheld
 from sparkrun_operator.api.meta import CONDITION_MESSAGE_MAX, Condition, set_condition
 from sparkrun_operator.api.modelcache import ModelCacheSpec, ModelCacheStatus
-from sparkrun_operator.ops.context import Settings
 from sparkrun_operator.ops.errors import MAX_DETAIL, DaemonError, Invalid, Unreachable, error_body
 from sparkrun_operator.ops.executors import ARGUMENT_CHECKS
 from sparkrun_operator.ops.executors.modelcache.files import check_files, check_import
 from sparkrun_operator.ops.executors.modelcache.tooljob import exit_code, raise_for, report
+from sparkrun_operator.ops.settings import Settings
 from sparkrun_operator.plan.logtail import last_event
 from sparkrun_operator.plan.modelcache import (
     CacheObservation,

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from sparkrun_operator import safeload
-from sparkrun_operator.ops.context import Settings
 from sparkrun_operator.ops.errors import Invalid
 from sparkrun_operator.ops.executors import ARGUMENT_CHECKS
 from sparkrun_operator.ops.executors.modelcache import files
+from sparkrun_operator.ops.settings import Settings
 
 COMMIT = "a" * 40
 #: Linux: one argument (or environment string) of execve, its NUL included.

@@ -28,9 +28,10 @@ import pytest
 
 from sparkrun_operator.api.daemonjob import DaemonJobStatus
 from sparkrun_operator.ops import answers, catalog, jobs
-from sparkrun_operator.ops.context import Executor, OperationContext, Settings
 from sparkrun_operator.ops.errors import DaemonError, NotFound, OperationTimeout
+from sparkrun_operator.ops.invocation import Executor, OperationContext
 from sparkrun_operator.ops.runner import run_job, run_query
+from sparkrun_operator.ops.settings import Settings
 
 OPS = catalog.load()
 CLUSTER = {

@@ -14,7 +14,7 @@ from typing import Any
 from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.ops import catalog
 from sparkrun_operator.ops.executors import recipes
-from sparkrun_operator.ops.executors.shared import endpoint_entry, sweep
+from sparkrun_operator.ops.executors.endpoints import endpoint_entry, sweep
 from sparkrun_operator.ops.schema import SchemaValidator
 
 _ENDPOINTS = SchemaValidator(catalog.load().get("workloads.endpoints").result_schema)

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 
 from sparkrun_operator.api import bounds
-from sparkrun_operator.ops.context import Settings
 from sparkrun_operator.ops.errors import Invalid
 from sparkrun_operator.ops.executors import ARGUMENT_CHECKS
 from sparkrun_operator.ops.executors.recipes import parse_recipe
+from sparkrun_operator.ops.settings import Settings
 
 HEADER = "model: Qwen/Qwen3-0.6B\nruntime: vllm\ncontainer: vllm/vllm-openai:v0.11.0\n"
 PREFIX = "recipe content makes an invalid Recipe: "

@@ -24,11 +24,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparkrun_operator import safeload
-from sparkrun_operator.ops.context import Settings
 from sparkrun_operator.ops.errors import Invalid
 from sparkrun_operator.ops.executors import ARGUMENT_CHECKS
 from sparkrun_operator.ops.executors.recipes import parse_recipe
 from sparkrun_operator.ops.schema import parse_json_object
+from sparkrun_operator.ops.settings import Settings
 from sparkrun_operator.recipe import identity
 from sparkrun_operator.runtime import bench, cachetool
 

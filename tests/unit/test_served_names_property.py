@@ -37,7 +37,7 @@ from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus
 from sparkrun_operator.gateway.kube import build_entries, workload_entry
 from sparkrun_operator.gateway.routing import EMBEDDING, RoutingTable
-from sparkrun_operator.ops.executors.shared import endpoint_entry
+from sparkrun_operator.ops.executors.endpoints import endpoint_entry
 from sparkrun_operator.plan.names import claim_of
 from sparkrun_operator.plan.workload import Observation, ObservedRecipe, Plan, plan
 from sparkrun_testbed.engine import ServeArgs, parse_args

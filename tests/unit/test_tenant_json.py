@@ -14,9 +14,10 @@ import pytest
 from sparkrun_operator import safeload
 from sparkrun_operator.gateway.kube import imperative_aliases
 from sparkrun_operator.gateway.messages_api import _parse_arguments
-from sparkrun_operator.ops.context import OperationContext, Settings
 from sparkrun_operator.ops.errors import Conflict
 from sparkrun_operator.ops.executors.proxy import _value
+from sparkrun_operator.ops.invocation import OperationContext
+from sparkrun_operator.ops.settings import Settings
 from sparkrun_operator.plan.logtail import last_event
 
 DEEP = "[" * 5000 + "]" * 5000  # past Python's json recursion (about 1,000 levels)

@@ -22,6 +22,10 @@ from sparkrun_operator.api.clip import clip
 GROUP = "sparkrun.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
+#: The daemon API's aggregated group (``APIService v1alpha1.daemon.sparkrun.dev``; the shim serves it).
+DAEMON_API_GROUP = f"daemon.{GROUP}"
+#: Where the aggregated daemon API lives on the apiserver.
+DAEMON_API_PREFIX = f"/apis/{DAEMON_API_GROUP}/{VERSION}"
 CATEGORY = "sparkrun"
 #: The most characters of a condition's message (``metav1.Condition``'s bound); ``set_condition``
 #: cuts a longer one with an ellipsis rather than fail the status write.

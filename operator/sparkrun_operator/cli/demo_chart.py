@@ -35,12 +35,13 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from sparkrun_operator.api.meta import DAEMON_API_PREFIX
 from sparkrun_testbed import binaries, plane
 from sparkrun_testbed.kubeapi import KubeApi
 
 RELEASE = "sparkrun"
 COMPONENTS = ("operator", "shim", "gateway")
-DAEMON_API = "/apis/daemon.sparkrun.dev/v1alpha1"
+DAEMON_API = DAEMON_API_PREFIX
 INSTALL_TIMEOUT = 240.0
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from sparkrun_operator import runner
 from sparkrun_operator.api.credentials import CredentialEndpoints
 from sparkrun_operator.cli import operator_stop
-from sparkrun_operator.controllers.context import DEFAULT_DRIFT_SECONDS, OperatorConfig
+from sparkrun_operator.controllers.config import DEFAULT_DRIFT_SECONDS, OperatorConfig
 from sparkrun_operator.controllers.operator import PEERING_NAME, RunOptions, describe, run
 from sparkrun_operator.render import keys
 from sparkrun_operator.render.modelcache import DEFAULT_TOOLS_IMAGE

@@ -24,10 +24,11 @@ from sparkrun_operator.api.benchmark import InferenceBenchmarkSpec, InferenceBen
 from sparkrun_operator.api.meta import utcnow
 from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.api.resources import INFERENCE_BENCHMARK, INFERENCE_WORKLOAD, RECIPE
-from sparkrun_operator.controllers import common
-from sparkrun_operator.controllers.context import Context
+from sparkrun_operator.controllers.loop import reconcile_daemon
+from sparkrun_operator.controllers.memo import Memo
+from sparkrun_operator.controllers.status import current_status, write_status
 from sparkrun_operator.k8s import errors
-from sparkrun_operator.k8s.client import CONFIG_MAPS, JOBS, NODES, PODS, resource_of
+from sparkrun_operator.k8s.resources import CONFIG_MAPS, JOBS, NODES, PODS, resource_of
 from sparkrun_operator.plan import benchobserve
 from sparkrun_operator.plan.benchmark import BenchmarkObservation, BenchmarkPlan, plan
 from sparkrun_operator.plan.cluster import GPU_PRODUCT_LABEL
@@ -53,11 +54,11 @@ def _key(namespace: str, name: str) -> tuple[str, str, str]:
     return ("ib", namespace, name)
 
 
-def bench_options(ctx: Context) -> render.BenchOptions:
+def bench_options(ctx: Memo) -> render.BenchOptions:
     return render.BenchOptions(image=ctx.config.render.tools_image)
 
 
-async def _gpu_product(ctx: Context, namespace: str, workload: Mapping[str, Any]) -> str | None:
+async def _gpu_product(ctx: Memo, namespace: str, workload: Mapping[str, Any]) -> str | None:
     selector = (workload.get("status") or {}).get("selector")
     if not selector:
         return None
@@ -70,7 +71,7 @@ async def _gpu_product(ctx: Context, namespace: str, workload: Mapping[str, Any]
     return str(product) if product else None
 
 
-async def _jobs(ctx: Context, namespace: str, name: str, done: set[str]) -> tuple[Any, ...]:
+async def _jobs(ctx: Memo, namespace: str, name: str, done: set[str]) -> tuple[Any, ...]:
     selector = f"{keys.LABEL_BENCHMARK}={name}"
     raw_jobs, raw_pods = await asyncio.gather(
         ctx.kube.list(JOBS, namespace, label_selector=selector),
@@ -99,11 +100,11 @@ async def _jobs(ctx: Context, namespace: str, name: str, done: set[str]) -> tupl
     return tuple(out)
 
 
-async def observe(ctx: Context, body: Mapping[str, Any]) -> BenchmarkObservation:
+async def observe(ctx: Memo, body: Mapping[str, Any]) -> BenchmarkObservation:
     meta = body.get("metadata") or {}
     name, namespace = str(meta["name"]), str(meta["namespace"])
     spec = InferenceBenchmarkSpec.model_validate(body.get("spec") or {})
-    previous = common.current_status(body, InferenceBenchmarkStatus)
+    previous = current_status(body, InferenceBenchmarkStatus)
     workload = None
     gpu_product = None
     recipe = None
@@ -147,26 +148,26 @@ async def observe(ctx: Context, body: Mapping[str, Any]) -> BenchmarkObservation
     )
 
 
-async def execute(ctx: Context, p: BenchmarkPlan, namespace: str) -> None:
+async def execute(ctx: Memo, p: BenchmarkPlan, namespace: str) -> None:
     if p.raw is not None:
         await ctx.kube.apply(CONFIG_MAPS, p.raw, namespace=namespace)
     for doc in p.create:
         # NB: AlreadyExists: made by the previous pass; the next one sees it.
-        with contextlib.suppress(errors.AlreadyExists):
+        with contextlib.suppress(errors.KubeAlreadyExists):
             await ctx.kube.create(JOBS, doc)
     for job in p.delete_jobs:
-        with contextlib.suppress(errors.NotFound):
+        with contextlib.suppress(errors.KubeNotFound):
             await ctx.kube.delete(JOBS, job.name, namespace, uid=job.uid, propagation="Background")
 
 
-async def reconcile(ctx: Context, body: Mapping[str, Any]) -> float | None:
+async def reconcile(ctx: Memo, body: Mapping[str, Any]) -> float | None:
     """One pass; seconds to the next look while the benchmark is Pending or Running."""
     obs = await observe(ctx, body)
     if body.get("metadata", {}).get("deletionTimestamp"):
         return None
     p = plan(obs)
     await execute(ctx, p, obs.namespace)
-    await common.write_status(
+    await write_status(
         ctx,
         resource=BENCHMARKS,
         name=obs.name,
@@ -180,7 +181,7 @@ async def reconcile(ctx: Context, body: Mapping[str, Any]) -> float | None:
 def register(registry: kopf.OperatorRegistry) -> None:
     """Register the InferenceBenchmark controller's handlers on ``registry``."""
 
-    def poke(ctx: Context, namespace: str | None, name: str | None) -> None:
+    def poke(ctx: Memo, namespace: str | None, name: str | None) -> None:
         if namespace and name:
             ctx.triggers.poke(_key(namespace, name))
 
@@ -197,10 +198,10 @@ def register(registry: kopf.OperatorRegistry) -> None:
     @kopf.on.event(*WORKLOAD_ID, id="ib-workload-changed", registry=registry)
     async def ib_workload_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
         namespace = (body.get("metadata") or {}).get("namespace")
-        ctx: Context = memo.ctx
+        ctx: Memo = memo.ctx
         ctx.triggers.poke_group("ib", namespace)
 
-    common.reconcile_daemon(
+    reconcile_daemon(
         registry,
         BENCHMARK_ID,
         handler_id="ib-reconcile",

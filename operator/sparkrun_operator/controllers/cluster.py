@@ -17,9 +17,11 @@ import kopf
 from sparkrun_operator.api.cluster import InferenceClusterSpec, InferenceClusterStatus
 from sparkrun_operator.api.meta import utcnow
 from sparkrun_operator.api.resources import INFERENCE_CLUSTER
-from sparkrun_operator.controllers import common, indexes
-from sparkrun_operator.controllers.context import Context
-from sparkrun_operator.k8s.client import resource_of
+from sparkrun_operator.controllers import indexes
+from sparkrun_operator.controllers.loop import run_loop
+from sparkrun_operator.controllers.memo import Memo
+from sparkrun_operator.controllers.status import current_status, write_status
+from sparkrun_operator.k8s.resources import resource_of
 from sparkrun_operator.plan import observe
 from sparkrun_operator.plan.cluster import ClusterRef, ObservedGpuPod, ObservedNode, plan_status
 
@@ -37,14 +39,14 @@ def _all(index: Mapping[Any, Any] | None) -> list[Any]:
     return [value for key in list(index) for value in index[key]]
 
 
-async def reconcile(ctx: Context, *, body: kopf.Body, indices: Mapping[str, Any]) -> float | None:
+async def reconcile(ctx: Memo, *, body: kopf.Body, indices: Mapping[str, Any]) -> float | None:
     """One pass for one cluster; never asks for an early requeue."""
     meta = body.get("metadata") or {}
     if meta.get("deletionTimestamp"):
         return None
     name = str(meta["name"])
     spec = InferenceClusterSpec.model_validate(body.get("spec") or {})
-    previous = common.current_status(body, InferenceClusterStatus)
+    previous = current_status(body, InferenceClusterStatus)
     nodes: list[ObservedNode] = _all(indices.get("iw_nodes"))
     pods: list[ObservedGpuPod] = _all(indices.get("iw_gpu_pods"))
     refs: list[ClusterRef] = []
@@ -62,7 +64,7 @@ async def reconcile(ctx: Context, *, body: kopf.Body, indices: Mapping[str, Any]
         clusters=refs,
         now=utcnow(),
     )
-    await common.write_status(
+    await write_status(
         ctx, resource=CLUSTERS, name=name, namespace=None, current=body.get("status"), desired=status
     )
     ready = next((cond.status for cond in status.conditions if cond.type == "Ready"), "Unknown")
@@ -73,7 +75,7 @@ async def reconcile(ctx: Context, *, body: kopf.Body, indices: Mapping[str, Any]
 def register(registry: kopf.OperatorRegistry, *, drift_seconds: float) -> None:
     """Register the cluster controller's handlers on ``registry`` (indexes are shared)."""
 
-    def poke_all(ctx: Context) -> None:
+    def poke_all(ctx: Memo) -> None:
         ctx.triggers.poke_group("ic")
 
     @kopf.on.event("", "v1", "nodes", id="ic-node-changed", registry=registry)
@@ -105,14 +107,14 @@ def register(registry: kopf.OperatorRegistry, *, drift_seconds: float) -> None:
         logger: logging.Logger | logging.LoggerAdapter[Any],
         **kwargs: Any,
     ) -> None:
-        ctx: Context = memo.ctx
+        ctx: Memo = memo.ctx
         indices = indexes.pick(kwargs)
 
         async def one_pass() -> float | None:
             return await reconcile(ctx, body=body, indices=indices)
 
         try:
-            await common.run_loop(
+            await run_loop(
                 ctx,
                 key=_key(name),
                 kind="InferenceCluster",

@@ -19,7 +19,7 @@ import gc
 import time
 from typing import Final
 
-from sparkrun_operator.controllers.context import Triggers
+from sparkrun_operator.controllers.triggers import Triggers
 from sparkrun_operator.runner import FULL_COLLECTION_EVERY
 
 #: A threshold no count reaches: Python's automatic full collections do not run.

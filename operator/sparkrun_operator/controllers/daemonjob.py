@@ -40,14 +40,16 @@ from sparkrun_operator.api.meta import GROUP, VERSION
 from sparkrun_operator.api.resources import DAEMON_JOB
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.k8s.auth import Authorizer
-from sparkrun_operator.k8s.client import DAEMON_API_MANAGER, SECRETS, Kube
+from sparkrun_operator.k8s.client import DAEMON_API_MANAGER, Kube
 from sparkrun_operator.k8s.daemonjobs import DaemonJobs
+from sparkrun_operator.k8s.resources import SECRETS
 from sparkrun_operator.ops import authz, jobs, leases
 from sparkrun_operator.ops import catalog as catalog_mod
 from sparkrun_operator.ops.catalog import Operation
-from sparkrun_operator.ops.context import Executor, OperationContext, Settings
 from sparkrun_operator.ops.executors import EXECUTORS
+from sparkrun_operator.ops.invocation import Executor, OperationContext
 from sparkrun_operator.ops.runner import run_job
+from sparkrun_operator.ops.settings import Settings
 from sparkrun_operator.retry import Attempts, Backoff
 
 __all__ = ["JobExecutor", "register"]
@@ -133,7 +135,7 @@ class _Control:
         namespace = self._obj["metadata"]["namespace"]
         try:
             await self.executor.rest.delete(SECRETS, name, namespace, propagation="Background", uid=uid)
-        except k8s_errors.Conflict:
+        except k8s_errors.KubeConflict:
             # Replaced since it was read: the new object is not the one read; leave it.
             log.warning("answer Secret %s/%s was replaced after it was read; not deleted", namespace, name)
 

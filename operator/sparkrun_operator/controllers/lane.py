@@ -23,9 +23,9 @@ from typing import Any
 
 import kopf
 
-from sparkrun_operator.controllers.common import poked
-from sparkrun_operator.controllers.context import Context
 from sparkrun_operator.controllers.gate import PROGRESS, URGENT, Ticket
+from sparkrun_operator.controllers.loop import poked
+from sparkrun_operator.controllers.memo import Memo
 from sparkrun_operator.k8s import errors
 
 
@@ -42,7 +42,7 @@ Prepare = Callable[[], Pending | None]
 
 
 async def run_status_lane(
-    ctx: Context,
+    ctx: Memo,
     *,
     key: Hashable,
     kind: str,
@@ -88,7 +88,7 @@ async def run_status_lane(
 
 
 async def _write(
-    ctx: Context,
+    ctx: Memo,
     kind: str,
     trigger: asyncio.Event,
     stopped: kopf.DaemonStopped,

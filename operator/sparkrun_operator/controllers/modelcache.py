@@ -25,11 +25,12 @@ import kopf
 from sparkrun_operator.api.meta import utcnow
 from sparkrun_operator.api.modelcache import ModelCacheSpec, ModelCacheStatus
 from sparkrun_operator.api.resources import INFERENCE_WORKLOAD, MODEL_CACHE
-from sparkrun_operator.controllers import common
-from sparkrun_operator.controllers.context import Context
 from sparkrun_operator.controllers.indexes import CACHE_ID
+from sparkrun_operator.controllers.loop import reconcile_daemon
+from sparkrun_operator.controllers.memo import Memo
+from sparkrun_operator.controllers.status import current_status, write_status
 from sparkrun_operator.k8s import errors
-from sparkrun_operator.k8s.client import CLAIMS, JOBS, PODS, VOLUMES, resource_of
+from sparkrun_operator.k8s.resources import CLAIMS, JOBS, PODS, VOLUMES, resource_of
 from sparkrun_operator.plan import cacheobserve
 from sparkrun_operator.plan.modelcache import CacheObservation, CachePlan, claims_of, plan
 from sparkrun_operator.render import keys
@@ -49,17 +50,17 @@ def _key(namespace: str, name: str) -> tuple[str, str, str]:
     return ("mc", namespace, name)
 
 
-def download_options(ctx: Context) -> DownloadOptions:
+def download_options(ctx: Memo) -> DownloadOptions:
     render = ctx.config.render
     return DownloadOptions(image=render.tools_image, mount_path=render.cache_mount_path)
 
 
-async def observe(ctx: Context, body: Mapping[str, Any]) -> CacheObservation:
+async def observe(ctx: Memo, body: Mapping[str, Any]) -> CacheObservation:
     """Everything the planner looks at (reads from the API: caches are few and passes rare)."""
     meta = body.get("metadata") or {}
     name, namespace = str(meta["name"]), str(meta["namespace"])
     spec = ModelCacheSpec.model_validate(body.get("spec") or {})
-    previous = common.current_status(body, ModelCacheStatus)
+    previous = current_status(body, ModelCacheStatus)
     claim_name = spec.storage.claim_name or name
     selector = f"{keys.LABEL_MODEL_CACHE}={name}"
     raw_claim, raw_jobs, raw_pods, workloads = await asyncio.gather(
@@ -104,13 +105,13 @@ async def observe(ctx: Context, body: Mapping[str, Any]) -> CacheObservation:
     )
 
 
-async def execute(ctx: Context, p: CachePlan, body: Mapping[str, Any]) -> None:
+async def execute(ctx: Memo, p: CachePlan, body: Mapping[str, Any]) -> None:
     meta = body.get("metadata") or {}
     namespace = str(meta["namespace"])
     for doc in p.apply:
         resource = CLAIMS if doc["kind"] == "PersistentVolumeClaim" else JOBS
         # NB: AlreadyExists: made by the previous pass; the next one sees it.
-        with contextlib.suppress(errors.AlreadyExists):
+        with contextlib.suppress(errors.KubeAlreadyExists):
             await ctx.kube.create(resource, doc)
     for job in p.delete_jobs:
         await ctx.kube.delete(JOBS, job.name, namespace, uid=job.uid, propagation="Background")
@@ -122,17 +123,17 @@ async def execute(ctx: Context, p: CachePlan, body: Mapping[str, Any]) -> None:
             else [f for f in current if f != keys.FINALIZER_MODEL_CACHE]
         )
         patch = {"metadata": {"finalizers": wanted, "resourceVersion": meta.get("resourceVersion")}}
-        with contextlib.suppress(errors.NotFound):
+        with contextlib.suppress(errors.KubeNotFound):
             await ctx.kube.merge_patch(CACHES, str(meta["name"]), patch, namespace)
 
 
-async def reconcile(ctx: Context, body: Mapping[str, Any]) -> float | None:
+async def reconcile(ctx: Memo, body: Mapping[str, Any]) -> float | None:
     """One pass; seconds to the next look while a download runs."""
     obs = await observe(ctx, body)
     p = plan(obs)
     await execute(ctx, p, body)
     if not (obs.deleting and p.finalizer == "remove"):
-        await common.write_status(
+        await write_status(
             ctx,
             resource=CACHES,
             name=obs.name,
@@ -152,7 +153,7 @@ async def reconcile(ctx: Context, body: Mapping[str, Any]) -> float | None:
 def register(registry: kopf.OperatorRegistry) -> None:
     """Register the ModelCache controller's handlers on ``registry``."""
 
-    def poke(ctx: Context, namespace: str | None, name: str | None) -> None:
+    def poke(ctx: Memo, namespace: str | None, name: str | None) -> None:
         if namespace and name:
             ctx.triggers.poke(_key(namespace, name))
 
@@ -181,7 +182,7 @@ def register(registry: kopf.OperatorRegistry) -> None:
     @kopf.on.event("", "v1", "persistentvolumeclaims", id="mc-claim-changed", registry=registry)
     async def mc_claim_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
         meta = body.get("metadata") or {}
-        ctx: Context = memo.ctx
+        ctx: Memo = memo.ctx
         namespace = meta.get("namespace")
         ctx.triggers.poke_group("mc", namespace)
 
@@ -191,13 +192,13 @@ def register(registry: kopf.OperatorRegistry) -> None:
         ref = (((body.get("spec") or {}).get("model") or {}).get("cacheRef") or {}).get("name")
         if not ref:
             return
-        ctx: Context = memo.ctx
+        ctx: Memo = memo.ctx
         if not ctx.triggers.poke(_key(str(meta.get("namespace")), str(ref))):
             # NB: the cache may be deleting (its daemon stopped): run its deletion pass here.
             cache = await ctx.kube.get(CACHES, str(ref), meta.get("namespace"))
             if cache is not None and (cache.get("metadata") or {}).get("deletionTimestamp"):
                 await reconcile(ctx, cache)
 
-    common.reconcile_daemon(
+    reconcile_daemon(
         registry, CACHE_ID, handler_id="mc-reconcile", kind="ModelCache", key=_key, reconcile=reconcile
     )

@@ -1,6 +1,6 @@
 """Running the operator: kopf settings, the shared context, metrics, liveness and peering.
 
-:func:`run` connects, builds the :class:`~.context.Context` (kopf's ``memo``), registers the
+:func:`run` connects, builds the :class:`~.memo.Memo` (kopf's ``memo``), registers the
 workload, cluster and recipe controllers on a fresh kopf registry and runs kopf until stopped.
 
 High availability: run two (or more) replicas with peering on (the default). kopf's peering
@@ -33,12 +33,15 @@ from prometheus_client import start_http_server
 from sparkrun_operator.api.resources import RECIPE
 from sparkrun_operator.controllers import benchmark, cluster, daemonjob, indexes, modelcache, recipe, workload
 from sparkrun_operator.controllers.collector import collect_when_quiet
-from sparkrun_operator.controllers.context import Context, Metrics, OperatorConfig
+from sparkrun_operator.controllers.config import OperatorConfig
 from sparkrun_operator.controllers.diffbase import ChangeHandledKindsDiffBase
 from sparkrun_operator.controllers.gate import PriorityGate
+from sparkrun_operator.controllers.memo import Memo
+from sparkrun_operator.controllers.metrics import Metrics
 from sparkrun_operator.k8s import errors
-from sparkrun_operator.k8s.client import CLUSTER_PEERINGS, OPERATOR_MANAGER, PEERINGS, Kube, Resource, connect
-from sparkrun_operator.ops.context import Settings
+from sparkrun_operator.k8s.client import OPERATOR_MANAGER, Kube, connect
+from sparkrun_operator.k8s.resources import CLUSTER_PEERINGS, PEERINGS, Resource
+from sparkrun_operator.ops.settings import Settings
 from sparkrun_operator.render import keys
 from sparkrun_operator.retry import Backoff, Schedule
 
@@ -175,9 +178,9 @@ async def ensure_peering(kube: Kube, name: str, namespaces: Sequence[str] = ()) 
             await kube.create(
                 resource, {"apiVersion": "kopf.dev/v1", "kind": resource.kind, "metadata": metadata}
             )
-        except errors.AlreadyExists:
+        except errors.KubeAlreadyExists:
             continue
-        except errors.NotFound as error:
+        except errors.KubeNotFound as error:
             raise errors.KubeError(
                 f"the {resource.kind} CRD is not installed: apply manifests/kopf-peering.yaml, "
                 "or run with --standalone (single replica)"
@@ -203,7 +206,7 @@ async def run(
     kube = Kube(api, field_manager=OPERATOR_MANAGER, on_write=metrics.count_write)
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
     http = httpx.AsyncClient(limits=limits, timeout=options.config.engine_timeout)
-    ctx = Context(
+    ctx = Memo(
         config=options.config,
         kube=kube,
         http=http,

@@ -15,24 +15,24 @@ import kopf
 from sparkrun_operator.api.meta import utcnow
 from sparkrun_operator.api.recipe import RecipeSpec, RecipeStatus
 from sparkrun_operator.api.resources import RECIPE
-from sparkrun_operator.controllers import common
-from sparkrun_operator.controllers.context import Context
-from sparkrun_operator.k8s.client import resource_of
+from sparkrun_operator.controllers.memo import Memo
+from sparkrun_operator.controllers.status import current_status, write_status
+from sparkrun_operator.k8s.resources import resource_of
 from sparkrun_operator.recipe.status import plan_status
 
 RECIPES = resource_of(RECIPE)
 RECIPE_ID = (RECIPE.group, RECIPE.version, RECIPE.plural)
 
 
-async def reconcile(ctx: Context, *, body: kopf.Body) -> None:
+async def reconcile(ctx: Memo, *, body: kopf.Body) -> None:
     """Compute and write the Recipe's status; warn with an event when it is not servable."""
     meta = body.get("metadata") or {}
     spec = RecipeSpec.model_validate(body.get("spec") or {})
-    previous = common.current_status(body, RecipeStatus)
+    previous = current_status(body, RecipeStatus)
     status = plan_status(
         spec=spec, generation=int(meta.get("generation") or 0), previous=previous, now=utcnow()
     )
-    wrote = await common.write_status(
+    wrote = await write_status(
         ctx,
         resource=RECIPES,
         name=str(meta["name"]),

@@ -9,7 +9,7 @@ Handlers (all registered on an explicit kopf registry, with explicit ids):
   ``workloads.reconcile`` set), its JobSets and pods, and of the Recipes / ModelCaches /
   InferenceClusters it uses, and the ``iw-drift`` timer: poke the workload's lanes
   (:mod:`.workload_pokes`, which also re-plans the rivals of a changed model-name claim);
-- ``daemon`` ``iw-reconcile``: the per-workload full lane (:func:`common.run_loop` running
+- ``daemon`` ``iw-reconcile``: the per-workload full lane (:func:`run_loop` running
   :func:`reconcile`: observe, plan, act, write the status) and, beside it, the status lane
   (:func:`lane.run_status_lane` running :func:`prepare_status`): a JobSet or pod event is
   planned at once with the same pure planner from the same cached state; a status-only change
@@ -41,11 +41,14 @@ from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
 from sparkrun_operator.api.meta import utcnow
 from sparkrun_operator.api.resources import INFERENCE_BENCHMARK, INFERENCE_WORKLOAD
 from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus
-from sparkrun_operator.controllers import common, gate, indexes, lane, workload_pokes
-from sparkrun_operator.controllers.context import Context
+from sparkrun_operator.controllers import gate, indexes, lane, workload_pokes
+from sparkrun_operator.controllers.engine import Engine
+from sparkrun_operator.controllers.loop import run_loop
+from sparkrun_operator.controllers.memo import Memo
+from sparkrun_operator.controllers.status import StatusMemory, current_status, status_patch
 from sparkrun_operator.controllers.workload_pokes import full_key, status_key
 from sparkrun_operator.k8s import errors
-from sparkrun_operator.k8s.client import JOBSETS, SERVICES, Resource, resource_of
+from sparkrun_operator.k8s.resources import JOBSETS, SERVICES, Resource, resource_of
 from sparkrun_operator.plan import observe
 from sparkrun_operator.plan.workload import (
     Observation,
@@ -106,7 +109,7 @@ def _store(index: Mapping[Any, Any] | None, key: Any) -> list[Any]:
 
 def observation(
     *,
-    ctx: Context,
+    ctx: Memo,
     body: Mapping[str, Any],
     indices: Mapping[str, Any],
     now: dt.datetime,
@@ -117,7 +120,7 @@ def observation(
     name = str(meta["name"])
     namespace = str(meta["namespace"])
     spec = InferenceWorkloadSpec.model_validate(body.get("spec") or {})
-    status = common.current_status(body, InferenceWorkloadStatus)
+    status = current_status(body, InferenceWorkloadStatus)
     recipe = None
     if spec.recipe is not None:
         raw_recipe = observe.first(indices.get("iw_recipes"), (namespace, spec.recipe.name))
@@ -167,7 +170,7 @@ def observation(
     )
 
 
-def _record_dependencies(ctx: Context, obs: Observation) -> None:
+def _record_dependencies(ctx: Memo, obs: Observation) -> None:
     """What ``obs`` depends on (Recipe, ModelCache, cluster), for the dependency pokes."""
     spec = obs.spec
     ctx.dependencies[(obs.namespace, obs.name)] = (
@@ -177,7 +180,7 @@ def _record_dependencies(ctx: Context, obs: Observation) -> None:
     )
 
 
-async def probe_sleep(ctx: Context, body: Mapping[str, Any], indices: Mapping[str, Any]) -> dict[str, bool]:
+async def probe_sleep(ctx: Memo, body: Mapping[str, Any], indices: Mapping[str, Any]) -> dict[str, bool]:
     """Ask each Ready leader of a sleep-capable workload whether its engine sleeps."""
     spec = body.get("spec") or {}
     if not (spec.get("engine") or {}).get("enableSleepMode"):
@@ -186,7 +189,7 @@ async def probe_sleep(ctx: Context, body: Mapping[str, Any], indices: Mapping[st
     key = (meta.get("namespace"), meta.get("name"))
     pods: list[ObservedPod] = _store(indices.get("iw_pods"), key)
     leaders = [p for p in pods if p.role == keys.ROLE_LEADER and p.ready and p.ip and not p.deleting]
-    engine = common.Engine(ctx.http, timeout=ctx.config.engine_timeout)
+    engine = Engine(ctx.http, timeout=ctx.config.engine_timeout)
     answers = await asyncio.gather(*(engine.is_sleeping(f"http://{p.ip}:8000") for p in leaders))
     return {p.jobset: a for p, a in zip(leaders, answers, strict=True) if a is not None}
 
@@ -194,7 +197,7 @@ async def probe_sleep(ctx: Context, body: Mapping[str, Any], indices: Mapping[st
 # -- acting -----------------------------------------------------------------------------
 
 
-async def execute(ctx: Context, p: Plan, *, namespace: str) -> list[str]:
+async def execute(ctx: Memo, p: Plan, *, namespace: str) -> list[str]:
     """Carry out ``p``'s actions; the messages of actions the apiserver refused (422/403)."""
     refused: list[str] = []
 
@@ -202,9 +205,9 @@ async def execute(ctx: Context, p: Plan, *, namespace: str) -> list[str]:
         try:
             async with ctx.write_gate.slot(gate.ACTION):
                 await coro
-        except errors.Conflict:
+        except errors.KubeConflict:
             pass  # a UID precondition failed: the object was replaced; the next pass sees it
-        except (errors.Invalid, errors.Forbidden) as error:
+        except (errors.KubeInvalid, errors.KubeForbidden) as error:
             refused.append(f"{what}: {error.message}")
 
     await asyncio.gather(
@@ -226,7 +229,7 @@ async def execute(ctx: Context, p: Plan, *, namespace: str) -> list[str]:
             ctx.kube.delete(_CHILDREN[d.kind], d.name, namespace, uid=d.uid, propagation="Foreground"),
             f"{d.kind} {d.name}",
         )
-    engine = common.Engine(ctx.http, timeout=ctx.config.engine_timeout)
+    engine = Engine(ctx.http, timeout=ctx.config.engine_timeout)
     engine_errors = await asyncio.gather(*(engine.call(call.url, call.action) for call in p.engine))
     for message in engine_errors:
         if message:
@@ -234,11 +237,11 @@ async def execute(ctx: Context, p: Plan, *, namespace: str) -> list[str]:
     return refused
 
 
-async def _put(ctx: Context, doc: Mapping[str, Any]) -> None:
+async def _put(ctx: Memo, doc: Mapping[str, Any]) -> None:
     """Apply a JobSet or the Service; create a rollout gate's InferenceBenchmark (its spec is
     immutable: one made by an earlier pass, perhaps for another pod address, stays as it is)."""
     if doc["kind"] == "InferenceBenchmark":
-        with contextlib.suppress(errors.AlreadyExists):
+        with contextlib.suppress(errors.KubeAlreadyExists):
             await ctx.kube.create(BENCHMARKS, doc)
         return
     await ctx.kube.apply(_CHILDREN[doc["kind"]], doc)
@@ -250,7 +253,7 @@ class Writes:
     written (no repeats before the watch shows it), and how recent the observation behind it
     was, so that neither lane overwrites a status planned from newer observed state."""
 
-    memory: common.StatusMemory = field(default_factory=common.StatusMemory)
+    memory: StatusMemory = field(default_factory=StatusMemory)
     observed_at: float = -float("inf")
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: The engines' sleep state the last full pass probed (status passes make no engine calls).
@@ -269,7 +272,7 @@ class Writes:
 
     async def write(
         self,
-        ctx: Context,
+        ctx: Memo,
         *,
         body: Mapping[str, Any],
         status: InferenceWorkloadStatus,
@@ -298,7 +301,7 @@ class Writes:
 
 
 async def reconcile(
-    ctx: Context,
+    ctx: Memo,
     *,
     body: kopf.Body,
     indices: Mapping[str, Any],
@@ -338,7 +341,7 @@ async def reconcile(
 
 
 def prepare_status(
-    ctx: Context,
+    ctx: Memo,
     *,
     body: kopf.Body,
     indices: Mapping[str, Any],
@@ -370,7 +373,7 @@ def prepare_status(
     # NB: compared with our own last write while the watch has not shown it yet: a change
     # seen meanwhile is neither taken for readiness again nor written twice.
     current = writes.current(body)
-    if common.status_patch(current, status) is None:
+    if status_patch(current, status) is None:
         writes.ready = _ready_of(status)
         return None
 
@@ -398,7 +401,7 @@ def _readiness(status: InferenceWorkloadStatus) -> tuple[Any, ...]:
 
 
 def catching_up(
-    ctx: Context, *, body: kopf.Body, indices: Mapping[str, Any], expectations: Expectations
+    ctx: Memo, *, body: kopf.Body, indices: Mapping[str, Any], expectations: Expectations
 ) -> float | None:
     """Seconds to wait before a pass because the indexes do not show the last pass's writes yet."""
     meta = body.get("metadata") or {}
@@ -438,7 +441,7 @@ def _register_daemon(registry: kopf.OperatorRegistry) -> None:
         logger: logging.Logger | logging.LoggerAdapter[Any],
         **kwargs: Any,
     ) -> None:
-        ctx: Context = memo.ctx
+        ctx: Memo = memo.ctx
         expectations = Expectations()
         writes = Writes()
         indices = indexes.pick(kwargs)
@@ -463,7 +466,7 @@ def _register_daemon(registry: kopf.OperatorRegistry) -> None:
             )
         )
         try:
-            await common.run_loop(
+            await run_loop(
                 ctx,
                 key=full_key(namespace, name),
                 kind="InferenceWorkload",

@@ -20,7 +20,6 @@ from typing import Any
 import kopf
 
 from sparkrun_operator.controllers import indexes
-from sparkrun_operator.controllers.context import Context
 from sparkrun_operator.controllers.indexes import (
     BENCHMARK_ID,
     CACHE_ID,
@@ -30,6 +29,7 @@ from sparkrun_operator.controllers.indexes import (
     OURS,
     RECIPE_ID,
 )
+from sparkrun_operator.controllers.memo import Memo
 from sparkrun_operator.plan import observe
 from sparkrun_operator.render import keys
 
@@ -67,7 +67,7 @@ def _register_own_pokes(
     async def iw_changed(
         *, namespace: str | None, name: str, body: kopf.Body, type: str | None, memo: Any, **kwargs: Any
     ) -> None:
-        ctx: Context = memo.ctx
+        ctx: Memo = memo.ctx
         meta = body.get("metadata") or {}
         poke_rivals(ctx, (namespace or "", name), None if type == "DELETED" else body, kwargs.get("iw_names"))
         # NB: the operator's own status writes come back as events too; a pass for those
@@ -76,7 +76,7 @@ def _register_own_pokes(
         if meta.get("deletionTimestamp") or ctx.reconciled.get((namespace or "", name)) != requested(meta):
             ctx.triggers.poke(full_key(namespace or "", name))
 
-    def _child_changed(ctx: Context, body: kopf.Body) -> None:
+    def _child_changed(ctx: Memo, body: kopf.Body) -> None:
         key = observe.workload_key(body)
         if key:
             # the status lane plans at once: it writes the status, and pokes the full lane
@@ -104,7 +104,7 @@ def _register_own_pokes(
         memo.ctx.triggers.poke(full_key(namespace or "", name))
 
 
-def poke_rivals(ctx: Context, key: tuple[str, str], body: kopf.Body | None, index: Any) -> None:
+def poke_rivals(ctx: Memo, key: tuple[str, str], body: kopf.Body | None, index: Any) -> None:
     """When the names a workload claims change (or it goes), re-plan every workload sharing an
     old or new name with it that ranks after it: their ``Routable`` condition may change
     (plan/names.py). An older rival's cannot: it keeps a name against any newer claim, and the
@@ -134,7 +134,7 @@ def poke_rivals(ctx: Context, key: tuple[str, str], body: kopf.Body | None, inde
 def _register_dependency_pokes(registry: kopf.OperatorRegistry) -> None:
     """Pokes of the workloads that use a changed Recipe, ModelCache or InferenceCluster."""
 
-    def _poke_dependents(ctx: Context, *, namespace: str | None, slot: int, name: str) -> None:
+    def _poke_dependents(ctx: Memo, *, namespace: str | None, slot: int, name: str) -> None:
         for (ns, wl), deps in list(ctx.dependencies.items()):
             if (namespace is None or ns == namespace) and deps[slot] == name:
                 ctx.triggers.poke(full_key(ns, wl))
@@ -149,7 +149,7 @@ def _register_dependency_pokes(registry: kopf.OperatorRegistry) -> None:
 
     @kopf.on.event(*CLUSTER_ID, id="iw-cluster-changed", registry=registry)
     async def iw_cluster_changed(*, name: str, memo: Any, **_: Any) -> None:
-        ctx: Context = memo.ctx
+        ctx: Memo = memo.ctx
         # A (new) default cluster concerns every workload naming none.
         for (ns, wl), deps in list(ctx.dependencies.items()):
             if deps[2] in (name, None):

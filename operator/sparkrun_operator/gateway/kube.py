@@ -30,15 +30,9 @@ from sparkrun_operator import safeload
 from sparkrun_operator.api.resources import INFERENCE_WORKLOAD
 from sparkrun_operator.gateway.auth import DigestTable, Grant
 from sparkrun_operator.gateway.routing import RoutingTable, State, TablePublisher, Workload
-from sparkrun_operator.k8s.client import (
-    CONFIG_MAPS,
-    ENDPOINT_SLICES,
-    GATEWAY_MANAGER,
-    SECRETS,
-    Kube,
-    resource_of,
-)
+from sparkrun_operator.k8s.client import GATEWAY_MANAGER, Kube
 from sparkrun_operator.k8s.informer import Informer, drop_managed_fields
+from sparkrun_operator.k8s.resources import CONFIG_MAPS, ENDPOINT_SLICES, SECRETS, resource_of
 from sparkrun_operator.plan.names import claim_of
 from sparkrun_operator.plan.served import of_workload
 from sparkrun_operator.render import keys

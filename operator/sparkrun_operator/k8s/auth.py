@@ -26,8 +26,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from sparkrun_operator.api.meta import GROUP
 from sparkrun_operator.k8s import errors as k8s_errors
-from sparkrun_operator.k8s.client import CONFIG_MAPS, SERVICE_ACCOUNTS, Kube
+from sparkrun_operator.k8s.client import Kube
+from sparkrun_operator.k8s.resources import CONFIG_MAPS, SERVICE_ACCOUNTS
 from sparkrun_operator.render import keys
 
 __all__ = [
@@ -45,7 +47,7 @@ __all__ = [
     "request_header_config",
 ]
 
-DAEMON_GROUP = "sparkrun.dev"
+DAEMON_GROUP = GROUP
 DAEMON_RESOURCE = "daemonoperations"
 MANAGER_ANNOTATION = keys.ANNOTATION_MANAGER
 DEFAULT_MANAGER = "daemon"

@@ -13,18 +13,18 @@ Contract:
 
 - every call has an explicit timeout; every failure raises a :mod:`~sparkrun_operator.k8s.errors`
   type with the transport exception chained as ``__cause__`` (a call that got no HTTP answer is
-  ``Unavailable``); :meth:`Kube.get` returns ``None`` and :meth:`Kube.delete` ``False`` for 404;
+  ``KubeUnavailable``); :meth:`Kube.get` returns ``None`` and :meth:`Kube.delete` ``False`` for 404;
 - ``429 Too Many Requests`` was not processed: it is retried up to ``retries_429`` times after
-  the advised ``Retry-After`` (jittered, capped), then raised as ``TooManyRequests``;
+  the advised ``Retry-After`` (jittered, capped), then raised as ``KubeTooManyRequests``;
 - lists are paginated (``limit``/``continue``); an expired continue token (410) relists;
 - deletes carry a UID precondition when given, and an explicit propagation policy;
 - :func:`retry_conflicts` re-runs a read-modify-write that met a 409, with jitter;
 - :meth:`Kube.watch` yields ``(type, object)`` until the server ends the watch; an expired
-  resourceVersion (410, or an ``ERROR`` event) raises ``Gone``; :meth:`Kube.stream_lines` streams
+  resourceVersion (410, or an ``ERROR`` event) raises ``KubeGone``; :meth:`Kube.stream_lines` streams
   a body line by line (pod logs). The list-watch-relist loop is :mod:`.informer`'s.
 
 An optional ``on_write(verb, path)`` hook counts writes (metrics). The one ``Resource`` table
-lives in :mod:`.resources` and is re-exported here.
+lives in :mod:`.resources` (import it from there).
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from kubernetes_asyncio import client as k8s_client
 
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.connection import connect as connect  # re-exported: the one client's constructor
-from sparkrun_operator.k8s.resources import *  # noqa: F403  (the Resource table, re-exported)
 from sparkrun_operator.k8s.resources import PODS, Resource
 from sparkrun_operator.render import keys
 from sparkrun_operator.retry import Backoff, retry
@@ -77,14 +76,14 @@ CONFLICT_BACKOFF: Final = Backoff(initial=0.01, maximum=0.25)
 async def retry_conflicts(attempt: Callable[[], Awaitable[T]], *, attempts: int = MAX_CONFLICTS) -> T:
     """Run ``attempt`` (a read-modify-write) until it does not fail with 409, with jitter.
 
-    ``AlreadyExists`` is not a race and is raised at once; after ``attempts`` conflicts the
-    last ``errors.Conflict`` is raised.
+    ``KubeAlreadyExists`` is not a race and is raised at once; after ``attempts`` conflicts the
+    last ``errors.KubeConflict`` is raised.
     """
     return await retry(
         attempt,
         attempts=attempts,
         retryable=lambda error: (
-            isinstance(error, errors.Conflict) and not isinstance(error, errors.AlreadyExists)
+            isinstance(error, errors.KubeConflict) and not isinstance(error, errors.KubeAlreadyExists)
         ),
         backoff=CONFLICT_BACKOFF,
     )
@@ -299,7 +298,7 @@ class Kube:
         return await retry(
             lambda: self._once(method, path, query, body, content_type, timeout),
             attempts=self.retries_429 + 1,
-            retryable=lambda error: isinstance(error, errors.TooManyRequests),
+            retryable=lambda error: isinstance(error, errors.KubeTooManyRequests),
             backoff=self.backoff_429,
             floor=lambda error: min(getattr(error, "retry_after", 0.0), self.backoff_429.maximum),
         )
@@ -311,13 +310,13 @@ class Kube:
         kubelet's ``limitBytes``, counted from the first of those lines; and never more read
         here, whatever the answer holds): a line cut at the limit is dropped. ``""`` when there is
         none to read (the pod or container is gone or not started, or its node cannot be
-        reached). No answer at all raises ``Unavailable`` like every call."""
+        reached). No answer at all raises ``KubeUnavailable`` like every call."""
         path = PODS.path(namespace=namespace, name=pod, subresource="log")
         query = {"container": container, "tailLines": lines, "limitBytes": limit_bytes}
         try:
             response = await self._open("GET", path, query=query, accept="*/*")
         except errors.KubeError as error:
-            if isinstance(error, errors.Unavailable) and not error.status:
+            if isinstance(error, errors.KubeUnavailable) and not error.status:
                 raise
             return ""
         raw = b""
@@ -341,7 +340,7 @@ class Kube:
         """The object, or ``None`` when it does not exist."""
         try:
             found: dict[str, Any] = await self.request("GET", resource.path(namespace, name))
-        except errors.NotFound:
+        except errors.KubeNotFound:
             return None
         return found
 
@@ -383,7 +382,7 @@ class Kube:
                     token = metadata.get("continue") or None
                     if token is None:
                         return Listing(items, str(metadata.get("resourceVersion") or "") or None)
-            except errors.Gone:
+            except errors.KubeGone:
                 if token is None or relist == RELISTS_410:
                     raise
         raise AssertionError("unreachable")
@@ -412,7 +411,7 @@ class Kube:
     async def create(
         self, resource: Resource, obj: Mapping[str, Any], namespace: str | None = None
     ) -> dict[str, Any]:
-        """Create ``obj`` (in ``namespace``, else its own); ``AlreadyExists`` when the name is taken."""
+        """Create ``obj`` (in ``namespace``, else its own); ``KubeAlreadyExists`` when the name is taken."""
         namespace = namespace or (obj.get("metadata") or {}).get("namespace")
         created: dict[str, Any] = await self.request("POST", resource.path(namespace), body=dict(obj))
         return created
@@ -495,14 +494,14 @@ class Kube:
         """Delete ``name`` (if its UID is still ``uid``); ``False`` when it is already gone.
 
         ``propagation`` (``Foreground``, ``Background`` or ``Orphan``) is always explicit. A UID
-        mismatch (a new object reused the name) raises ``Conflict`` and deletes nothing.
+        mismatch (a new object reused the name) raises ``KubeConflict`` and deletes nothing.
         """
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation}
         if uid is not None:
             body["preconditions"] = {"uid": uid}
         try:
             await self.request("DELETE", resource.path(namespace, name), body=body)
-        except errors.NotFound:
+        except errors.KubeNotFound:
             return False
         return True
 
@@ -520,8 +519,8 @@ class Kube:
         """Stream ``(type, object)`` events until the server ends the watch.
 
         A non-2xx answer raises its typed error (method ``GET``); an ``ERROR`` event raises the
-        typed error of its ``Status`` (method ``WATCH``; ``Gone`` for an expired
-        ``resource_version``); a broken stream raises ``Unavailable`` (method ``WATCH``, status 0).
+        typed error of its ``Status`` (method ``WATCH``; ``KubeGone`` for an expired
+        ``resource_version``); a broken stream raises ``KubeUnavailable`` (method ``WATCH``, status 0).
         """
         query = {
             "watch": True,
@@ -551,7 +550,7 @@ class Kube:
             except _TRANSPORT as error:
                 raise errors.from_transport(error, method="WATCH", path=path) from error
             except ValueError as error:  # a truncated or garbled event
-                raise errors.Unavailable(
+                raise errors.KubeUnavailable(
                     f"undecodable watch event: {error}", method="WATCH", path=path
                 ) from error
         finally:

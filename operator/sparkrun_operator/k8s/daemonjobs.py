@@ -34,8 +34,9 @@ from typing import Any
 from sparkrun_operator.api.daemonjob import DaemonJobStatus
 from sparkrun_operator.api.resources import DAEMON_JOB
 from sparkrun_operator.k8s import errors
-from sparkrun_operator.k8s.client import MAX_CONFLICTS, Kube, resource_of, retry_conflicts
+from sparkrun_operator.k8s.client import MAX_CONFLICTS, Kube, retry_conflicts
 from sparkrun_operator.k8s.informer import Informer, drop_managed_fields
+from sparkrun_operator.k8s.resources import resource_of
 
 __all__ = ["CACHED_RESULT_BYTES", "DAEMON_JOBS", "MAX_ATTEMPTS", "OMITTED", "DaemonJobs", "JobCache", "slim"]
 
@@ -87,7 +88,7 @@ class DaemonJobs:
         self.namespace = namespace
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Create; raises ``errors.AlreadyExists`` for a taken name."""
+        """Create; raises ``errors.KubeAlreadyExists`` for a taken name."""
         return await self.kube.create(DAEMON_JOBS, obj, self.namespace)
 
     async def get(self, name: str) -> dict[str, Any] | None:
@@ -146,12 +147,12 @@ class DaemonJobs:
             }
             try:
                 return await self.kube.replace(DAEMON_JOBS, name, body, self.namespace, subresource="status")
-            except errors.NotFound as error:
+            except errors.KubeNotFound as error:
                 raise LookupError(f"DaemonJob {name} no longer exists") from error
 
         try:
             return await retry_conflicts(attempt, attempts=MAX_ATTEMPTS)
-        except errors.Conflict as error:
+        except errors.KubeConflict as error:
             raise RuntimeError(f"status of DaemonJob {name} kept changing; gave up") from error
 
 

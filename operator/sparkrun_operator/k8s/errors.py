@@ -2,20 +2,20 @@
 
 ::
 
-    KubeError                 any failed call (``status`` 0 when no HTTP answer came back)
-    ├── NotFound              404
-    ├── Conflict              409: the object changed, or a UID/resourceVersion precondition failed
-    │   └── AlreadyExists     409 on create
-    ├── Invalid               422: the apiserver (schema, CEL, webhook) refused the object
-    ├── Forbidden             403: RBAC
-    ├── Gone                  410: a watch's or a list's resourceVersion / continue token expired
-    └── Unavailable           5xx, timeouts and connection errors: retry later
-        └── TooManyRequests   429 (priority and fairness): ``retry_after`` seconds advised
+    KubeError                     any failed call (``status`` 0 when no HTTP answer came back)
+    ├── KubeNotFound              404
+    ├── KubeConflict              409: the object changed, or a UID/resourceVersion precondition failed
+    │   └── KubeAlreadyExists     409 on create
+    ├── KubeInvalid               422: the apiserver (schema, CEL, webhook) refused the object
+    ├── KubeForbidden             403: RBAC
+    ├── KubeGone                  410: a watch's or a list's resourceVersion / continue token expired
+    └── KubeUnavailable           5xx, timeouts and connection errors: retry later
+        └── KubeTooManyRequests   429 (priority and fairness): ``retry_after`` seconds advised
 
 Every instance carries the HTTP ``status``, the apiserver's ``reason`` and ``message`` (from its
 ``Status`` body) and what was being done (``method`` and ``path``); ``raise ... from cause`` keeps
 the underlying aiohttp/kubernetes_asyncio exception as ``__cause__``. :func:`from_transport` is
-the one place that turns a transport failure (no HTTP answer) into :class:`Unavailable`.
+the one place that turns a transport failure (no HTTP answer) into :class:`KubeUnavailable`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sparkrun_operator.errors import SparkrunError
 
-class KubeError(Exception):
+
+class KubeError(SparkrunError):
     """A Kubernetes API call failed."""
 
     def __init__(
@@ -51,35 +53,35 @@ class KubeError(Exception):
         return f"{where}{code}{self.message}"
 
 
-class NotFound(KubeError):
+class KubeNotFound(KubeError):
     """404: the object (or its kind) does not exist."""
 
 
-class Conflict(KubeError):
+class KubeConflict(KubeError):
     """409: a concurrent change or a failed precondition; re-read and retry."""
 
 
-class AlreadyExists(Conflict):
+class KubeAlreadyExists(KubeConflict):
     """409 on create: an object with that name exists."""
 
 
-class Invalid(KubeError):
+class KubeInvalid(KubeError):
     """422: the object was refused (schema, CEL rule, admission webhook)."""
 
 
-class Forbidden(KubeError):
+class KubeForbidden(KubeError):
     """403: the operator's service account lacks a permission."""
 
 
-class Gone(KubeError):
+class KubeGone(KubeError):
     """410: the resourceVersion (of a watch) or the continue token (of a list) expired; relist."""
 
 
-class Unavailable(KubeError):
+class KubeUnavailable(KubeError):
     """The apiserver could not answer now (429, 5xx, timeout, connection error)."""
 
 
-class TooManyRequests(Unavailable):
+class KubeTooManyRequests(KubeUnavailable):
     """429: not processed; try again after ``retry_after`` seconds."""
 
     def __init__(self, message: str, *, retry_after: float = 1.0, **kwargs: Any) -> None:
@@ -95,10 +97,10 @@ def retry_after_of(value: str | None) -> float:
         return 1.0
 
 
-def from_transport(error: BaseException, *, method: str, path: str) -> Unavailable:
+def from_transport(error: BaseException, *, method: str, path: str) -> KubeUnavailable:
     """The typed error for a call that got no HTTP answer (timeout, refused, reset, TLS)."""
     text = str(error) or "no answer"
-    return Unavailable(f"{type(error).__name__}: {text}", method=method, path=path)
+    return KubeUnavailable(f"{type(error).__name__}: {text}", method=method, path=path)
 
 
 def from_response(
@@ -133,19 +135,19 @@ def from_response(
         "body": parsed,
     }
     if status == 404:
-        return NotFound(message, **kwargs)
+        return KubeNotFound(message, **kwargs)
     if status == 409:
         if reason == "AlreadyExists":
-            return AlreadyExists(message, **kwargs)
-        return Conflict(message, **kwargs)
+            return KubeAlreadyExists(message, **kwargs)
+        return KubeConflict(message, **kwargs)
     if status == 422:
-        return Invalid(message, **kwargs)
+        return KubeInvalid(message, **kwargs)
     if status == 403:
-        return Forbidden(message, **kwargs)
+        return KubeForbidden(message, **kwargs)
     if status == 410:
-        return Gone(message, **kwargs)
+        return KubeGone(message, **kwargs)
     if status == 429:
-        return TooManyRequests(message, retry_after=retry_after_of(retry_after), **kwargs)
+        return KubeTooManyRequests(message, retry_after=retry_after_of(retry_after), **kwargs)
     if status >= 500:
-        return Unavailable(message, **kwargs)
+        return KubeUnavailable(message, **kwargs)
     return KubeError(message, **kwargs)

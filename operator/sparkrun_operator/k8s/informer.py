@@ -31,7 +31,8 @@ from collections.abc import Callable
 from typing import Any
 
 from sparkrun_operator.k8s import errors
-from sparkrun_operator.k8s.client import Kube, Resource
+from sparkrun_operator.k8s.client import Kube
+from sparkrun_operator.k8s.resources import Resource
 from sparkrun_operator.retry import Attempts, Backoff
 
 log = logging.getLogger("sparkrun.k8s.informer")
@@ -144,10 +145,10 @@ class Informer:
                 await self._follow()
             except asyncio.CancelledError:
                 raise
-            except errors.Gone as error:
+            except errors.KubeGone as error:
                 log.info("%s: resourceVersion expired (%s); relisting", self._name, error.message)
                 self.resource_version = None
-            except errors.Unavailable as error:
+            except errors.KubeUnavailable as error:
                 if _is_event(error):
                     self.resource_version = None
                 # NB: otherwise resumed from the last resourceVersion; a 410 then relists.

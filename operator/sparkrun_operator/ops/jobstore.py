@@ -30,8 +30,9 @@ from typing import Any
 from sparkrun_operator.api.daemonjob import DaemonJobStatus
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.k8s.auth import UserInfo
-from sparkrun_operator.k8s.client import SECRETS, retry_conflicts
+from sparkrun_operator.k8s.client import retry_conflicts
 from sparkrun_operator.k8s.daemonjobs import DaemonJobs, JobCache
+from sparkrun_operator.k8s.resources import SECRETS
 from sparkrun_operator.ops import answers, jobs
 from sparkrun_operator.ops.catalog import Operation
 from sparkrun_operator.ops.errors import Conflict, Invalid, TooManyRequests
@@ -139,7 +140,7 @@ class JobService:
             try:
                 created = await self.daemonjobs.create(obj)
             except k8s_errors.KubeError as error:
-                if not (isinstance(error, k8s_errors.AlreadyExists) and key is not None):
+                if not (isinstance(error, k8s_errors.KubeAlreadyExists) and key is not None):
                     raise
             else:
                 await self.cache.observe(created)
@@ -267,7 +268,7 @@ class JobService:
         name: str = secret["metadata"]["name"]
         try:
             await self.daemonjobs.kube.create(SECRETS, secret, namespace)
-        except k8s_errors.AlreadyExists:
+        except k8s_errors.KubeAlreadyExists:
             existing = await self.daemonjobs.kube.get(SECRETS, name, namespace)
             if existing is None or answers.check_secret(existing, obj, prompt_id) is not None:
                 raise Conflict(

@@ -15,7 +15,8 @@ from typing import Any
 
 from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE, InferenceClusterSpec
 from sparkrun_operator.api.resources import INFERENCE_CLUSTER, INFERENCE_WORKLOAD, RECIPE
-from sparkrun_operator.k8s.client import NODES, PODS, Kube, resource_of
+from sparkrun_operator.k8s.client import Kube
+from sparkrun_operator.k8s.resources import NODES, PODS, resource_of
 from sparkrun_operator.ops.errors import Invalid, NotFound
 from sparkrun_operator.plan import cluster as cluster_plan
 from sparkrun_operator.render import keys

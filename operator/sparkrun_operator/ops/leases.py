@@ -28,8 +28,9 @@ from typing import Any
 
 from sparkrun_operator.api.daemonjob import DaemonJobStatus
 from sparkrun_operator.k8s import errors
-from sparkrun_operator.k8s.client import LEASES, Kube
+from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.k8s.daemonjobs import DaemonJobs
+from sparkrun_operator.k8s.resources import LEASES
 from sparkrun_operator.ops import jobs
 from sparkrun_operator.ops.errors import DaemonError
 from sparkrun_operator.render import keys
@@ -91,7 +92,7 @@ async def renew(
 async def release(rest: Kube, namespace: str, executor_id: str) -> None:
     """Delete this executor's Lease (a graceful stop): other executors see it gone at once and
     take its unfinished jobs over without waiting for the Lease to expire."""
-    with contextlib.suppress(errors.NotFound):
+    with contextlib.suppress(errors.KubeNotFound):
         await rest.delete(LEASES, lease_name(executor_id), namespace, propagation="Background")
 
 

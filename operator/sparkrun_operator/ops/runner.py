@@ -43,7 +43,6 @@ from sparkrun_operator.api.daemonjob import DaemonJobStatus
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.ops import answers, jobs
 from sparkrun_operator.ops.catalog import Catalog, Operation
-from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import (
     Conflict,
     DaemonError,
@@ -52,6 +51,7 @@ from sparkrun_operator.ops.errors import (
     NotFound,
     OperationTimeout,
 )
+from sparkrun_operator.ops.invocation import Executor, OperationContext
 from sparkrun_operator.ops.redact import off_loop
 from sparkrun_operator.ops.schema import request_validator, result_validator
 

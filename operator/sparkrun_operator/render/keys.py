@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Final
 
-PREFIX: Final = "sparkrun.dev"
+from sparkrun_operator.api.meta import GROUP
+
+PREFIX: Final = GROUP
 
 # -- labels on children (JobSets, their pods, Services) -----------------------------------
 #: Name of the owning InferenceWorkload (the gateway and Service select on it).

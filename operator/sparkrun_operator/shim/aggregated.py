@@ -23,15 +23,15 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from sparkrun_operator.api.meta import DAEMON_API_GROUP, DAEMON_API_PREFIX, VERSION
 from sparkrun_operator.shim.boundary import FRONT_PROXY, json_response
 from sparkrun_operator.shim.listener import GuardedProtocol
 
 __all__ = ["GROUP", "VERSION", "Discovery", "FrontProxyProtocol", "front_proxy_protocol"]
 
-GROUP = "daemon.sparkrun.dev"
-VERSION = "v1alpha1"
+GROUP = DAEMON_API_GROUP
 GROUP_VERSION = f"{GROUP}/{VERSION}"
-PREFIX = f"/apis/{GROUP}/{VERSION}"
+PREFIX = DAEMON_API_PREFIX
 
 
 def _group() -> dict[str, Any]:

@@ -48,7 +48,7 @@ from sparkrun_operator.k8s.auth import RequestHeaderConfig
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.k8s.daemonjobs import JobCache
 from sparkrun_operator.ops.catalog import Catalog
-from sparkrun_operator.ops.context import ArgumentCheck, Executor
+from sparkrun_operator.ops.invocation import ArgumentCheck, Executor
 from sparkrun_operator.ops.jobstore import JobService
 from sparkrun_operator.shim import docs
 from sparkrun_operator.shim.boundary import Boundary, Errors, json_response

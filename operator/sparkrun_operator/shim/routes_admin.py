@@ -10,8 +10,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sparkrun_operator.ops import jobs as joblib
-from sparkrun_operator.ops.context import OperationContext
 from sparkrun_operator.ops.errors import Conflict, Invalid, NotFound
+from sparkrun_operator.ops.invocation import OperationContext
 from sparkrun_operator.ops.runner import run_query
 from sparkrun_operator.shim.state import ShimState, json_reply
 

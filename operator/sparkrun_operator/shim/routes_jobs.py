@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from sparkrun_operator.k8s.client import SECRETS
+from sparkrun_operator.k8s.resources import SECRETS
 from sparkrun_operator.ops import jobs as joblib
 from sparkrun_operator.ops.errors import Conflict, Invalid
 from sparkrun_operator.shim.state import ShimState, json_reply

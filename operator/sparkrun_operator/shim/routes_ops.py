@@ -10,8 +10,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sparkrun_operator.ops.catalog import Operation
-from sparkrun_operator.ops.context import OperationContext
 from sparkrun_operator.ops.errors import Conflict, FeatureDisabled, Forbidden, Invalid, NotFound
+from sparkrun_operator.ops.invocation import OperationContext
 from sparkrun_operator.ops.runner import run_query
 from sparkrun_operator.ops.schema import request_validator
 from sparkrun_operator.shim.identity import Caller

@@ -39,9 +39,9 @@ from sparkrun_operator.k8s.auth import Authenticator, Authorizer, ManagerDirecto
 from sparkrun_operator.k8s.client import DAEMON_API_MANAGER, Kube
 from sparkrun_operator.k8s.daemonjobs import DaemonJobs, JobCache
 from sparkrun_operator.ops import catalog as catalog_mod
-from sparkrun_operator.ops.context import Settings
 from sparkrun_operator.ops.executors import ARGUMENT_CHECKS, EXECUTORS
 from sparkrun_operator.ops.jobstore import DEFAULT_MAX_ACTIVE_JOBS, JobService
+from sparkrun_operator.ops.settings import Settings
 from sparkrun_operator.shim.aggregated import Discovery, front_proxy_protocol
 from sparkrun_operator.shim.app import Shim, ShimConfig
 from sparkrun_operator.shim.identity import Gate

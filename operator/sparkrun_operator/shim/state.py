@@ -14,15 +14,17 @@ from starlette.responses import Response
 from starlette.types import ASGIApp
 
 from sparkrun_operator import safeload
+from sparkrun_operator.api.meta import DAEMON_API_PREFIX
 from sparkrun_operator.k8s.auth import RequestHeaderConfig
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.k8s.daemonjobs import JobCache
 from sparkrun_operator.ops import jobs as joblib
 from sparkrun_operator.ops.catalog import Catalog, Operation
-from sparkrun_operator.ops.context import ArgumentCheck, Executor, Settings
 from sparkrun_operator.ops.errors import Forbidden, NotFound
+from sparkrun_operator.ops.invocation import ArgumentCheck, Executor
 from sparkrun_operator.ops.jobstore import JobService
 from sparkrun_operator.ops.schema import parse_json_object
+from sparkrun_operator.ops.settings import Settings
 from sparkrun_operator.shim.boundary import CALLER
 from sparkrun_operator.shim.identity import Caller, Gate
 from sparkrun_operator.shim.querycache import QueryCache
@@ -55,7 +57,7 @@ class ShimConfig:
     snapshot_interval: float = 2.0
     heartbeat: float = 10.0
     #: URL prefix under which the aggregated API serves the same routes.
-    aggregated_prefix: str = "/apis/daemon.sparkrun.dev/v1alpha1"
+    aggregated_prefix: str = DAEMON_API_PREFIX
 
 
 def json_reply(body: Any, status: int = 200) -> Response:

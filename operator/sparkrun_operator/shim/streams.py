@@ -32,11 +32,12 @@ from typing import Any
 
 from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
 from sparkrun_operator.k8s import errors as k8s_errors
-from sparkrun_operator.k8s.client import PODS, Kube
+from sparkrun_operator.k8s.client import Kube
+from sparkrun_operator.k8s.resources import PODS
 from sparkrun_operator.ops import kube
-from sparkrun_operator.ops.context import Settings
 from sparkrun_operator.ops.errors import Invalid
 from sparkrun_operator.ops.secrets import known_secrets
+from sparkrun_operator.ops.settings import Settings
 from sparkrun_operator.render import keys
 from sparkrun_operator.shim.sse import HEARTBEAT, frame
 

@@ -9,7 +9,7 @@ import time
 from collections.abc import AsyncIterator
 
 from sparkrun_operator.controllers.collector import collect_when_quiet
-from sparkrun_operator.controllers.context import Triggers
+from sparkrun_operator.controllers.triggers import Triggers
 
 
 def full_collections() -> int:

@@ -8,7 +8,7 @@ import kopf
 
 from sparkrun_operator.api.resources import KINDS
 from sparkrun_operator.controllers import operator
-from sparkrun_operator.controllers.context import OperatorConfig
+from sparkrun_operator.controllers.config import OperatorConfig
 from sparkrun_operator.controllers.diffbase import ChangeHandledKindsDiffBase
 from sparkrun_operator.controllers.operator import CHANGE_HANDLED_KINDS, RunOptions, build_settings
 

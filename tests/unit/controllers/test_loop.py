@@ -1,4 +1,4 @@
-"""The reconcile loop's mechanics (``controllers/common.py``, ``controllers/context.py``), with
+"""The reconcile loop's mechanics (``controllers/loop.py``, ``controllers/triggers.py``), with
 real asyncio timing and no apiserver: pokes coalesce, requeues come back, a precheck that says
 "wait" costs no pass, the gate bounds passes over all objects, an unavailable apiserver becomes
 kopf's TemporaryError while a conflict requeues the pass soon, a status write is neither sent
@@ -18,10 +18,15 @@ import kopf
 import pytest
 
 from sparkrun_operator.api.workload import InferenceWorkloadStatus
-from sparkrun_operator.controllers import common, lane
-from sparkrun_operator.controllers.context import Context, Metrics, OperatorConfig, Triggers
+from sparkrun_operator.controllers import lane
+from sparkrun_operator.controllers.config import OperatorConfig
 from sparkrun_operator.controllers.gate import ACTION, PROGRESS, URGENT, PriorityGate
+from sparkrun_operator.controllers.loop import run_loop
+from sparkrun_operator.controllers.memo import Memo
+from sparkrun_operator.controllers.metrics import Metrics
 from sparkrun_operator.controllers.operator import observing_gc
+from sparkrun_operator.controllers.status import StatusMemory
+from sparkrun_operator.controllers.triggers import Triggers
 from sparkrun_operator.k8s import errors
 
 
@@ -47,8 +52,8 @@ class FakeKube:
         return {}
 
 
-def _ctx(*, gate: int = 16, debounce: float = 0.0) -> Context:
-    return Context(
+def _ctx(*, gate: int = 16, debounce: float = 0.0) -> Memo:
+    return Memo(
         config=OperatorConfig(drift_seconds=60, debounce_seconds=debounce),
         kube=FakeKube(),  # type: ignore[arg-type]
         http=httpx.AsyncClient(),
@@ -57,15 +62,15 @@ def _ctx(*, gate: int = 16, debounce: float = 0.0) -> Context:
     )
 
 
-def _wake_all(ctx: Context) -> None:
+def _wake_all(ctx: Memo) -> None:
     """Wake every daemon (to see it stopped)."""
     for key in [*ctx.triggers.keys()]:  # NB: Triggers is no mapping (ruff SIM118 takes it for one)
         ctx.triggers.poke(key)
 
 
-async def _run(ctx: Context, key: str, stopped: Stopped, reconcile: Any, **kwargs: Any) -> asyncio.Task[None]:
+async def _run(ctx: Memo, key: str, stopped: Stopped, reconcile: Any, **kwargs: Any) -> asyncio.Task[None]:
     return asyncio.create_task(
-        common.run_loop(
+        run_loop(
             ctx,
             key=key,
             kind="Test",
@@ -157,14 +162,14 @@ async def test_unavailable_becomes_a_temporary_error() -> None:
     ctx = _ctx()
 
     async def unavailable() -> float | None:
-        raise errors.Unavailable("down", status=503)
+        raise errors.KubeUnavailable("down", status=503)
 
     task = await _run(ctx, "u", Stopped(), unavailable)
     with pytest.raises(kopf.TemporaryError) as raised:
         await asyncio.wait_for(task, 1)
     assert raised.value.delay is not None
     assert 10.5 <= raised.value.delay <= 15.0  # 15 s with jitter
-    assert isinstance(raised.value.__cause__, errors.Unavailable)
+    assert isinstance(raised.value.__cause__, errors.KubeUnavailable)
     await ctx.http.aclose()
 
 
@@ -178,7 +183,7 @@ async def test_a_conflict_runs_the_pass_again_soon_in_the_same_loop() -> None:
     async def conflicting_twice() -> float | None:
         times.append(loop.time())
         if len(times) <= 2:
-            raise errors.Conflict("changed", status=409)
+            raise errors.KubeConflict("changed", status=409)
         third.set()
         return None
 
@@ -198,7 +203,7 @@ async def test_a_conflict_runs_the_pass_again_soon_in_the_same_loop() -> None:
 
 async def test_status_memory() -> None:
     ctx = _ctx()
-    memory = common.StatusMemory()
+    memory = StatusMemory()
     desired = InferenceWorkloadStatus(phase="Running", revision="r1")
     kwargs: dict[str, Any] = {"resource": None, "name": "w", "namespace": "ns"}
     assert await memory.write(ctx, current=None, desired=desired, **kwargs)
@@ -321,7 +326,7 @@ def test_gc_pauses_are_observed_while_the_operator_runs() -> None:
     assert pauses() == 2
 
 
-def _lane(ctx: Context, key: str, stopped: Stopped, prepare: Any) -> asyncio.Task[None]:
+def _lane(ctx: Memo, key: str, stopped: Stopped, prepare: Any) -> asyncio.Task[None]:
     return asyncio.create_task(
         lane.run_status_lane(
             ctx,
@@ -388,7 +393,7 @@ async def test_the_status_lane_coalesces_and_survives_errors() -> None:
         calls += 1
         if calls == 1:
             await release.wait()
-            raise errors.Unavailable("apiserver down", status=503)
+            raise errors.KubeUnavailable("apiserver down", status=503)
         if calls == 2:
             raise RuntimeError("a bug")
         return False
@@ -567,7 +572,7 @@ async def test_a_queued_progress_write_that_turns_urgent_moves_up() -> None:
 
 async def test_status_memory_with_versions_rewrites_after_someone_else_wrote() -> None:
     ctx = _ctx()
-    memory = common.StatusMemory()
+    memory = StatusMemory()
     desired = InferenceWorkloadStatus(phase="Running", ready_replicas=1)
     stale = InferenceWorkloadStatus(phase="Pending").model_dump(by_alias=True, exclude_none=True, mode="json")
     kwargs: dict[str, Any] = {"resource": None, "name": "w", "namespace": "ns", "desired": desired}

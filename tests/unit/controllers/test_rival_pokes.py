@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from sparkrun_operator.controllers import indexes
-from sparkrun_operator.controllers.context import Triggers
+from sparkrun_operator.controllers.triggers import Triggers
 from sparkrun_operator.controllers.workload_pokes import poke_rivals
 
 
@@ -51,7 +51,7 @@ class World:
         view = {model: list(store.values()) for model, store in self.index.items()}
         for event in self.events.values():
             event.clear()
-        poke_rivals(self.ctx, key, body, view)  # type: ignore[arg-type]  # a stand-in Context
+        poke_rivals(self.ctx, key, body, view)  # type: ignore[arg-type]  # a stand-in Memo
         return {name for name, event in self.events.items() if event.is_set()}
 
 

@@ -14,8 +14,10 @@ import httpx
 from sparkrun_operator.api.meta import utcnow
 from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus
 from sparkrun_operator.controllers import workload as controller
-from sparkrun_operator.controllers.context import Context, Metrics, OperatorConfig
+from sparkrun_operator.controllers.config import OperatorConfig
 from sparkrun_operator.controllers.lane import Pending
+from sparkrun_operator.controllers.memo import Memo
+from sparkrun_operator.controllers.metrics import Metrics
 from sparkrun_operator.plan.workload import Observation, ObservedJobSet, ObservedPod, plan
 from sparkrun_operator.render import keys
 
@@ -38,8 +40,8 @@ class RecordingKube:
         return {}
 
 
-def _ctx() -> Context:
-    return Context(
+def _ctx() -> Memo:
+    return Memo(
         config=OperatorConfig(),
         kube=RecordingKube(),  # type: ignore[arg-type]
         http=httpx.AsyncClient(),
@@ -94,7 +96,7 @@ def _indices(*, ready: bool, service: bool = True) -> dict[str, Any]:
     }
 
 
-def _prepare(ctx: Context, body: dict[str, Any], indices: dict[str, Any], writes: Any) -> Pending | None:
+def _prepare(ctx: Memo, body: dict[str, Any], indices: dict[str, Any], writes: Any) -> Pending | None:
     return controller.prepare_status(
         ctx,
         body=body,  # type: ignore[arg-type]
@@ -104,18 +106,18 @@ def _prepare(ctx: Context, body: dict[str, Any], indices: dict[str, Any], writes
     )
 
 
-async def _refresh(ctx: Context, body: dict[str, Any], indices: dict[str, Any], writes: Any) -> bool:
+async def _refresh(ctx: Memo, body: dict[str, Any], indices: dict[str, Any], writes: Any) -> bool:
     pending = _prepare(ctx, body, indices, writes)
     return pending is not None and await pending.write()
 
 
-def _full_lane(ctx: Context) -> asyncio.Event:
+def _full_lane(ctx: Memo) -> asyncio.Event:
     full = ctx.triggers.register(("iw", *KEY))
     full.clear()
     return full
 
 
-def _sent(ctx: Context) -> list[dict[str, Any]]:
+def _sent(ctx: Memo) -> list[dict[str, Any]]:
     kube = ctx.kube
     assert isinstance(kube, RecordingKube)
     return [patch["status"] for patch in kube.patches]

@@ -9,7 +9,6 @@ an enabled job operation; a unit test checks it).
 
 from __future__ import annotations
 
-from sparkrun_operator.ops.context import ArgumentCheck, Executor
 from sparkrun_operator.ops.executors import (
     benchmarks,
     clusters,
@@ -21,6 +20,7 @@ from sparkrun_operator.ops.executors import (
     recipes,
     workloads,
 )
+from sparkrun_operator.ops.invocation import ArgumentCheck, Executor
 
 __all__ = ["ARGUMENT_CHECKS", "EXECUTORS"]
 

@@ -33,14 +33,15 @@ from sparkrun_operator.api.benchmark import FRAMEWORKS, LLAMA_BENCHY, TOOL_EVAL_
 from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.api.resources import INFERENCE_BENCHMARK
 from sparkrun_operator.k8s import errors as k8s_errors
-from sparkrun_operator.k8s.client import resource_of
+from sparkrun_operator.k8s.resources import resource_of
 from sparkrun_operator.ops import kube
-from sparkrun_operator.ops.context import ArgumentCheck, Executor, OperationContext, Settings
 from sparkrun_operator.ops.errors import DaemonError, Invalid, NotFound
 from sparkrun_operator.ops.executors.diagnostics import collect_bundle
 from sparkrun_operator.ops.executors.workloads.launch import _run_result, launch
 from sparkrun_operator.ops.executors.workloads.lifecycle import wait_for
 from sparkrun_operator.ops.executors.workloads.request import parse_overrides, warn_ignored, workload_name
+from sparkrun_operator.ops.invocation import ArgumentCheck, Executor, OperationContext
+from sparkrun_operator.ops.settings import Settings
 from sparkrun_operator.render import keys
 from sparkrun_operator.runtime import benchframeworks
 

@@ -23,8 +23,8 @@ from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.api.resources import INFERENCE_CLUSTER
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.ops import kube
-from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import Conflict, NotFound
+from sparkrun_operator.ops.invocation import Executor, OperationContext
 from sparkrun_operator.plan.cluster import GPU_PRODUCT_LABEL, ObservedNode
 from sparkrun_operator.render import keys
 
@@ -103,7 +103,7 @@ def cluster_definition(cluster: Mapping[str, Any], nodes: Mapping[str, ObservedN
 
 
 async def _nodes(ctx: OperationContext) -> dict[str, ObservedNode]:
-    from sparkrun_operator.k8s.client import NODES
+    from sparkrun_operator.k8s.resources import NODES
 
     return {n.name: n for n in map(kube.node_view, await ctx.rest.list(NODES))}
 
@@ -121,7 +121,7 @@ async def create(ctx: OperationContext, args: dict[str, Any]) -> Any:
     try:
         created = await ctx.rest.create(kube.CLUSTERS, body)
     except k8s_errors.KubeError as error:
-        if isinstance(error, k8s_errors.AlreadyExists):
+        if isinstance(error, k8s_errors.KubeAlreadyExists):
             raise Conflict(f"Cluster {name} already exists") from error
         raise
     await ctx.feedback(f"Created InferenceCluster {name}", stage="create", host=None)

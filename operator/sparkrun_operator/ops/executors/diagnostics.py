@@ -30,12 +30,12 @@ from typing import Any
 from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.api.resources import DAEMON_JOB
 from sparkrun_operator.k8s import errors as k8s_errors
-from sparkrun_operator.k8s.client import EVENTS, NODES, PODS, SECRETS
+from sparkrun_operator.k8s.resources import EVENTS, NODES, PODS, SECRETS
 from sparkrun_operator.ops import authz, kube, secrets
-from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import Invalid
-from sparkrun_operator.ops.executors.shared import endpoint_entry, recipe_specs
-from sparkrun_operator.ops.executors.shared import sweep as _sweep
+from sparkrun_operator.ops.executors.endpoints import endpoint_entry, recipe_specs
+from sparkrun_operator.ops.executors.endpoints import sweep as _sweep
+from sparkrun_operator.ops.invocation import Executor, OperationContext
 from sparkrun_operator.ops.redact import Redactor
 from sparkrun_operator.render import keys
 
@@ -293,7 +293,7 @@ async def _store(ctx: OperationContext, bundle: _Bundle) -> int:
     }
     try:
         await ctx.rest.create(SECRETS, body, ctx.namespace)
-    except k8s_errors.AlreadyExists:
+    except k8s_errors.KubeAlreadyExists:
         await ctx.rest.replace(SECRETS, body["metadata"]["name"], body, ctx.namespace)
     size = len(b"".join(lines))
     await ctx.emit(

@@ -30,13 +30,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from sparkrun_operator.k8s import errors as k8s_errors
-from sparkrun_operator.k8s.client import PODS
-from sparkrun_operator.k8s.resources import DEPLOYMENTS
+from sparkrun_operator.k8s.resources import DEPLOYMENTS, PODS
 from sparkrun_operator.ops import kube, secrets
-from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import Invalid, NotFound
 from sparkrun_operator.ops.executors import proxy
-from sparkrun_operator.ops.executors.shared import endpoint_entry, recipe_specs
+from sparkrun_operator.ops.executors.endpoints import endpoint_entry, recipe_specs
+from sparkrun_operator.ops.invocation import Executor, OperationContext
 from sparkrun_operator.render import keys
 
 __all__ = ["EXECUTORS"]

@@ -23,11 +23,11 @@ import yaml
 
 from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
 from sparkrun_operator.k8s import errors as k8s_errors
-from sparkrun_operator.k8s.client import (
+from sparkrun_operator.k8s.client import DAEMON_API_MANAGER
+from sparkrun_operator.k8s.resources import (
     CLUSTER_QUEUES,
     CLUSTER_ROLE_BINDINGS,
     CRDS,
-    DAEMON_API_MANAGER,
     JOBSETS,
     KUEUE_GROUP,
     LOCAL_QUEUES,
@@ -37,9 +37,9 @@ from sparkrun_operator.k8s.client import (
     SERVICE_ACCOUNTS,
 )
 from sparkrun_operator.ops import authz, kube
-from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import Invalid, NotFound
 from sparkrun_operator.ops.executors.clusters import _hardware
+from sparkrun_operator.ops.invocation import Executor, OperationContext
 from sparkrun_operator.plan.cluster import GPU_PRODUCT_LABEL
 
 __all__ = ["EXECUTORS"]

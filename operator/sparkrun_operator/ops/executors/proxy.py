@@ -19,11 +19,12 @@ from typing import Any
 
 from sparkrun_operator import safeload
 from sparkrun_operator.k8s import errors as k8s_errors
-from sparkrun_operator.k8s.client import CONFIG_MAPS, ENDPOINT_SLICES, retry_conflicts
+from sparkrun_operator.k8s.client import retry_conflicts
+from sparkrun_operator.k8s.resources import CONFIG_MAPS, ENDPOINT_SLICES
 from sparkrun_operator.ops import kube
-from sparkrun_operator.ops.context import Executor, OperationContext
 from sparkrun_operator.ops.errors import Conflict, NotFound
-from sparkrun_operator.ops.executors.shared import endpoint_entry, recipe_specs
+from sparkrun_operator.ops.executors.endpoints import endpoint_entry, recipe_specs
+from sparkrun_operator.ops.invocation import Executor, OperationContext
 from sparkrun_operator.render import keys
 
 __all__ = ["EXECUTORS", "GATEWAY"]
@@ -80,8 +81,8 @@ async def _update(
         if found is None:
             try:
                 await ctx.rest.create(CONFIG_MAPS, body, ctx.namespace)
-            except k8s_errors.AlreadyExists as error:  # NB: created concurrently: a race too
-                raise k8s_errors.Conflict(error.message, status=409) from error
+            except k8s_errors.KubeAlreadyExists as error:  # NB: created concurrently: a race too
+                raise k8s_errors.KubeConflict(error.message, status=409) from error
         else:
             body["metadata"]["resourceVersion"] = found["metadata"]["resourceVersion"]
             await ctx.rest.replace(CONFIG_MAPS, body["metadata"]["name"], body, ctx.namespace)
@@ -89,8 +90,8 @@ async def _update(
 
     try:
         return await retry_conflicts(attempt)
-    except k8s_errors.Conflict as error:
-        raise k8s_errors.Conflict("gateway state kept changing", status=409) from error
+    except k8s_errors.KubeConflict as error:
+        raise k8s_errors.KubeConflict("gateway state kept changing", status=409) from error
 
 
 async def _running(ctx: OperationContext) -> bool:

@@ -31,8 +31,9 @@ from sparkrun_operator.api.resources import RECIPE
 from sparkrun_operator.api.workload import InferenceWorkloadSpec
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.ops import kube
-from sparkrun_operator.ops.context import ArgumentCheck, Executor, OperationContext, Settings
 from sparkrun_operator.ops.errors import Conflict, Invalid, NotFound
+from sparkrun_operator.ops.invocation import ArgumentCheck, Executor, OperationContext
+from sparkrun_operator.ops.settings import Settings
 from sparkrun_operator.plan.served import capabilities_of
 from sparkrun_operator.recipe import identity as recipe_identity
 from sparkrun_operator.recipe.resolve import resolve, validate_recipe
@@ -305,7 +306,7 @@ async def import_recipe(ctx: OperationContext, args: dict[str, Any]) -> Any:
     try:
         created = await ctx.rest.create(kube.RECIPES, body, ctx.namespace)
     except k8s_errors.KubeError as error:
-        if isinstance(error, k8s_errors.AlreadyExists):
+        if isinstance(error, k8s_errors.KubeAlreadyExists):
             created = await _get(ctx, name)
         elif error.status in (400, 422):
             raise Invalid(f"Recipe refused: {error.message}") from error

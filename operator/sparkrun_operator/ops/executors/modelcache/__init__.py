@@ -8,8 +8,8 @@ tool and the downloader; tracking (pins, claims, last use) is the ModelCaches st
 
 from __future__ import annotations
 
-from sparkrun_operator.ops.context import ArgumentCheck, Executor
 from sparkrun_operator.ops.executors.modelcache import files, retention
+from sparkrun_operator.ops.invocation import ArgumentCheck, Executor
 
 EXECUTORS: dict[str, Executor] = {**retention.EXECUTORS, **files.EXECUTORS}
 CHECKS: dict[str, ArgumentCheck] = {**retention.CHECKS, **files.CHECKS}

@@ -25,10 +25,11 @@ from sparkrun_operator import safeload
 from sparkrun_operator.api.clip import ECHO_MAX, clip, echo
 from sparkrun_operator.api.credentials import origin_of
 from sparkrun_operator.api.paths import MAX_PATH, safe_relative_path
-from sparkrun_operator.ops.context import ArgumentCheck, Executor, OperationContext, Settings
 from sparkrun_operator.ops.errors import Invalid
-from sparkrun_operator.ops.executors.modelcache import common
+from sparkrun_operator.ops.executors.modelcache import steps
 from sparkrun_operator.ops.executors.modelcache.location import Location, locate, parse_cache_dir
+from sparkrun_operator.ops.invocation import ArgumentCheck, Executor, OperationContext
+from sparkrun_operator.ops.settings import Settings
 from sparkrun_operator.render.cachetool import DOWNLOAD_MODULE, TOOL_MODULE
 
 #: Bound of a supplied manifest: its compact JSON is one argument of the tool Job's command,
@@ -83,7 +84,7 @@ def _revision_args(args: Mapping[str, Any]) -> list[str]:
     revision = args.get("revision")
     if revision is None:
         return []
-    return ["--commit", str(revision)] if common.is_commit(str(revision)) else ["--revision", str(revision)]
+    return ["--commit", str(revision)] if steps.is_commit(str(revision)) else ["--revision", str(revision)]
 
 
 def _endpoint(args: Mapping[str, Any]) -> list[str]:
@@ -141,8 +142,8 @@ async def _inspect(
         "--print-manifest",
         "--quiet",
     ]
-    run = common.tool(ctx, loc, step, tool_args, module=DOWNLOAD_MODULE)
-    return await common.run_checked(
+    run = steps.tool(ctx, loc, step, tool_args, module=DOWNLOAD_MODULE)
+    return await steps.run_checked(
         ctx, run, f"inspecting {clip(model, ECHO_MAX)} at {loc.cache_dir}", ok=("inspect",)
     )
 
@@ -175,8 +176,8 @@ async def repair(ctx: OperationContext, args: dict[str, Any]) -> dict[str, Any]:
             "--quiet",
             *_endpoint(args),
         ]
-        run = await common.downloader(ctx, loc, "repair", tool_args, args.get("endpoint"), read_only=False)
-        await common.run_checked(
+        run = await steps.downloader(ctx, loc, "repair", tool_args, args.get("endpoint"), read_only=False)
+        await steps.run_checked(
             ctx, run, f"repairing {clip(model, ECHO_MAX)} at {loc.cache_dir}", ok=("result",)
         )
         event, host = await _inspect(ctx, loc, args, step="verify")
@@ -206,11 +207,11 @@ async def _resolve(ctx: OperationContext, loc: Location | None, args: Mapping[st
         "--quiet",
         *_endpoint(args),
     ]
-    run = await common.downloader(ctx, None, "resolve", tool_args, args.get("endpoint"))
+    run = await steps.downloader(ctx, None, "resolve", tool_args, args.get("endpoint"))
     if loc is not None:  # placed like the location's tools (nodes with egress), root still scratch
         selector, tolerations = loc.scheduling()
         run = dataclasses.replace(run, node_selector=selector, tolerations=tolerations)
-    event, _host = await common.run_checked(ctx, run, f"resolving {clip(model, ECHO_MAX)}", ok=("manifest",))
+    event, _host = await steps.run_checked(ctx, run, f"resolving {clip(model, ECHO_MAX)}", ok=("manifest",))
     manifest: dict[str, Any] = event["manifest"]
     return manifest
 
@@ -233,9 +234,9 @@ def _checked_manifest(manifest: Any, model: str, revision: str | None) -> dict[s
     if manifest.get("repo") != model:
         raise Invalid(f"manifest.repo {echo(manifest.get('repo'))} is not model {echo(model)}")
     commit = str(manifest.get("revision") or "")
-    if not common.is_commit(commit):
+    if not steps.is_commit(commit):
         raise Invalid("manifest.revision must be the full commit the manifest was resolved at")
-    if revision is not None and common.is_commit(revision) and revision != commit:
+    if revision is not None and steps.is_commit(revision) and revision != commit:
         raise Invalid(f"manifest.revision {commit} is not the requested revision {revision}")
     files = manifest.get("files")
     if not isinstance(files, list) or not files:
@@ -266,8 +267,8 @@ async def import_manifest(ctx: OperationContext, args: dict[str, Any]) -> list[d
         manifest = await _resolve(ctx, loc, args)
     checked = _checked_manifest(manifest, model, args.get("revision"))
     tool_args = import_arguments(checked, _level(args))
-    run = common.tool(ctx, loc, "import", tool_args, module=TOOL_MODULE, read_only=False)
-    event, host = await common.run_checked(
+    run = steps.tool(ctx, loc, "import", tool_args, module=TOOL_MODULE, read_only=False)
+    event, host = await steps.run_checked(
         ctx, run, f"importing {clip(model, ECHO_MAX)} at {loc.cache_dir}", ok=("report",)
     )
     failures = list(event.get("failures") or [])

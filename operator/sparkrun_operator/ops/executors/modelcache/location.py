@@ -18,8 +18,8 @@ from typing import Any
 from sparkrun_operator.api.modelcache import ModelCacheSpec
 from sparkrun_operator.api.resources import MODEL_CACHE
 from sparkrun_operator.k8s.resources import CLAIMS, resource_of
-from sparkrun_operator.ops.context import OperationContext
 from sparkrun_operator.ops.errors import Invalid, NotFound
+from sparkrun_operator.ops.invocation import OperationContext
 from sparkrun_operator.render.modelcache import claim_name
 
 CACHES = resource_of(MODEL_CACHE)

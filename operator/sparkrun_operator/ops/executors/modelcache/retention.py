@@ -31,10 +31,11 @@ from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.k8s.daemonjobs import DAEMON_JOBS
 from sparkrun_operator.ops import jobs, kube
-from sparkrun_operator.ops.context import ArgumentCheck, Executor, OperationContext, Settings
 from sparkrun_operator.ops.errors import Conflict, Invalid, NotFound
-from sparkrun_operator.ops.executors.modelcache import common, inventory
+from sparkrun_operator.ops.executors.modelcache import inventory, steps
 from sparkrun_operator.ops.executors.modelcache.location import CACHES, Location, locate, parse_cache_dir
+from sparkrun_operator.ops.invocation import ArgumentCheck, Executor, OperationContext
+from sparkrun_operator.ops.settings import Settings
 from sparkrun_operator.render import keys
 
 DEFAULT_MIN_AGE_DAYS = 7.0
@@ -68,8 +69,8 @@ async def _inventory(
     repo: str | None = None,
     min_age_days: float = DEFAULT_MIN_AGE_DAYS,
 ) -> tuple[dict[str, Any], str, list[inventory.Entry]]:
-    body, host = await common.scan(ctx, loc, repo=repo)
-    tracked = [t for t in common.trackers(loc) if repo is None or t.repo == repo]
+    body, host = await steps.scan(ctx, loc, repo=repo)
+    tracked = [t for t in steps.trackers(loc) if repo is None or t.repo == repo]
     entries = inventory.join(body["snapshots"], tracked)
     inventory.protect(entries, now=ctx.clock(), min_age_days=min_age_days, busy=inventory.busy_repos(tracked))
     return body, host, entries
@@ -85,7 +86,7 @@ async def pin(ctx: OperationContext, args: dict[str, Any]) -> list[dict[str, Any
     loc = await locate(ctx, args)
     model, pinned = str(args["model"]), bool(args.get("pinned", True))
     body, host, entries = await _inventory(ctx, loc, repo=model)
-    commit = common.resolve_revision(body["snapshots"], loc, model, str(args["revision"]))
+    commit = steps.resolve_revision(body["snapshots"], loc, model, str(args["revision"]))
     target = next((e for e in entries if e.commit == commit), None)
     if target is None or not target.tracked:
         raise Invalid(
@@ -99,7 +100,7 @@ async def pin(ctx: OperationContext, args: dict[str, Any]) -> list[dict[str, Any
         entries,
         now=ctx.clock(),
         min_age_days=DEFAULT_MIN_AGE_DAYS,
-        busy=inventory.busy_repos(common.trackers(loc)),
+        busy=inventory.busy_repos(steps.trackers(loc)),
     )
     target.action = "pin"
     return [_report(ctx, loc, host, body, entries, dry_run=False)]
@@ -147,7 +148,7 @@ async def prune(ctx: OperationContext, args: dict[str, Any]) -> list[dict[str, A
                 target_met=met,
             )
         ]
-    complete, reclaimed, after = await common.remove(ctx, loc, chosen, action="removed")
+    complete, reclaimed, after = await steps.remove(ctx, loc, chosen, action="removed")
     return [
         _report(
             ctx,
@@ -190,7 +191,7 @@ async def _named_by_pending_job(ctx: OperationContext, workload: str) -> str | N
 
 def check_reconcile(args: Mapping[str, Any], _settings: Settings | None = None) -> None:
     check_location(args)
-    if not common.is_commit(str(args.get("revision"))):
+    if not steps.is_commit(str(args.get("revision"))):
         raise Invalid("model_cache.reconcile requires a full immutable revision (a 40-hex commit)")
     if args.get("confirm_inactive") is not True:
         raise Invalid("confirm_inactive must be true: stop every workload and launch behind the claim first")
@@ -201,7 +202,7 @@ async def reconcile(ctx: OperationContext, args: dict[str, Any]) -> list[dict[st
     loc = await locate(ctx, args)
     model, revision, claim = str(args["model"]), str(args["revision"]), str(args["claim"])
     holders = [
-        t for t in common.trackers(loc) if t.repo == model and t.commit == revision and claim in t.claims
+        t for t in steps.trackers(loc) if t.repo == model and t.commit == revision and claim in t.claims
     ]
     if not holders:
         raise NotFound(f"no claim {claim!r} on {model}@{revision} at {loc.cache_dir}")
@@ -309,7 +310,7 @@ async def adopt(ctx: OperationContext, args: dict[str, Any]) -> list[dict[str, A
     dry_run = bool(args.get("dry_run", True))
     body, host, entries = await _inventory(ctx, loc, repo=str(model) if model else None)
     commit = (
-        common.resolve_revision(body["snapshots"], loc, str(model), args.get("revision")) if model else None
+        steps.resolve_revision(body["snapshots"], loc, str(model), args.get("revision")) if model else None
     )
     wanted = [e for e in entries if e.present and (commit is None or e.commit == commit)]
     if commit is not None and not wanted:
@@ -321,9 +322,9 @@ async def adopt(ctx: OperationContext, args: dict[str, Any]) -> list[dict[str, A
     ]
     if dry_run:
         tool_args.append("--dry-run")
-    event, host = await common.run_checked(
+    event, host = await steps.run_checked(
         ctx,
-        common.tool(ctx, loc, "adopt", tool_args, read_only=dry_run),
+        steps.tool(ctx, loc, "adopt", tool_args, read_only=dry_run),
         f"adopting at {loc.cache_dir}",
         ok=("report",),
     )
@@ -343,7 +344,7 @@ async def adopt(ctx: OperationContext, args: dict[str, Any]) -> list[dict[str, A
             continue
         try:
             await ctx.rest.create(CACHES, _adopted_cache(ctx, loc, e, args))
-        except k8s_errors.AlreadyExists:
+        except k8s_errors.KubeAlreadyExists:
             e.reason_code, e.reason = (
                 "adopt_failed",
                 f"ModelCache {adopted_name(e.repo, e.commit)} already exists",
@@ -371,10 +372,10 @@ async def delete(ctx: OperationContext, args: dict[str, Any]) -> list[dict[str, 
     dry_run, force = bool(args.get("dry_run", True)), bool(args.get("force", False))
     allowed = args.get("allowed_revisions")
     body, host, entries = await _inventory(ctx, loc, repo=model)
-    commit = common.resolve_revision(body["snapshots"], loc, model, args.get("revision"))
+    commit = steps.resolve_revision(body["snapshots"], loc, model, args.get("revision"))
     targets = [e for e in entries if e.present and (commit is None or e.commit == commit)]
     blocked = False
-    busy = inventory.busy_repos(common.trackers(loc))
+    busy = inventory.busy_repos(steps.trackers(loc))
     for e in targets:
         why = _delete_blocks(e, force=force, allowed=allowed, busy=busy)
         e.eligible = why is None
@@ -394,7 +395,7 @@ async def delete(ctx: OperationContext, args: dict[str, Any]) -> list[dict[str, 
         for e in targets:
             e.action = "would_delete"
         return [_report(ctx, loc, host, body, targets, dry_run=True, planned_bytes=planned)]
-    complete, reclaimed, after = await common.remove(ctx, loc, targets, action="deleted", force=force)
+    complete, reclaimed, after = await steps.remove(ctx, loc, targets, action="deleted", force=force)
     return [
         _report(
             ctx,

@@ -24,8 +24,8 @@ from typing import Any, Final
 from sparkrun_operator.api.clip import echo
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.k8s.resources import JOBS, PODS
-from sparkrun_operator.ops.context import OperationContext
 from sparkrun_operator.ops.errors import DaemonError, Invalid, NotFound, OperationTimeout, Unreachable
+from sparkrun_operator.ops.invocation import OperationContext
 from sparkrun_operator.ops.jobs import MAX_RESULT_BYTES
 from sparkrun_operator.plan.logtail import last_event
 from sparkrun_operator.render import keys
@@ -118,7 +118,7 @@ async def run_tool(ctx: OperationContext, run: ToolRun) -> tuple[dict[str, Any],
     options = options_of(ctx)
     doc = render_tool_job(run, options)
     name = doc["metadata"]["name"]
-    with contextlib.suppress(k8s_errors.AlreadyExists):
+    with contextlib.suppress(k8s_errors.KubeAlreadyExists):
         await ctx.rest.create(JOBS, doc)
     await ctx.feedback(f"running {run.verb} in Job {name}", stage=run.verb, activity="tool_job")
     try:

@@ -27,13 +27,12 @@ Modules: :mod:`.request` (recipe resolution for a launch), :mod:`.preview` (plan
 :mod:`.launch` (run, ensure_ready), :mod:`.lifecycle` (guarded status/stop/sleep/wake/reconcile),
 :mod:`.inventory` (list, inventory, find_intent, plugins, endpoints), :mod:`.bulk`
 (stop_matching, stop_all); the endpoint shape shared with other families is in
-:mod:`sparkrun_operator.ops.executors.shared`.
+:mod:`sparkrun_operator.ops.executors.endpoints`.
 """
 
 from __future__ import annotations
 
-from sparkrun_operator.ops.context import ArgumentCheck, Executor
-from sparkrun_operator.ops.executors.shared import endpoint_entry, recipe_specs, served_model
+from sparkrun_operator.ops.executors.endpoints import endpoint_entry, recipe_specs, served_model
 from sparkrun_operator.ops.executors.workloads.bulk import check_stop_matching, stop_all, stop_matching
 from sparkrun_operator.ops.executors.workloads.inventory import (
     endpoints,
@@ -47,6 +46,7 @@ from sparkrun_operator.ops.executors.workloads.launch import ensure_ready, run
 from sparkrun_operator.ops.executors.workloads.lifecycle import reconcile, sleep, status, stop, wake
 from sparkrun_operator.ops.executors.workloads.preview import materialize, plan
 from sparkrun_operator.ops.executors.workloads.request import check_launch
+from sparkrun_operator.ops.invocation import ArgumentCheck, Executor
 
 __all__ = ["CHECKS", "EXECUTORS", "endpoint_entry", "recipe_specs", "served_model", "workload_row"]
 

@@ -8,9 +8,10 @@ from typing import Any
 
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.ops import kube
-from sparkrun_operator.ops.context import OperationContext, Settings
 from sparkrun_operator.ops.errors import Invalid
 from sparkrun_operator.ops.executors.workloads.request import parse_overrides
+from sparkrun_operator.ops.invocation import OperationContext
+from sparkrun_operator.ops.settings import Settings
 
 
 async def _selected(

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from sparkrun_operator.ops import kube
-from sparkrun_operator.ops.context import OperationContext
-from sparkrun_operator.ops.executors.shared import endpoint_entry, recipe_specs, served_model, sweep
+from sparkrun_operator.ops.executors.endpoints import endpoint_entry, recipe_specs, served_model, sweep
+from sparkrun_operator.ops.invocation import OperationContext
 
 INVENTORY_LIMIT = 256
 

@@ -12,12 +12,11 @@ from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.api.resources import INFERENCE_WORKLOAD
 from sparkrun_operator.api.workload import ENGINE_PORT
 from sparkrun_operator.k8s import errors as k8s_errors
-from sparkrun_operator.k8s.client import PODS
+from sparkrun_operator.k8s.resources import PODS
 from sparkrun_operator.ops import kube
-from sparkrun_operator.ops.context import OperationContext
 from sparkrun_operator.ops.errors import Conflict, DaemonError, Invalid
 from sparkrun_operator.ops.executors.diagnostics import collect_bundle
-from sparkrun_operator.ops.executors.shared import endpoint_entry, recipe_specs
+from sparkrun_operator.ops.executors.endpoints import endpoint_entry, recipe_specs
 from sparkrun_operator.ops.executors.workloads.inventory import placement_token, workload_row
 from sparkrun_operator.ops.executors.workloads.lifecycle import wait_for
 from sparkrun_operator.ops.executors.workloads.request import (
@@ -30,6 +29,7 @@ from sparkrun_operator.ops.executors.workloads.request import (
     workload_name,
     workload_spec,
 )
+from sparkrun_operator.ops.invocation import OperationContext
 from sparkrun_operator.render import keys, names
 
 
@@ -142,7 +142,7 @@ async def launch(
     try:
         created = await ctx.rest.create(kube.WORKLOADS, body, ctx.namespace)
     except k8s_errors.KubeError as error:
-        if isinstance(error, k8s_errors.AlreadyExists):
+        if isinstance(error, k8s_errors.KubeAlreadyExists):
             raise Conflict(f"InferenceWorkload {name} was created concurrently") from error
         if error.status in (400, 422):
             raise Invalid(f"InferenceWorkload {name} was refused: {error.message}") from error

@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from sparkrun_operator.ops import kube
-from sparkrun_operator.ops.context import OperationContext
 from sparkrun_operator.ops.errors import Conflict, DaemonError, NotFound, OperationTimeout
 from sparkrun_operator.ops.executors.workloads.inventory import state, workload_row
+from sparkrun_operator.ops.invocation import OperationContext
 from sparkrun_operator.render import keys
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkrun_operator.ops.context import OperationContext
 from sparkrun_operator.ops.executors.workloads.request import plan_request
+from sparkrun_operator.ops.invocation import OperationContext
 
 
 async def plan(ctx: OperationContext, args: dict[str, Any]) -> Any:

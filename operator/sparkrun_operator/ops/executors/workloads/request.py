@@ -15,8 +15,9 @@ from sparkrun_operator.api.resources import INFERENCE_CLUSTER
 from sparkrun_operator.api.workload import InferenceWorkloadSpec
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.ops import kube
-from sparkrun_operator.ops.context import OperationContext, Settings
 from sparkrun_operator.ops.errors import Invalid, NotFound
+from sparkrun_operator.ops.invocation import OperationContext
+from sparkrun_operator.ops.settings import Settings
 from sparkrun_operator.recipe import identity as recipe_identity
 from sparkrun_operator.recipe.resolve import resolve
 from sparkrun_operator.render import keys, names
@@ -179,7 +180,7 @@ async def cluster_for(ctx: OperationContext, args: Mapping[str, Any], *, create:
                 "description": "Hosts of a daemon API launch: " + ", ".join(members),
             },
         }
-        with contextlib.suppress(k8s_errors.AlreadyExists):  # NB: already there
+        with contextlib.suppress(k8s_errors.KubeAlreadyExists):  # NB: already there
             await ctx.rest.create(kube.CLUSTERS, body)
         await ctx.feedback(
             f"Created InferenceCluster {name} for hosts {', '.join(members)}", stage="placement"

@@ -1,4 +1,4 @@
-"""What several executor families share: the endpoint of a workload and the sweep shape.
+"""The endpoints of workloads, as several executor families report them, and the sweep shape.
 
 Used by ``workloads.*``, ``discovery.*``/diagnostics and the proxy executors; it imports no
 executor module, so none of them import each other for these helpers.
@@ -14,7 +14,7 @@ from typing import Any
 from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.api.workload import ENGINE_PORT, InferenceWorkloadSpec
 from sparkrun_operator.ops import kube
-from sparkrun_operator.ops.context import OperationContext
+from sparkrun_operator.ops.invocation import OperationContext
 from sparkrun_operator.plan.served import Served, of_workload, served
 from sparkrun_operator.recipe.resolve import resolve
 from sparkrun_operator.render import names

@@ -13,11 +13,11 @@ from typing import Any
 from sparkrun_operator.api.credentials import HUGGING_FACE, withheld
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.k8s.resources import JOBS
-from sparkrun_operator.ops.context import OperationContext
 from sparkrun_operator.ops.errors import Invalid, NotFound
 from sparkrun_operator.ops.executors.modelcache import inventory
 from sparkrun_operator.ops.executors.modelcache.location import CACHES, Location
 from sparkrun_operator.ops.executors.modelcache.tooljob import raise_for, run_tool
+from sparkrun_operator.ops.invocation import OperationContext
 from sparkrun_operator.render import keys
 from sparkrun_operator.render.cachetool import DOWNLOAD_MODULE, TOOL_MODULE, ToolRun
 
@@ -137,9 +137,9 @@ async def retire(
     for name in names:
         if force:
             patch = {"metadata": {"annotations": {keys.ANNOTATION_FORCE_DELETE: "model_cache.delete"}}}
-            with contextlib.suppress(k8s_errors.NotFound):
+            with contextlib.suppress(k8s_errors.KubeNotFound):
                 await ctx.rest.merge_patch(CACHES, name, patch, ctx.namespace)
-        with contextlib.suppress(k8s_errors.NotFound):
+        with contextlib.suppress(k8s_errors.KubeNotFound):
             await ctx.rest.delete(CACHES, name, ctx.namespace, propagation="Orphan")
     deadline = time.monotonic() + RETIRE_SECONDS
     remaining = set(names)
@@ -154,7 +154,7 @@ async def retire(
             for job in await ctx.rest.list(
                 JOBS, ctx.namespace, label_selector=f"{keys.LABEL_MODEL_CACHE}={name}"
             ):
-                with contextlib.suppress(k8s_errors.NotFound):
+                with contextlib.suppress(k8s_errors.KubeNotFound):
                     await ctx.rest.delete(
                         JOBS, job["metadata"]["name"], ctx.namespace, propagation="Background"
                     )

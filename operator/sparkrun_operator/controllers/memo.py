@@ -1,0 +1,50 @@
+"""What every handler of one operator process shares: kopf's ``memo``.
+
+One :class:`Memo` per operator process, built at startup (no module globals): settings, the API
+client, the wake-up triggers, metrics, the concurrency gates and the fan-out indexes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, field
+
+import httpx
+
+from sparkrun_operator.controllers.config import OperatorConfig
+from sparkrun_operator.controllers.gate import PriorityGate
+from sparkrun_operator.controllers.metrics import Metrics
+from sparkrun_operator.controllers.triggers import Triggers
+from sparkrun_operator.k8s.client import Kube
+from sparkrun_operator.plan.names import Claim
+
+
+@dataclass(kw_only=True)
+class Memo:
+    """Everything handlers need, passed as kopf's ``memo``."""
+
+    config: OperatorConfig
+    kube: Kube
+    http: httpx.AsyncClient
+    metrics: Metrics
+    triggers: Triggers = field(default_factory=Triggers)
+    #: Bounds the passes running at once (``OperatorConfig.max_concurrent_passes``).
+    gate: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
+    #: The write budget both lanes share (``max_concurrent_writes``), by priority.
+    write_gate: PriorityGate = field(default_factory=lambda: PriorityGate(32, reserved=8))
+    #: Workload key -> the generation and the ``reconcile-requested`` annotation its last pass
+    #: planned for (own status writes skip a pass; a new generation or request does not).
+    reconciled: dict[tuple[str, str], tuple[int, str | None]] = field(default_factory=dict)
+    #: Workload key -> names it depends on (``recipe``, ``cache``, ``cluster``), for fan-out.
+    dependencies: dict[tuple[str, str], tuple[str | None, str | None, str | None]] = field(
+        default_factory=dict
+    )
+
+    #: Workload key -> the model names it claimed at its last event, so that a change (or a
+    #: deletion) re-plans every workload that shares a name with it (``Routable``).
+    claims: dict[tuple[str, str], Claim] = field(default_factory=dict)
+
+    def jitter(self, seconds: float) -> float:
+        """``seconds`` +-10%, so that many objects' timers do not fire in lockstep."""
+        return seconds * random.uniform(0.9, 1.1)
