@@ -213,7 +213,7 @@ class LocalOperator:
     async def _main(self) -> None:
         from sparkrun_operator.controllers.daemonjob import JobExecutor
         from sparkrun_operator.k8s.client import DAEMON_API_MANAGER, Kube
-        from sparkrun_operator.ops.context import Settings
+        from sparkrun_operator.ops.settings import Settings
 
         rest = await Kube.connect(field_manager=DAEMON_API_MANAGER, kubeconfig=str(self.kubeconfig))
         executor = JobExecutor(

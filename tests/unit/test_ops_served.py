@@ -1,6 +1,6 @@
 """The daemon API's endpoints report a workload's names and capabilities by the one naming rule.
 
-``ops/executors/shared.py`` ``endpoint_entry`` (``workloads.endpoints``, ``discovery.snapshot``,
+``ops/executors/endpoints.py`` ``endpoint_entry`` (``workloads.endpoints``, ``discovery.snapshot``,
 ``workloads.find_intent``, ``proxy.models``, ``proxy.start``) reads ``status.model`` (written by
 the operator, ``plan/served.py``), so it reports what the gateway routes; before the operator has
 written it, the same rule applied to the namespace's Recipe. Every entry is checked against the

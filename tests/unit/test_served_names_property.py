@@ -17,7 +17,7 @@ recipe resolved, the JobSets rendered, the status to write), and then:
   ``openai_api.forward`` and ``translated.forward`` write into the upstream body) is the
   engine's name; the workload's own ``metadata.name`` routes only when it is one of them;
 - the operator's name index (``plan/names.py`` ``claim_of``) claims the same names;
-- the daemon API's endpoint row (``ops/executors/shared.py`` ``endpoint_entry``) names the same;
+- the daemon API's endpoint row (``ops/executors/endpoints.py`` ``endpoint_entry``) names the same;
 - capabilities: declared ones win; otherwise the gateway routes embeddings exactly when the engine
   runs as a pooling model (the stand-in's reading of the same arguments).
 """

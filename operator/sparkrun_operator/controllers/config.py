@@ -48,7 +48,7 @@ class OperatorConfig:
     #: In-cluster base URL of the gateway (``--gateway-url``): InferenceBenchmark ``via: Gateway``.
     gateway_url: str | None = None
     #: ``--workload-scheduling``, ``--benchmark-via``, ``--benchmark-scheduling``,
-    #: ``--benchmark-hf-endpoint``: see ``ops.context.Settings``.
+    #: ``--benchmark-hf-endpoint``: see ``ops.settings.Settings``.
     workload_scheduling: dict[str, Any] = field(default_factory=dict)
     benchmark_via: str = "Service"
     benchmark_scheduling: dict[str, Any] = field(default_factory=dict)
