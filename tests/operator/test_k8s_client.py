@@ -230,6 +230,8 @@ def test_errors_from_responses() -> None:
     assert isinstance(errors.from_response(status=410, body=b"{}", method="GET", path="/x"), errors.KubeGone)
     refused = errors.from_response(status=403, body=b"{}", method="GET", path="/x")
     assert isinstance(refused, errors.KubeForbidden)
-    plain = errors.from_response(status=400, body=b"not json", method="GET", path="/x")
+    bad = errors.from_response(status=400, body=b"not json", method="GET", path="/x")
+    assert type(bad) is errors.KubeBadRequest
+    assert bad.message == "not json"
+    plain = errors.from_response(status=405, body=b"{}", method="GET", path="/x")
     assert type(plain) is errors.KubeError
-    assert plain.message == "not json"

@@ -520,7 +520,7 @@ def _status(client: Any, method: str, path: str, body: Any) -> int:
     return int(client.request(method, path, json=body).status_code)
 
 
-#: Every infrastructure route (seed 000's table), the least scope it needs (None: public;
+#: Every infrastructure route (docs/security.md's table), the least scope it needs (None: public;
 #: "authenticated": any valid token) and the status a caller with it gets for the probe body.
 #: The job routes have their own matrix (owner x scope) above.
 ROUTES: list[tuple[str, str, Any, str | None, int]] = [
@@ -536,7 +536,7 @@ ROUTES: list[tuple[str, str, Any, str | None, int]] = [
     ("POST", "/v1/reservations/someone/reconcile", {"acknowledge_effects": False}, "admin", 422),
     ("POST", "/v1/maintenance", {"drain": 1}, "admin", 422),
     ("POST", "/v1/shutdown", {"now": True}, "admin", 422),
-    ("GET", "/openapi.json", None, "authenticated", 200),  # the seed: the full catalog, any token
+    ("GET", "/openapi.json", None, "authenticated", 200),  # the reference daemon: the full catalog, any token
     ("GET", "/docs", None, "read", 200),
 ]
 

@@ -11,6 +11,8 @@ import logging
 
 import httpx
 
+from sparkrun_operator.errors import SparkrunError
+
 #: ``GET /is_sleeping``: the most of the answer read (vLLM's ``{"is_sleeping": false}`` is 22
 #: bytes), and the deadline of the whole probe, connecting included (a pass waits for it).
 IS_SLEEPING_MAX_BYTES = 4 * 1024
@@ -24,7 +26,7 @@ ENGINE_ANSWER_MAX_BYTES = 4 * 1024
 log = logging.getLogger("sparkrun.operator.engine")
 
 
-class EngineAnswerRefused(Exception):
+class EngineAnswerRefused(SparkrunError):
     """An engine answer the operator does not read: over its cap, not complete within its
     deadline, or compressed although ``identity`` was asked for."""
 

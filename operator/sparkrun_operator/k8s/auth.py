@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from sparkrun_operator.api.meta import GROUP
+from sparkrun_operator.errors import SparkrunError
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.k8s.resources import CONFIG_MAPS, SERVICE_ACCOUNTS
@@ -146,7 +147,7 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-class ReviewsThrottled(Exception):
+class ReviewsThrottled(SparkrunError):
     """Too many TokenReviews for one source address; retry after ``retry_after`` seconds."""
 
     def __init__(self, retry_after: float) -> None:
@@ -337,7 +338,7 @@ class ManagerDirectory:
         try:
             found = await self.rest.get(SERVICE_ACCOUNTS, name, namespace)
         except k8s_errors.KubeError as error:
-            if error.status == 403:  # not allowed to read ServiceAccounts: no manager annotations
+            if isinstance(error, k8s_errors.KubeForbidden):  # not allowed to read ServiceAccounts: no manager annotations
                 return DEFAULT_MANAGER, self.ttl
             raise
         annotations = ((found or {}).get("metadata") or {}).get("annotations") or {}

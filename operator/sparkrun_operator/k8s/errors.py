@@ -1,8 +1,14 @@
 """Errors of the Kubernetes API, as a small typed hierarchy with the transport error chained.
 
+``KubeError`` is the k8s layer's branch of the product's one error tree (``SparkrunError``,
+``docs/architecture.md`` "Errors"); the daemon API maps each class onto its own vocabulary
+(``ops.runner.as_daemon_error``), by class, never by status number.
+
 ::
 
     KubeError                     any failed call (``status`` 0 when no HTTP answer came back)
+    ├── KubeBadRequest            400: the request itself was malformed (a selector, a patch, a log
+    │                             read of a container not started)
     ├── KubeNotFound              404
     ├── KubeConflict              409: the object changed, or a UID/resourceVersion precondition failed
     │   └── KubeAlreadyExists     409 on create
@@ -51,6 +57,10 @@ class KubeError(SparkrunError):
         where = f"{self.method} {self.path}: " if self.method else ""
         code = f"{self.status} {self.reason}: " if self.status else ""
         return f"{where}{code}{self.message}"
+
+
+class KubeBadRequest(KubeError):
+    """400: the apiserver could not accept the request as sent (a selector, a patch, a parameter)."""
 
 
 class KubeNotFound(KubeError):
@@ -134,6 +144,8 @@ def from_response(
         "path": path,
         "body": parsed,
     }
+    if status == 400:
+        return KubeBadRequest(message, **kwargs)
     if status == 404:
         return KubeNotFound(message, **kwargs)
     if status == 409:

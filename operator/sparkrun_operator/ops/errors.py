@@ -1,14 +1,19 @@
 """The daemon API's error vocabulary: one exception per HTTP status, with the daemon's envelope.
 
+:class:`DaemonError` is the ops layer's branch of the product's one error tree
+(``sparkrun_operator.errors.SparkrunError``, drawn in ``docs/architecture.md``, "Errors"); every
+other error an operation raises is mapped onto it by class (``ops.runner.as_daemon_error``).
+
 Transport errors have the shape ``{"detail": str, "error": {"type", "retryable", "attrs"}}``;
 authentication (401) and permission (403) errors carry only ``detail``, as in the reference
 daemon, except :class:`FeatureDisabled`, whose typed error names why the operation is disabled
 and what to use instead. ``type`` keeps the reference daemon's names (``ValueError`` for 422,
 ``LookupError``/``KeyError`` for 404, ``Conflict`` for 409, ``ReplayGap`` for 410,
 ``ResultContractError`` for an invalid operation result, ``TimeoutError`` for 504) so clients
-dispatching on them keep working. A ``detail`` (often quoting a tool's report or an upstream's
-words) is cut at :data:`MAX_DETAIL` characters with an ellipsis: a job's error and a response
-body stay bounded whatever a hostile server wrote.
+dispatching on them keep working; ``KubernetesUnavailable`` (503) is this daemon's own: the
+Kubernetes API it keeps its state in did not answer, or throttled it. A ``detail`` (often
+quoting a tool's report or an upstream's words) is cut at :data:`MAX_DETAIL` characters with an
+ellipsis: a job's error and a response body stay bounded whatever a hostile server wrote.
 
 Hierarchy::
 
@@ -25,6 +30,7 @@ Hierarchy::
     ├── Invalid (422, ValueError)
     ├── ResultContractError (500, attrs.code = invalid_operation_result)
     ├── Unreachable (502)
+    ├── KubernetesUnavailable (503, retryable, Retry-After when the apiserver advised one)
     └── OperationTimeout (504, retryable)
 """
 
@@ -35,6 +41,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
 from sparkrun_operator.api.clip import MESSAGE_MAX, clip
+from sparkrun_operator.errors import SparkrunError
 
 __all__ = [
     "BodyTooLarge",
@@ -44,6 +51,7 @@ __all__ = [
     "Forbidden",
     "Gone",
     "Invalid",
+    "KubernetesUnavailable",
     "NotFound",
     "OperationTimeout",
     "RequestTimeout",
@@ -58,7 +66,7 @@ __all__ = [
 MAX_DETAIL: Final = MESSAGE_MAX
 
 
-class DaemonError(Exception):
+class DaemonError(SparkrunError):
     """An error with an HTTP status and the daemon's JSON envelope."""
 
     status: ClassVar[int] = 500
@@ -185,6 +193,25 @@ class ResultContractError(DaemonError):
 class Unreachable(DaemonError):
     status = 502
     type_name = "HostsUnreachable"
+
+
+class KubernetesUnavailable(DaemonError):
+    """503: the Kubernetes API did not answer (timeout, refused, reset, 5xx) or throttled the daemon
+    (429, after the client's own retries): the daemon's backing store, not the caller, is at fault;
+    retry later (``Retry-After`` when the apiserver advised a delay)."""
+
+    status = 503
+    type_name = "KubernetesUnavailable"
+    default_retryable = True
+
+    def __init__(self, detail: str, *, retry_after: float | None = None) -> None:
+        super().__init__(detail)
+        self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        if self.retry_after is None:
+            return {}
+        return {"Retry-After": str(max(1, math.ceil(self.retry_after)))}
 
 
 class OperationTimeout(DaemonError):

@@ -37,7 +37,7 @@ import datetime as dt
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from sparkrun_operator.api.daemonjob import DaemonJobStatus
 from sparkrun_operator.k8s import errors as k8s_errors
@@ -48,6 +48,7 @@ from sparkrun_operator.ops.errors import (
     DaemonError,
     FeatureDisabled,
     Invalid,
+    KubernetesUnavailable,
     NotFound,
     OperationTimeout,
 )
@@ -55,7 +56,7 @@ from sparkrun_operator.ops.invocation import Executor, OperationContext
 from sparkrun_operator.ops.redact import off_loop
 from sparkrun_operator.ops.schema import request_validator, result_validator
 
-__all__ = ["JobControl", "Redactor", "as_daemon_error", "run_job", "run_query"]
+__all__ = ["KUBE_TO_DAEMON", "JobControl", "Redactor", "as_daemon_error", "run_job", "run_query"]
 
 log = logging.getLogger(__name__)
 
@@ -121,25 +122,38 @@ class Redactor:
         return await off_loop(self, value, passes=len(self.secrets)) if self.secrets else value
 
 
+def _kube_unavailable(error: k8s_errors.KubeError, detail: str) -> DaemonError:
+    retry_after = error.retry_after if isinstance(error, k8s_errors.KubeTooManyRequests) else None
+    return KubernetesUnavailable(detail, retry_after=retry_after)
+
+
+#: Each Kubernetes error class -> its daemon error (``detail`` given); ``as_daemon_error`` takes
+#: the first class of an error's MRO found here, so a subclass (``KubeAlreadyExists``) maps as its
+#: parent unless listed, and every ``KubeError`` maps (the last row). The operator's own account
+#: lacking a permission (403) is not the caller's fault: a typed 500, not the detail-only 403.
+KUBE_TO_DAEMON: Final[
+    Mapping[type[k8s_errors.KubeError], Callable[[k8s_errors.KubeError, str], DaemonError]]
+] = {
+    k8s_errors.KubeNotFound: lambda _, detail: NotFound(detail),
+    k8s_errors.KubeConflict: lambda _, detail: Conflict(detail),
+    k8s_errors.KubeBadRequest: lambda _, detail: Invalid(detail),
+    k8s_errors.KubeInvalid: lambda _, detail: Invalid(detail),
+    k8s_errors.KubeForbidden: lambda _, detail: DaemonError(detail, type_name="PermissionError"),
+    k8s_errors.KubeUnavailable: _kube_unavailable,
+    k8s_errors.KubeError: lambda _, detail: DaemonError(detail),
+}
+
+
 def as_daemon_error(error: BaseException) -> DaemonError:
-    """Map any failure of an executor to the daemon's error vocabulary."""
+    """Map any failure of an executor to the daemon's error vocabulary: a ``KubeError`` by its
+    class (:data:`KUBE_TO_DAEMON`), a timeout to ``OperationTimeout``, anything else to an
+    opaque 500 (its details stay in the operator's log)."""
     if isinstance(error, DaemonError):
         return error
     if isinstance(error, k8s_errors.KubeError):
         detail = f"Kubernetes API: {error.message or error.reason or error.status}"
-        if error.status == 0:  # no answer (timeout, refused, reset): typed and retryable
-            return DaemonError(detail, retryable=True, type_name="KubernetesUnavailable")
-        if error.status == 404:
-            return NotFound(detail)
-        if error.status == 409:
-            return Conflict(detail)
-        if error.status == 403:
-            return DaemonError(detail, type_name="PermissionError")
-        if error.status in (400, 422):
-            return Invalid(detail)
-        if error.status == 429:
-            return Conflict(detail, retryable=True, type_name="Busy")
-        return DaemonError(detail, retryable=error.status in (429, 500, 503, 504))
+        factory = next(KUBE_TO_DAEMON[cls] for cls in type(error).__mro__ if cls in KUBE_TO_DAEMON)
+        return factory(error, detail)
     if isinstance(error, TimeoutError):
         return OperationTimeout(str(error) or "Operation timed out")
     return DaemonError("Operation failed; see operator logs")
@@ -170,7 +184,7 @@ async def run_query(
             result = await executors[op.name](ctx, arguments)
     except Exception as error:
         mapped = as_daemon_error(error)
-        if mapped.status == 500 and not isinstance(error, DaemonError):
+        if mapped.status >= 500 and not isinstance(error, DaemonError):
             log.exception("query %s failed", op.name)
         raise mapped from error
     result_validator(op.name, op.version, op.result_schema).check_result(op.name, result)
@@ -505,7 +519,7 @@ async def _execute(
         return
     except Exception as error:
         mapped = as_daemon_error(error)
-        if mapped.status == 500 and not isinstance(error, DaemonError):
+        if mapped.status >= 500 and not isinstance(error, DaemonError):
             log.exception("job %s (%s) failed", ctx.job_id, op.name)
         await job.finish("failed", error=mapped)
         return

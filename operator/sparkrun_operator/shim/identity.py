@@ -2,9 +2,10 @@
 
 A :class:`Caller` is an authenticated Kubernetes user plus its manager identity. Permissions are
 the daemon's hierarchical scopes ``read`` < ``operate`` < ``admin`` and the independent
-``answer-secret``, each a verb on ``sparkrun.dev/daemonoperations`` checked with a
-SubjectAccessReview: a caller has a scope when any verb at or above it is granted (the shipped
-ClusterRoles grant all lower verbs too, so one cached review usually decides).
+``answer-secret``, each a verb on ``sparkrun.dev/daemonoperations`` checked with a cached
+SubjectAccessReview. The rule that decides (a caller has a scope when any verb at or above it is
+granted) is the daemon's one rule, ``ops.authz.missing_scope``, which the operator's executor
+applies again before a job runs; this gate only asks it and answers 403.
 """
 
 from __future__ import annotations
@@ -14,12 +15,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sparkrun_operator.k8s.auth import Authenticator, Authorizer, ManagerDirectory, UserInfo
-from sparkrun_operator.ops.catalog import SCOPES
+from sparkrun_operator.ops import authz
 from sparkrun_operator.ops.errors import Forbidden
 
-__all__ = ["SECRET_VERB", "Caller", "Gate"]
-
-SECRET_VERB = "answer-secret"
+__all__ = ["Caller", "Gate"]
 
 
 @dataclass(frozen=True)
@@ -61,20 +60,14 @@ class Gate:
         return Caller(user=user, manager=await self.managers.manager_of(user), via="front-proxy")
 
     async def allows(self, caller: Caller, scope: str, *, secret: bool = False) -> bool:
-        """Whether the caller holds ``scope`` (and ``answer-secret`` when ``secret``)."""
-        if secret and not await self.authorizer.allowed(caller.user, SECRET_VERB):
-            return False
-        if scope not in SCOPES:
-            return False
-        for verb in SCOPES[SCOPES.index(scope) :]:
-            if await self.authorizer.allowed(caller.user, verb):
-                return True
-        return False
+        """Whether the caller holds ``scope`` (and ``answer-secret`` when ``secret``): the one rule."""
+        return await authz.holds_scope(self.authorizer, caller.user, scope, secret=secret)
 
     async def require(self, caller: Caller, scope: str, *, secret: bool = False) -> None:
-        """Raise ``Forbidden`` (403) unless the caller holds ``scope``."""
+        """Raise ``Forbidden`` (403, detail only) unless the caller holds ``scope``."""
         if not await self.allows(caller, scope, secret=secret):
             raise Forbidden("Insufficient permission")
 
-    async def is_admin(self, caller: Caller) -> bool:
-        return await self.authorizer.allowed(caller.user, "admin")
+    async def admin(self, caller: Caller) -> bool:
+        """Whether the caller holds the admin scope (sees every principal's jobs): ``authz.is_admin``."""
+        return await authz.is_admin(self.authorizer, caller.user)

@@ -28,8 +28,10 @@ _ERRORS = {
     "410": "Requested event history is no longer retained.",
     "413": "Request body exceeds the configured limit.",
     "422": "Invalid JSON or operation arguments.",
+    "429": "The caller's job quota or rate limit is exhausted; retry after Retry-After seconds.",
     "500": "Operation failed; see daemon diagnostics.",
     "502": "Target hosts are unreachable.",
+    "503": "The Kubernetes API is unavailable or throttling the daemon; retryable.",
     "504": "Operation timed out.",
 }
 

@@ -113,7 +113,7 @@ class ShimState:
         if obj is None:
             raise NotFound("'Unknown job'", type_name="KeyError")
         owner = (obj.get("spec", {}).get("principal") or {}).get("username")
-        if owner != caller.principal and not await self.gate.is_admin(caller):
+        if owner != caller.principal and not await self.gate.admin(caller):
             raise NotFound("'Unknown job'", type_name="KeyError")
         op = self.catalog.find(obj.get("spec", {}).get("operation", ""))
         scope = op.scope if op else "admin"
@@ -126,7 +126,7 @@ class ShimState:
         return joblib.public_job(obj, scope=op.scope if op else "admin")
 
     async def _visible_jobs(self, caller: Caller, *, state: str | None, limit: int) -> list[dict[str, Any]]:
-        admin = await self.gate.is_admin(caller)
+        admin = await self.gate.admin(caller)
         rows = self.jobs.listing(principal=None if admin else caller.principal, state=state, limit=limit)
         out = []
         allowed: dict[str, bool] = {}

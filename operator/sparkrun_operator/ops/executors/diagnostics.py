@@ -193,7 +193,7 @@ async def _daemonjobs(ctx: OperationContext) -> list[Any]:
     from sparkrun_operator.k8s.daemonjobs import DAEMON_JOBS
 
     rows = await ctx.rest.list(DAEMON_JOBS, ctx.namespace)
-    if not await authz.is_admin(ctx.rest, ctx.user, ctx.namespace):
+    if not await authz.is_admin(authz.reviews_in(ctx.rest, ctx.namespace), ctx.user):
         # Other principals' jobs (and their errors) are theirs (docs/security.md).
         rows = [
             o for o in rows if ((o.get("spec") or {}).get("principal") or {}).get("username") == ctx.principal

@@ -233,7 +233,7 @@ async def list_nodes(ctx: OperationContext, args: dict[str, Any]) -> Any:
     try:
         nodes = await ctx.rest.list(NODES, label_selector=args.get("selector") or None)
     except k8s_errors.KubeError as error:
-        if error.status == 400:
+        if isinstance(error, k8s_errors.KubeBadRequest):
             raise Invalid(f"invalid label selector: {error.message}") from error
         raise
     for raw in sorted(nodes, key=lambda n: n["metadata"]["name"]):

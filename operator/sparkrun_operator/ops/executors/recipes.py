@@ -308,7 +308,7 @@ async def import_recipe(ctx: OperationContext, args: dict[str, Any]) -> Any:
     except k8s_errors.KubeError as error:
         if isinstance(error, k8s_errors.KubeAlreadyExists):
             created = await _get(ctx, name)
-        elif error.status in (400, 422):
+        elif isinstance(error, (k8s_errors.KubeBadRequest, k8s_errors.KubeInvalid)):
             raise Invalid(f"Recipe refused: {error.message}") from error
         else:
             raise

@@ -144,7 +144,7 @@ async def launch(
     except k8s_errors.KubeError as error:
         if isinstance(error, k8s_errors.KubeAlreadyExists):
             raise Conflict(f"InferenceWorkload {name} was created concurrently") from error
-        if error.status in (400, 422):
+        if isinstance(error, (k8s_errors.KubeBadRequest, k8s_errors.KubeInvalid)):
             raise Invalid(f"InferenceWorkload {name} was refused: {error.message}") from error
         raise
     await ctx.feedback(f"Created InferenceWorkload {name}", stage="launch", activity="create")
