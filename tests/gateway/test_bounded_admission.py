@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from sparkrun_operator.gateway import GatewaySettings
+from sparkrun_operator.gateway import Gateway, GatewaySettings
 from sparkrun_operator.gateway.auth import StaticKeySource
 from tests.engine.conftest import free_port
 
@@ -57,9 +57,9 @@ def _post_in_thread(url: str, out: list[int], key: str | None = None) -> threadi
     return t
 
 
-def _wait_in_flight(gw_total: object, n: int) -> None:
+def _wait_in_flight(gateway: Gateway, n: int) -> None:
     deadline = time.monotonic() + 10
-    while gw_total.in_flight.total < n:  # type: ignore[attr-defined]
+    while gateway.services.admission.in_flight.total < n:
         assert time.monotonic() < deadline
         time.sleep(0.02)
 
@@ -87,7 +87,7 @@ def test_in_flight_caps(start_gateway: StartGateway) -> None:
         for t in threads:
             t.join(20)
         assert done == [200, 200, 200]
-        assert gw.gateway.in_flight.total == 0
+        assert gw.gateway.services.admission.in_flight.total == 0
         assert httpx.post(url, json=CHAT, headers={"x-api-key": "sk-a"}).status_code == 200
 
 

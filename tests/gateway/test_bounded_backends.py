@@ -14,6 +14,8 @@ import time
 
 import httpx
 
+from sparkrun_operator.gateway.balancer import Balancer
+
 from .conftest import StartGateway, workload
 from .rawserver import chat_completion, raw_upstream, read_request
 
@@ -34,9 +36,9 @@ async def _poisonable(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
         await writer.drain()
 
 
-def _unhealthy(gw_balancer: object, urls: list[str]) -> int:
+def _unhealthy(balancer: Balancer, urls: list[str]) -> int:
     now = time.monotonic()
-    return sum(1 for u in urls if not gw_balancer.backend(u).healthy(now))  # type: ignore[attr-defined]
+    return sum(1 for u in urls if not balancer.backend(u).healthy(now))
 
 
 def test_a_request_that_crashes_every_replica_does_not_empty_the_pool(start_gateway: StartGateway) -> None:
@@ -49,12 +51,12 @@ def test_a_request_that_crashes_every_replica_does_not_empty_the_pool(start_gate
         with httpx.Client(timeout=10) as c:
             for _ in range(4):  # one to each replica (least outstanding, in turn)
                 assert c.post(f"{gw.url}/v1/chat/completions", json=poison).status_code == 500
-            assert _unhealthy(gw.gateway.balancer, urls) == 0
+            assert _unhealthy(gw.gateway.services.connector.balancer, urls) == 0
             assert "sparkrun_gateway_backend_ejections_total{" not in c.get(f"{gw.url}/metrics").text
             for _ in range(40):  # 5xx in a row on every replica: ejections, capped at half the pool
                 assert c.post(f"{gw.url}/v1/chat/completions", json=poison).status_code == 500
-                assert _unhealthy(gw.gateway.balancer, urls) <= 2
-            assert _unhealthy(gw.gateway.balancer, urls) == 2
+                assert _unhealthy(gw.gateway.services.connector.balancer, urls) <= 2
+            assert _unhealthy(gw.gateway.services.connector.balancer, urls) == 2
             assert "sparkrun_gateway_backend_ejections_total{" in c.get(f"{gw.url}/metrics").text
             for _ in range(4):  # the rest of the pool still serves
                 assert c.post(f"{gw.url}/v1/chat/completions", json=CHAT).status_code == 200

@@ -123,7 +123,7 @@ def test_a_huge_non_streamed_answer_is_502_and_not_read_further(
         body = {**MESSAGES, "stream": False}
         resp = httpx.post(f"{gw.url}{route}", json=body, timeout=30)
         time.sleep(0.5)
-        backend = gw.gateway.balancer.backend(up.url)
+        backend = gw.gateway.services.connector.balancer.backend(up.url)
     assert resp.status_code == 502
     limit = 2 * MB if route.startswith("/v1/chat") else MB
     assert f"larger than {limit} bytes" in resp.text

@@ -182,6 +182,6 @@ def test_http10_close_delimited_body_completes(start_gateway: StartGateway) -> N
             streamed = httpx.post(f"{gw.url}/v1/chat/completions", json={**CHAT, "stream": True}, timeout=10)
             assert streamed.content.endswith(b"data: [DONE]\n\n")
             assert b"error" not in streamed.content
-        backend = gw.gateway.balancer.backend(up.url)
+        backend = gw.gateway.services.connector.balancer.backend(up.url)
         assert backend.failures == 0
         assert "sparkrun_gateway_backend_ejections_total{" not in httpx.get(f"{gw.url}/metrics").text

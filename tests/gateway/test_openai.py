@@ -1,7 +1,7 @@
 """The gateway's OpenAI surface with the official ``openai`` client, against engine stand-ins.
 
-Covers pass-through (streaming and not, byte for byte apart from ids), the catalog, seed 004's
-admission errors, bad input, request ids, API keys, metrics, cancellation and disconnects.
+Covers pass-through (streaming and not, byte for byte apart from ids), the catalog, the
+admission errors of docs/gateway.md, bad input, request ids, API keys, metrics, cancellation and disconnects.
 """
 
 from __future__ import annotations

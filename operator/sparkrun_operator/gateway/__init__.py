@@ -8,9 +8,9 @@ Contract:
   connect errors are retried on another backend, nothing is retried after the upstream answered.
 - Sleeping/Stopped workloads are woken through a :class:`Waker` and requests held (bounded) until
   the source shows them ready; concurrent requests share one wake.
-- Seed 004's compatibility surface and errors: ``404 No instance found for model X``, ``400`` for
-  a model without the endpoint's capability, bodies shaped per API family, ``x-request-id`` on
-  every response, ``POST /v1/cancel/{id}``.
+- The compatibility surface and errors of ``docs/gateway.md``: ``404 No instance found for model
+  X``, ``400`` for a model without the endpoint's capability, bodies shaped per API family,
+  ``x-request-id`` on every response, ``POST /v1/cancel/{id}``.
 - OpenAI responses pass through byte for byte; Anthropic and Ollama are translated; every stream
   ends in its protocol even when the upstream dies; a client disconnect cancels the upstream
   request.

@@ -3,8 +3,8 @@
 Keys come from a :class:`KeySource` (a static file here; a Kubernetes Secret later). With no key
 source configured the gateway is open. A request carries its key as ``Authorization: Bearer K``
 (OpenAI, Ollama) or ``x-api-key: K`` (Anthropic). A missing or unknown key is 401; a model the
-key does not grant is treated as absent (404 ``No instance found``), as seed 004 treats "an alias
-absent from the authorized model catalog".
+key does not grant is answered as an absent one is (404 ``No instance found``;
+``docs/gateway.md``, "API keys").
 """
 
 from __future__ import annotations

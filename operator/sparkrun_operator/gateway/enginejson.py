@@ -25,6 +25,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sparkrun_operator.errors import SparkrunError
+
 MAX_STRINGS = 64 * 1024
 """Strings one decoded document may hold (keys included)."""
 MAX_ITEMS = 64 * 1024
@@ -35,8 +37,11 @@ MAX_TOOL_CALL_DELTAS = 128
 """Tool-call pieces one choice of one chunk may hold."""
 
 
-class Refused(ValueError):
-    """A document or chunk over one of this module's bounds (the message names it)."""
+class Refused(SparkrunError, ValueError):
+    """A document or chunk over one of this module's bounds (the message names it).
+
+    Also a ``ValueError``: its callers catch it together with the ``ValueError`` that JSON which
+    does not decode raises (both are an engine answer the gateway cannot use)."""
 
 
 def measure(text: str) -> tuple[int, int]:

@@ -2,12 +2,12 @@
 
 One exception, :class:`GatewayError` (HTTP status + message), rendered three ways:
 
-- OpenAI (``/v1/...``): ``{"error": {"message", "type", "param", "code"}}`` -- the shape seed 004
-  describes ("an error object holding message, type and code") and vLLM returns.
+- OpenAI (``/v1/...``): ``{"error": {"message", "type", "param", "code"}}`` -- the shape vLLM
+  returns (``docs/gateway.md``, "Errors", lists every status and message).
 - Anthropic (``/v1/messages``): ``{"type": "error", "error": {"type", "message"}}``.
 - Ollama (``/api/...``): ``{"error": "message"}``.
 
-The messages that seed 004 fixes are built here: ``No instance found for model X`` (404),
+The fixed messages of ``docs/gateway.md`` are built here: ``No instance found for model X`` (404),
 ``Command not found or already completed`` (404). An upstream's own error text (up to an event's
 or an error body's size) reaches a client clipped to :data:`MAX_ECHO_CHARS` (:func:`clip`, which
 :func:`render` applies to every message).
@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 from typing import Any, Literal
+
+from sparkrun_operator.errors import SparkrunError
 
 MAX_ECHO_CHARS = 1024
 """Characters of a message (an upstream's error text, most of all) an error body carries."""
@@ -52,7 +54,7 @@ _ANTHROPIC_TYPES = {
 }
 
 
-class GatewayError(Exception):
+class GatewayError(SparkrunError):
     """A request the gateway answers with an error of its own (never an upstream body)."""
 
     def __init__(
@@ -105,12 +107,12 @@ def _dumps(obj: object) -> bytes:
 
 
 def no_instance(model: str) -> GatewayError:
-    """Seed 004: "calling /v1/chat/completions for an unplaced model returns a 404 No instance found"."""
+    """An unknown, unplaced or ungranted model: 404 ``No instance found`` (docs/gateway.md, "Errors")."""
     return GatewayError(404, f"No instance found for model {model}", param="model", code="model_not_found")
 
 
 def lacks_capability(model: str, capability: str) -> GatewayError:
-    """Seed 004: a model without the endpoint's capability is 400 before anything is dispatched."""
+    """A model without the endpoint's capability: 400, before anything is dispatched (docs/gateway.md)."""
     return GatewayError(
         400,
         f"Model {model} does not support {capability}",

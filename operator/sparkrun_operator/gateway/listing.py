@@ -3,31 +3,18 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import ollama_api
-from .context import JSON, Ctx
 from .errors import GatewayError, bad_request
-from .routing import Workload
+from .request import JSON, Ctx
+from .services import Services
 from .workers import worker_index
 
-if TYPE_CHECKING:
-    from .app import Gateway
 
-
-def visible(gw: Gateway, ctx: Ctx) -> list[tuple[str, Workload]]:
-    """Every (name, workload) that routes and the caller's key may use, aliases included (a
-    name another workload keeps is not listed for the loser)."""
-    grant = gw.authorize(ctx)
-    table = gw.source.snapshot()
-    return [
-        (name, wl) for name, wl in table.by_name.items() if grant is None or grant.allows(name, wl.namespace)
-    ]
-
-
-async def models(gw: Gateway, ctx: Ctx) -> None:
+async def models(svc: Services, ctx: Ctx) -> None:
     data = []
-    for name, wl in visible(gw, ctx):
+    for name, wl in svc.admission.visible(ctx):
         data.append(
             {
                 "id": name,
@@ -46,29 +33,30 @@ async def models(gw: Gateway, ctx: Ctx) -> None:
     await ctx.respond(200, dumps({"object": "list", "data": data}))
 
 
-async def ollama_tags(gw: Gateway, ctx: Ctx) -> None:
-    await ctx.respond(200, dumps({"models": [ollama_api.tag(name, wl) for name, wl in visible(gw, ctx)]}))
+async def ollama_tags(svc: Services, ctx: Ctx) -> None:
+    await ctx.respond(
+        200, dumps({"models": [ollama_api.tag(name, wl) for name, wl in svc.admission.visible(ctx)]})
+    )
 
 
-async def ollama_ps(gw: Gateway, ctx: Ctx) -> None:
-    models = [ollama_api.running(name, wl) for name, wl in visible(gw, ctx) if wl.routable]
+async def ollama_ps(svc: Services, ctx: Ctx) -> None:
+    models = [ollama_api.running(name, wl) for name, wl in svc.admission.visible(ctx) if wl.routable]
     await ctx.respond(200, dumps({"models": models}))
 
 
-async def ollama_show(gw: Gateway, ctx: Ctx) -> None:
-    doc = gw.parse_json(ctx)
-    name = doc.get("name") or doc.get("model")  # seed 004: "name takes precedence"
+async def ollama_show(svc: Services, ctx: Ctx) -> None:
+    doc = ctx.parse_json()
+    name = doc.get("name") or doc.get("model")  # name wins (docs/gateway.md)
     if not isinstance(name, str) or not name:
         raise bad_request("name or model is required")
-    grant = gw.authorize(ctx)
-    wl = gw.source.snapshot().lookup(name)
-    if wl is None or (grant is not None and not grant.allows(name, wl.namespace)):
+    wl = svc.admission.granted(ctx, name)
+    if wl is None:
         raise GatewayError(404, f"model '{name}' not found")
     await ctx.respond(200, dumps(ollama_api.show(name, wl)))
 
 
-async def ollama_version(gw: Gateway, ctx: Ctx) -> None:
-    body = dumps({"version": gw.settings.version})
+async def ollama_version(svc: Services, ctx: Ctx) -> None:
+    body = dumps({"version": svc.settings.version})
     if ctx.scope["method"] == "HEAD":
         ctx.finished = True
         await ctx.start_response(200, JSON, [(b"content-length", str(len(body)).encode())])
@@ -77,7 +65,7 @@ async def ollama_version(gw: Gateway, ctx: Ctx) -> None:
     await ctx.respond(200, body)
 
 
-async def ollama_root(gw: Gateway, ctx: Ctx) -> None:
+async def ollama_root(svc: Services, ctx: Ctx) -> None:
     body = b"Ollama is running"
     if ctx.scope["method"] == "HEAD":
         ctx.finished = True
@@ -87,24 +75,24 @@ async def ollama_root(gw: Gateway, ctx: Ctx) -> None:
     await ctx.respond(200, body, b"text/plain; charset=utf-8")
 
 
-async def cancel(gw: Gateway, ctx: Ctx) -> None:
+async def cancel(svc: Services, ctx: Ctx) -> None:
     command_id = ctx.scope["path"].removeprefix("/v1/cancel/")
-    gw.authorize(ctx)  # 401 without a valid key when keys are on
-    if not gw.cancel(ctx.caller, command_id):
+    svc.admission.authorize(ctx)  # 401 without a valid key when keys are on
+    if not svc.cancellation.cancel(ctx.caller, command_id):
         raise GatewayError(404, "Command not found or already completed")
     await ctx.respond(200, dumps({"message": "Command cancelled.", "command_id": command_id}))
 
 
-async def metrics(gw: Gateway, ctx: Ctx) -> None:
+async def metrics(svc: Services, ctx: Ctx) -> None:
     """Prometheus text. With keys on, only an administrator key (every model of every namespace)
     reads it here; scrapers use the key-less ``--metrics-port`` listener instead."""
-    grant = gw.authorize(ctx)
+    grant = svc.admission.authorize(ctx)
     if grant is not None and not grant.admin:
         raise GatewayError(403, "Metrics need an administrator key (or the --metrics-port listener)")
-    await ctx.respond(200, gw.metrics.render(), b"text/plain; version=0.0.4; charset=utf-8")
+    await ctx.respond(200, svc.accounting.metrics.render(), b"text/plain; version=0.0.4; charset=utf-8")
 
 
-async def health(gw: Gateway, ctx: Ctx) -> None:
+async def health(svc: Services, ctx: Ctx) -> None:
     worker = worker_index()
     await ctx.respond(200, b'{"status":"ok"}' if worker is None else b'{"status":"ok","worker":%d}' % worker)
 

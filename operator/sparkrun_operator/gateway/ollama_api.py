@@ -1,8 +1,9 @@
 """Ollama (``/api/chat``, ``/api/generate``, tags, show, ps) <-> OpenAI chat completions.
 
-Seed 004: chat takes ``model`` and ``messages`` with optional ``tools``, ``think``, ``format``
-("json" or a JSON Schema) and ``options`` (num_predict, temperature, top_p, top_k, stop, seed);
-``stream`` defaults to true and answers newline-delimited JSON, ``stream: false`` one object.
+As ``docs/gateway.md`` lists: chat takes ``model`` and ``messages`` with optional ``tools``,
+``think``, ``format`` ("json" or a JSON Schema) and ``options`` (num_predict, temperature,
+top_p, top_k, stop, seed); ``stream`` defaults to true and answers newline-delimited JSON,
+``stream: false`` one object.
 Generate takes ``prompt`` (default empty), ``system``, ``images`` and the same controls. Tags list
 every known model (digests are placeholders), show answers 400 without ``name``/``model`` and 404
 for an unknown model, ps lists the models with a ready instance, size 0.
@@ -49,7 +50,7 @@ def _check_options(doc: dict[str, Any]) -> None:
         raise bad_request("options must be an object")
     n = options.get("num_predict")
     # -1 (no limit) and -2 (fill the context) are Ollama's special values; 0 or other negatives
-    # are the "non-positive max_tokens" seed 004 refuses.
+    # are the "non-positive max_tokens" refused with 400 (docs/gateway.md, "Errors").
     if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n == 0 or n < -2):
         raise bad_request("options.num_predict must be a positive integer (or -1)")
 
@@ -170,7 +171,7 @@ def _details() -> dict[str, Any]:
 
 
 def _digest(name: str, wl: Workload) -> str:
-    # Seed 004: "compatibility digests are placeholders, not artifact verification proofs".
+    # Digests are placeholders, not proofs of any artifact (docs/gateway.md, "Endpoints").
     return hashlib.sha256(f"{wl.key}\x00{name}".encode()).hexdigest()
 
 

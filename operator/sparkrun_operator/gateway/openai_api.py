@@ -9,49 +9,48 @@ an in-band error follows a complete event, as long as an unfinished event stays 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from sparkrun_operator.plan.served import TEXT_GENERATION
 
-from .context import DIRECT_BODY, Ctx, DirectBody, Handler
 from .errors import GatewayError, bad_request, render
+from .request import DIRECT_BODY, Ctx, DirectBody
+from .services import Services
 from .splice import Splice, cut
-from .upstream import BodyTooLarge, UpstreamError, UpstreamResponse
-
-if TYPE_CHECKING:
-    from .app import Gateway
+from .upstream import UpstreamBodyTooLarge, UpstreamError, UpstreamResponse
 
 
-def handler(capability: str, path: str) -> Handler:
+def handler(capability: str, path: str) -> Callable[[Services, Ctx], Awaitable[None]]:
     """The route handler of the OpenAI endpoint ``path`` (served by models with ``capability``)."""
 
-    async def handle(gw: Gateway, ctx: Ctx) -> None:
-        await forward(gw, ctx, capability, path)
+    async def handle(svc: Services, ctx: Ctx) -> None:
+        await forward(svc, ctx, capability, path)
 
     return handle
 
 
-async def forward(gw: Gateway, ctx: Ctx, capability: str, path: str) -> None:
-    doc = gw.parse_json(ctx)
+async def forward(svc: Services, ctx: Ctx, capability: str, path: str) -> None:
+    doc = ctx.parse_json()
     if capability == TEXT_GENERATION:
         validate_generation(doc, path)
     elif path == "/v1/embeddings":
         validate_embeddings(doc)
-    workload = await gw.admit(ctx, doc.get("model"), capability)
+    workload = await svc.admission.admit(ctx, doc.get("model"), capability)
     affinity = affinity_key(doc) if workload.prefix_affinity else None
     payload = ctx.body
     if doc["model"] != workload.served_name:
         # An alias: the engine knows only the served name, so the body is re-encoded once.
         payload = json.dumps({**doc, "model": workload.served_name}, ensure_ascii=False).encode()
-    response = await gw.connect(ctx, workload, path, payload, affinity)
+    response = await svc.connector.connect(ctx, workload, path, payload, affinity)
     try:
-        await relay(gw, ctx, response, path)
+        await relay(svc, ctx, response, path)
     finally:
         response.close()
 
 
 def validate_generation(doc: dict[str, Any], path: str) -> None:
-    # Seed 004: "an empty messages array or a non-positive max_tokens returns 400 Bad Request".
+    # An empty messages array or a non-positive max_tokens is 400 (docs/gateway.md, "Errors").
     if path == "/v1/chat/completions":
         messages = doc.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -63,7 +62,7 @@ def validate_generation(doc: dict[str, Any], path: str) -> None:
 
 
 def validate_embeddings(doc: dict[str, Any]) -> None:
-    # Seed 004: "an empty list returns 400"; "dimensions: Not supported. Any value returns 400".
+    # An empty input, or any dimensions, is 400 (docs/gateway.md, "Endpoints").
     raw = doc.get("input")
     if raw is None or raw == [] or raw == "":
         raise bad_request("'input' must be a non-empty string or array", param="input")
@@ -86,42 +85,42 @@ def affinity_key(doc: dict[str, Any]) -> bytes | None:
     return None
 
 
-async def read_all(gw: Gateway, ctx: Ctx, response: UpstreamResponse, limit: int | None = None) -> bytes:
+async def read_all(svc: Services, ctx: Ctx, response: UpstreamResponse, limit: int | None = None) -> bytes:
     """The whole upstream body, at most ``limit`` bytes (default ``max_upstream_body_bytes``);
     502 when it is larger (the rest is not read: the connection is closed) or the upstream fails
     while sending it."""
     try:
-        return await response.read(limit or gw.settings.max_upstream_body_bytes)
-    except BodyTooLarge as exc:
+        return await response.read(limit or svc.settings.max_upstream_body_bytes)
+    except UpstreamBodyTooLarge as exc:
         raise GatewayError(502, str(exc)) from None  # NB: an answer, not a broken backend
     except UpstreamError as exc:
-        raise GatewayError(502, gw.upstream_failed(ctx, exc)) from None
+        raise GatewayError(502, svc.connector.failed(ctx, exc)) from None
 
 
-async def relay(gw: Gateway, ctx: Ctx, response: UpstreamResponse, path: str) -> None:
+async def relay(svc: Services, ctx: Ctx, response: UpstreamResponse, path: str) -> None:
     ctype = response.headers.get(b"content-type", b"application/json")
     if not ctype.startswith(b"text/event-stream"):
-        body = await read_all(gw, ctx, response)
-        gw.first_byte(ctx)
+        body = await read_all(svc, ctx, response)
+        svc.accounting.first_byte(ctx)
         if response.status < 400:
-            gw.record_usage(ctx, body[-512:])
+            svc.accounting.usage(ctx, body[-512:])
         await ctx.respond(response.status, body, ctype)
         return
     responses_api = path == "/v1/responses"
     ctx.stream_end = responses_stream_error if responses_api else openai_stream_error
     await ctx.start_response(response.status, ctype, [(b"cache-control", b"no-cache")])
-    # Seed 004: "streaming chat completions open with the SSE comment line : command_id <id>".
+    # Streams open with the SSE comment ": command_id <id>" (docs/gateway.md, "Endpoints").
     # NB: it leaves with the first upstream bytes, one write less on the time-to-first-token path.
     opening = b"" if responses_api else b": command_id " + ctx.rid.encode() + b"\n\n"
     direct = ((ctx.scope.get("extensions") or {}).get(DIRECT_BODY) or {}).get("body")
     if isinstance(direct, DirectBody) and direct.chunked:
         # The fast path: relayed from the upstream connection's callbacks (decision 0028).
-        await Splice(gw, ctx, response, direct, opening).run()
+        await Splice(svc, ctx, response, direct, opening).run()
         return
-    await _relay_by_task(gw, ctx, response, opening)
+    await _relay_by_task(svc, ctx, response, opening)
 
 
-async def _relay_by_task(gw: Gateway, ctx: Ctx, response: UpstreamResponse, opening: bytes) -> None:
+async def _relay_by_task(svc: Services, ctx: Ctx, response: UpstreamResponse, opening: bytes) -> None:
     """The general relay (any ASGI server): the request's task reads and writes each chunk."""
     assert ctx.stream_end is not None
     tail = b""
@@ -131,7 +130,7 @@ async def _relay_by_task(gw: Gateway, ctx: Ctx, response: UpstreamResponse, open
     try:
         async for chunk in response.chunks():
             if first:
-                gw.first_byte(ctx)
+                svc.accounting.first_byte(ctx)
                 first = False
             out, tail, passing = cut(tail, chunk, passing)
             if not out:
@@ -141,14 +140,14 @@ async def _relay_by_task(gw: Gateway, ctx: Ctx, response: UpstreamResponse, open
                 out, opening = opening + out, b""
             await ctx.body_part(out)
     except UpstreamError as exc:
-        message = gw.upstream_failed(ctx, exc)
+        message = svc.connector.failed(ctx, exc)
         await ctx.body_part(opening + _after(passing) + ctx.stream_end(message), more=False)
         return
     if tail.strip() or passing:
         message = "Upstream ended the stream in the middle of an event"
         await ctx.body_part(opening + _after(passing) + ctx.stream_end(message), more=False)
         return
-    gw.record_usage(ctx, last[-1024:])
+    svc.accounting.usage(ctx, last[-1024:])
     await ctx.body_part(opening, more=False)
 
 
@@ -158,7 +157,7 @@ def _after(passing: bool) -> bytes:
 
 
 def openai_stream_error(message: str) -> bytes:
-    # Seed 004: "a data: frame carrying the error object, followed by data: [DONE]".
+    # An error in a stream: a data: frame carrying the error object, then data: [DONE].
     err = render("openai", 502, message, code="upstream_error")
     return b"data: " + err + b"\n\ndata: [DONE]\n\n"
 

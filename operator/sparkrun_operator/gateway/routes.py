@@ -1,11 +1,34 @@
-"""The gateway's route table: (method, path) -> :class:`~.context.Route`."""
+"""The gateway's route table: (method, path) -> :class:`Route`, a handler and how to dispatch it.
+
+A handler is ``async (services, ctx) -> None``: it gets the request and the gateway's
+:class:`~.services.Services`, never the application (the request path goes one way).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from sparkrun_operator.plan.served import EMBEDDING, TEXT_GENERATION
 
 from . import listing, openai_api, translated
-from .context import Route
+from .errors import Family
+from .request import Ctx
+from .services import Services
+
+Handler = Callable[[Services, Ctx], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Route:
+    handler: Handler
+    family: Family
+    name: str
+    reads_body: bool = True
+    inference: bool = False
+    """Counted against the in-flight limits, cancellable, and watched for client disconnects
+    while the handler runs (it may wait on an upstream)."""
+
 
 CANCEL = Route(listing.cancel, "openai", "cancel", reads_body=False)
 """``POST /v1/cancel/{id}``: matched by prefix, outside the table."""
@@ -33,7 +56,7 @@ def table() -> dict[tuple[str, str], Route]:
 
 
 def _ollama(routes: dict[tuple[str, str], Route]) -> None:
-    # Ollama: /api/... as Ollama itself serves it, and seed 004's /ollama/api/... with its aliases
+    # Ollama: /api/... as Ollama itself serves it, and /ollama/api/... with its aliases (docs/gateway.md)
     # ("/ollama/api/api/..." and "/ollama/api/v1/..." for clients that join base URLs differently).
     chat = Route(translated.ollama_chat, "ollama", "ollama_chat", inference=True)
     generate = Route(translated.ollama_generate, "ollama", "ollama_generate", inference=True)

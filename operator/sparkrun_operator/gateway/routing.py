@@ -38,6 +38,7 @@ from typing import Any, Literal, Protocol
 
 import yaml
 
+from sparkrun_operator.errors import SparkrunError
 from sparkrun_operator.plan.names import Claim, owners
 from sparkrun_operator.plan.served import EMBEDDING, TEXT_GENERATION
 
@@ -48,7 +49,7 @@ STATES: tuple[State, ...] = ("Running", "Sleeping", "Stopped")
 CAPABILITIES = (TEXT_GENERATION, EMBEDDING)
 
 
-class RoutingError(ValueError):
+class RoutingError(SparkrunError):
     """A routing document that cannot be used (names the offending entry)."""
 
 

@@ -25,7 +25,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from .app import Gateway
 from .auth import KeySource, MergedKeySource, StaticKeySource
 from .config import GatewaySettings
-from .context import DIRECT_BODY, DirectBody
+from .request import DIRECT_BODY, DirectBody
 from .routing import StaticRoutingSource
 from .workers import supervise, worker_index
 

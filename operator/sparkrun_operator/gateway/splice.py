@@ -18,13 +18,10 @@ stops reading from the upstream (TCP back-pressure) instead of buffering, and a 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
-from .context import Ctx, DirectBody
+from .request import Ctx, DirectBody
+from .services import Services
 from .upstream import UpstreamError, UpstreamResponse, UpstreamTimeout
-
-if TYPE_CHECKING:
-    from .app import Gateway
 
 HOLD_BYTES = 64 * 1024
 """The longest unfinished SSE event a relay holds back (to cut streams at event ends only)."""
@@ -73,9 +70,10 @@ class Splice:
     """One stream's relay from the upstream connection's callbacks to the client's transport."""
 
     def __init__(
-        self, gw: Gateway, ctx: Ctx, response: UpstreamResponse, out: DirectBody, opening: bytes
+        self, svc: Services, ctx: Ctx, response: UpstreamResponse, out: DirectBody, opening: bytes
     ) -> None:
-        self.gw, self.ctx, self.response, self.out = gw, ctx, response, out
+        self.accounting, self.connector = svc.accounting, svc.connector
+        self.ctx, self.response, self.out = ctx, response, out
         self.opening = opening
         self.tail = b""
         self.last = b""
@@ -129,7 +127,7 @@ class Splice:
 
     def _forward(self, chunk: bytes) -> None:
         if self.first:
-            self.gw.first_byte(self.ctx)
+            self.accounting.first_byte(self.ctx)
             self.first = False
         out, self.tail, self.passing = cut(self.tail, chunk, self.passing)
         if not out:
@@ -158,16 +156,16 @@ class Splice:
         self._resolve()
 
     async def _end(self) -> None:
-        ctx, outcome, gw = self.ctx, self.outcome, self.gw
+        ctx, outcome = self.ctx, self.outcome
         after = b"\n\n" if self.passing else b""  # ends the unfinished event that went out
         assert ctx.stream_end is not None
         if isinstance(outcome, UpstreamError):
-            message = gw.upstream_failed(ctx, outcome)
+            message = self.connector.failed(ctx, outcome)
             await ctx.body_part(self.opening + after + ctx.stream_end(message), more=False)
             return
         if self.tail.strip() or self.passing:
             message = "Upstream ended the stream in the middle of an event"
             await ctx.body_part(self.opening + after + ctx.stream_end(message), more=False)
             return
-        gw.record_usage(ctx, self.last[-1024:])
+        self.accounting.usage(ctx, self.last[-1024:])
         await ctx.body_part(self.opening, more=False)

@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sparkrun_operator.plan.served import TEXT_GENERATION
 
 from . import enginejson, messages_api, ollama_api
-from .context import JSON, NDJSON, Ctx
 from .errors import GatewayError, render, upstream_message
 from .openai_api import affinity_key, read_all
+from .request import JSON, NDJSON, Ctx
 from .routing import Workload
+from .services import Services
 from .sse import DONE, SSEParser
-from .upstream import BodyTooLarge, UpstreamError, UpstreamResponse
-
-if TYPE_CHECKING:
-    from .app import Gateway
+from .upstream import UpstreamBodyTooLarge, UpstreamError, UpstreamResponse
 
 MAX_ERROR_BODY_BYTES = 64 * 1024
 """Of an upstream's error body only this much is read, for its message; a larger one is not
@@ -33,40 +31,40 @@ _UNEXPECTED = (ValueError, KeyError, TypeError, IndexError, AttributeError, Recu
 decoded and translated."""
 
 
-async def messages(gw: Gateway, ctx: Ctx) -> None:
-    doc = gw.parse_json(ctx)
+async def messages(svc: Services, ctx: Ctx) -> None:
+    doc = ctx.parse_json()
     messages_api.validate(doc)
-    workload = await gw.admit(ctx, doc.get("model"), TEXT_GENERATION)
+    workload = await svc.admission.admit(ctx, doc.get("model"), TEXT_GENERATION)
     stream = bool(doc.get("stream"))
     body = messages_api.to_openai(doc)
     translator = messages_api.Translator(model=doc["model"], rid=ctx.rid)
-    await forward(gw, ctx, body, workload, translator, stream)
+    await forward(svc, ctx, body, workload, translator, stream)
 
 
-async def ollama_chat(gw: Gateway, ctx: Ctx) -> None:
-    doc = gw.parse_json(ctx)
+async def ollama_chat(svc: Services, ctx: Ctx) -> None:
+    doc = ctx.parse_json()
     ollama_api.validate_chat(doc)
-    workload = await gw.admit(ctx, doc.get("model"), TEXT_GENERATION)
+    workload = await svc.admission.admit(ctx, doc.get("model"), TEXT_GENERATION)
     stream = doc.get("stream", True) is not False
     translator = ollama_api.Translator(model=doc["model"], mode="chat", stream=stream)
-    await forward(gw, ctx, ollama_api.chat_to_openai(doc, stream), workload, translator, stream)
+    await forward(svc, ctx, ollama_api.chat_to_openai(doc, stream), workload, translator, stream)
 
 
-async def ollama_generate(gw: Gateway, ctx: Ctx) -> None:
-    doc = gw.parse_json(ctx)
+async def ollama_generate(svc: Services, ctx: Ctx) -> None:
+    doc = ctx.parse_json()
     ollama_api.validate_generate(doc)
-    workload = await gw.admit(ctx, doc.get("model"), TEXT_GENERATION)
+    workload = await svc.admission.admit(ctx, doc.get("model"), TEXT_GENERATION)
     stream = doc.get("stream", True) is not False
     if not doc.get("prompt") and not doc.get("system") and not doc.get("images"):
         # Ollama answers an empty prompt by loading the model: done at once, done_reason "load".
         await ctx.respond(200, ollama_api.load_reply(doc["model"]), NDJSON if stream else JSON)
         return
     translator = ollama_api.Translator(model=doc["model"], mode="generate", stream=stream)
-    await forward(gw, ctx, ollama_api.generate_to_openai(doc, stream), workload, translator, stream)
+    await forward(svc, ctx, ollama_api.generate_to_openai(doc, stream), workload, translator, stream)
 
 
 async def forward(
-    gw: Gateway, ctx: Ctx, upstream_body: dict[str, Any], workload: Workload, translator: Any, stream: bool
+    svc: Services, ctx: Ctx, upstream_body: dict[str, Any], workload: Workload, translator: Any, stream: bool
 ) -> None:
     """Forward a translated chat request; relay the answer through ``translator``.
 
@@ -77,38 +75,38 @@ async def forward(
     payload = json.dumps(upstream_body, separators=(",", ":"), ensure_ascii=False).encode()
     affinity = affinity_key(upstream_body) if workload.prefix_affinity else None
 
-    response = await gw.connect(ctx, workload, "/v1/chat/completions", payload, affinity)
+    response = await svc.connector.connect(ctx, workload, "/v1/chat/completions", payload, affinity)
     try:
         if response.status >= 400:
-            await upstream_error(ctx, gw, response)
+            await upstream_error(ctx, svc, response)
             return
         if not stream:
             # NB: the answer is decoded whole, on the loop: its size is capped, and what it holds
             # is counted before it is decoded (enginejson: a worker thread would not help, the
             # decoder holds the GIL).
-            raw = await read_all(gw, ctx, response, gw.settings.max_answer_bytes)
-            gw.first_byte(ctx)
-            gw.record_usage(ctx, raw[-512:])
+            raw = await read_all(svc, ctx, response, svc.settings.max_answer_bytes)
+            svc.accounting.first_byte(ctx)
+            svc.accounting.usage(ctx, raw[-512:])
             try:
                 body = translator.whole(enginejson.loads(raw))
             except _UNEXPECTED as exc:
                 raise GatewayError(502, f"Upstream answered something unexpected: {exc}") from None
             await ctx.respond(200, body)
             return
-        await relay(gw, ctx, response, translator)
+        await relay(svc, ctx, response, translator)
     finally:
         response.close()
 
 
-async def upstream_error(ctx: Ctx, gw: Gateway, response: UpstreamResponse) -> None:
+async def upstream_error(ctx: Ctx, svc: Services, response: UpstreamResponse) -> None:
     """Relay an upstream error status in the client's family (its message, when the body is
     JSON of at most :data:`MAX_ERROR_BODY_BYTES`)."""
     try:
         raw = await response.read(MAX_ERROR_BODY_BYTES)
-    except BodyTooLarge:
+    except UpstreamBodyTooLarge:
         raw = b""
     except UpstreamError as exc:
-        raise GatewayError(502, gw.upstream_failed(ctx, exc)) from None
+        raise GatewayError(502, svc.connector.failed(ctx, exc)) from None
     message = f"Upstream answered {response.status}"
     with contextlib.suppress(*_UNEXPECTED):
         err = enginejson.loads(raw)
@@ -117,7 +115,7 @@ async def upstream_error(ctx: Ctx, gw: Gateway, response: UpstreamResponse) -> N
     await ctx.respond(response.status, render(ctx.family, response.status, message))
 
 
-async def relay(gw: Gateway, ctx: Ctx, response: UpstreamResponse, translator: Any) -> None:
+async def relay(svc: Services, ctx: Ctx, response: UpstreamResponse, translator: Any) -> None:
     """Translate an upstream stream; the response starts with the first translated bytes.
 
     NB: vLLM-style servers (llm-d-inference-sim among them) answer some refusals, such as a
@@ -127,13 +125,13 @@ async def relay(gw: Gateway, ctx: Ctx, response: UpstreamResponse, translator: A
     ``api_error``.
     """
     ctx.stream_end = translator.fail
-    parser = SSEParser(gw.settings.max_event_bytes)
+    parser = SSEParser(svc.settings.max_event_bytes)
     first = True
     done = False
     try:
         async for chunk in response.chunks():
             if first:
-                gw.first_byte(ctx)
+                svc.accounting.first_byte(ctx)
                 first = False
             out = bytearray()
             for event in parser.feed(chunk):
@@ -145,7 +143,7 @@ async def relay(gw: Gateway, ctx: Ctx, response: UpstreamResponse, translator: A
                     return
                 try:
                     if event.get("usage"):
-                        gw.record_usage(ctx, json.dumps(event["usage"]).encode())
+                        svc.accounting.usage(ctx, json.dumps(event["usage"]).encode())
                     out += translator.feed(event)
                 except _UNEXPECTED as exc:
                     await _send(ctx, translator, bytes(out) + translator.fail(_unexpected(exc)), more=False)
@@ -153,7 +151,7 @@ async def relay(gw: Gateway, ctx: Ctx, response: UpstreamResponse, translator: A
             if out:
                 await _send(ctx, translator, bytes(out))
     except (UpstreamError, ValueError) as exc:
-        message = gw.upstream_failed(ctx, exc) if isinstance(exc, UpstreamError) else str(exc)
+        message = svc.connector.failed(ctx, exc) if isinstance(exc, UpstreamError) else str(exc)
         await _send(ctx, translator, translator.fail(message), more=False)
         return
     if not done:

@@ -18,7 +18,7 @@ Contract:
   because the engine may have received it.
 - A body without length (HTTP/1.0 style, delimited by the connection closing) completes on close.
 - :meth:`UpstreamResponse.chunks` yields body bytes as they arrive (read timeout between bytes);
-  :meth:`UpstreamResponse.read` reads a whole body up to a limit (:class:`BodyTooLarge` beyond);
+  :meth:`UpstreamResponse.read` reads a whole body up to a limit (:class:`UpstreamBodyTooLarge` beyond);
   :meth:`UpstreamResponse.close` returns a fully read connection to the pool and closes any other
   (which is how an abandoned request is aborted upstream).
 """
@@ -34,6 +34,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from sparkrun_operator.errors import SparkrunError
+
 _HIGH_WATER = 1 << 20
 _MAX_IDLE_PER_BACKEND = 512
 MAX_HEAD_BYTES = 64 * 1024
@@ -42,7 +44,7 @@ MAX_HEADERS = 128
 """An upstream response with more header lines than this is a protocol error (502)."""
 
 
-class UpstreamError(Exception):
+class UpstreamError(SparkrunError):
     """The upstream broke the exchange; ``kind`` is ``connect``, ``timeout`` or ``read``."""
 
     kind = "read"
@@ -56,7 +58,7 @@ class UpstreamTimeout(UpstreamError):
     kind = "timeout"
 
 
-class BodyTooLarge(UpstreamError):
+class UpstreamBodyTooLarge(UpstreamError):
     """A body over the reader's limit (:meth:`UpstreamResponse.read`); the rest stays unread."""
 
     def __init__(self, limit: int) -> None:
@@ -278,14 +280,14 @@ class UpstreamResponse:
                 transport.resume_reading()
 
     async def read(self, limit: int) -> bytes:
-        """The whole body; :class:`BodyTooLarge` as soon as it passes ``limit`` bytes (holding at
+        """The whole body; :class:`UpstreamBodyTooLarge` as soon as it passes ``limit`` bytes (holding at
         most ``limit`` plus one read meanwhile)."""
         parts = []
         total = 0
         async for chunk in self.chunks():
             total += len(chunk)
             if total > limit:
-                raise BodyTooLarge(limit)
+                raise UpstreamBodyTooLarge(limit)
             parts.append(chunk)
         return b"".join(parts)
 

@@ -1,24 +1,25 @@
-"""Per-request state of the gateway: the request context, the route record and ASGI types.
+"""One request as the gateway holds it: its ASGI channel and state (:class:`Ctx`), and ASGI types.
 
-A :class:`Ctx` owns one request's ASGI channel: it reads the body (bounded), writes the
-response, watches for a client disconnect and answers a cancelled request. Route modules and
-:class:`~sparkrun_operator.gateway.app.Gateway` both import it; it imports neither.
+A :class:`Ctx` owns one request's ASGI channel: it reads and decodes the body (bounded), writes
+the response, watches for a client disconnect and answers a cancelled request. The dispatch
+(:mod:`.app`), the services (:mod:`.services`) and the route handlers all use it; it imports none
+of them (only the leaf modules below them).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from sparkrun_operator.errors import SparkrunError
 
 from .balancer import Backend
 from .config import GatewaySettings
 from .errors import Family, GatewayError, bad_request, render
 from .limits import ByteBudget
-
-if TYPE_CHECKING:
-    from .app import Gateway
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -71,7 +72,7 @@ class DirectBody:
         await self._cycle.flow.drain()
 
 
-class Cancelled(Exception):
+class Cancelled(SparkrunError):
     """Raised inside a request task that ``/v1/cancel`` or a disconnect stopped."""
 
 
@@ -131,6 +132,20 @@ class Ctx:
         if exc.retry_after is not None:
             extra = ((b"retry-after", str(round(exc.retry_after)).encode()),)
         await self.respond(exc.status, exc.body(self.family), extra=extra)
+
+    def parse_json(self) -> dict[str, Any]:
+        """Decode the body once (C decoder) into ``doc``; 400 unless it is a JSON object."""
+        if not self.body:
+            raise bad_request("Request body is empty; expected a JSON object")
+        try:
+            doc = json.loads(self.body)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            # NB: RecursionError: nested deeper than the C decoder recurses (about 1000 levels)
+            raise bad_request(f"Invalid JSON in request body: {exc}") from None
+        if not isinstance(doc, dict):
+            raise bad_request("Request body must be a JSON object")
+        self.doc = doc
+        return doc
 
     async def read_body(self, settings: GatewaySettings, budget: ByteBudget | None = None) -> bytes:
         """The request body: 413 above ``max_body_bytes``, 408 when not read in ``body_timeout``.
@@ -204,7 +219,7 @@ class Ctx:
             await self.body_part(b"", more=False)
 
     async def cancelled_response(self) -> None:
-        # Seed 004: a cancelled stream ends with an error event (then [DONE]); a non-streamed
+        # A cancelled stream ends with an error event (then [DONE]); a non-streamed
         # request gets an error body instead of a partial answer.
         message = "The generation was cancelled before it completed"
         if not self.started:
@@ -213,16 +228,3 @@ class Ctx:
             await self.body_part(self.stream_end(message), more=False)
         else:
             await self.body_part(b"", more=False)
-
-
-Handler = Callable[["Gateway", Ctx], Awaitable[None]]
-
-
-@dataclass(frozen=True)
-class Route:
-    handler: Handler
-    family: Family
-    name: str
-    reads_body: bool = True
-    inference: bool = False
-    """Watch for client disconnects while the handler runs (it may wait on upstream)."""
