@@ -26,6 +26,7 @@ from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.api.resources import INFERENCE_BENCHMARK, INFERENCE_WORKLOAD, RECIPE
 from sparkrun_operator.controllers.loop import reconcile_daemon
 from sparkrun_operator.controllers.memo import Memo
+from sparkrun_operator.controllers.reconciler import Outcome, no_events, run_pass
 from sparkrun_operator.controllers.status import current_status, write_status
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.resources import CONFIG_MAPS, JOBS, NODES, PODS, resource_of
@@ -161,21 +162,31 @@ async def execute(ctx: Memo, p: BenchmarkPlan, namespace: str) -> None:
 
 
 async def reconcile(ctx: Memo, body: Mapping[str, Any]) -> float | None:
-    """One pass; seconds to the next look while the benchmark is Pending or Running."""
-    obs = await observe(ctx, body)
-    if body.get("metadata", {}).get("deletionTimestamp"):
-        return None
-    p = plan(obs)
-    await execute(ctx, p, obs.namespace)
-    await write_status(
-        ctx,
-        resource=BENCHMARKS,
-        name=obs.name,
-        namespace=obs.namespace,
-        current=body.get("status"),
-        desired=p.status,
-    )
-    return p.requeue
+    """One pass (:func:`.reconciler.run_pass`); seconds to the next look while the benchmark is
+    Pending or Running."""
+
+    async def observed() -> BenchmarkObservation | None:
+        obs = await observe(ctx, body)
+        # NB: deleted: the garbage collector removes the Jobs; nothing to plan or write.
+        return None if body.get("metadata", {}).get("deletionTimestamp") else obs
+
+    async def act(obs: BenchmarkObservation, p: BenchmarkPlan) -> Outcome[InferenceBenchmarkStatus]:
+        await execute(ctx, p, obs.namespace)
+        return Outcome(status=p.status, requeue=p.requeue)
+
+    async def write(outcome: Outcome[InferenceBenchmarkStatus]) -> bool:
+        meta = body.get("metadata") or {}
+        return await write_status(
+            ctx,
+            resource=BENCHMARKS,
+            name=str(meta["name"]),
+            namespace=str(meta["namespace"]),
+            current=body.get("status"),
+            desired=outcome.status,
+        )
+
+    # NB: no Ready gauge and no Events: the status carries the results.
+    return await run_pass(observe=observed, plan=plan, execute=act, write_status=write, emit_events=no_events)
 
 
 def register(registry: kopf.OperatorRegistry) -> None:

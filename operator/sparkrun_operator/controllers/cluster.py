@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
@@ -20,6 +21,7 @@ from sparkrun_operator.api.resources import INFERENCE_CLUSTER
 from sparkrun_operator.controllers import indexes
 from sparkrun_operator.controllers.loop import run_loop
 from sparkrun_operator.controllers.memo import Memo
+from sparkrun_operator.controllers.reconciler import Outcome, nothing_to_execute, run_pass
 from sparkrun_operator.controllers.status import current_status, write_status
 from sparkrun_operator.k8s.resources import resource_of
 from sparkrun_operator.plan import observe
@@ -39,8 +41,21 @@ def _all(index: Mapping[Any, Any] | None) -> list[Any]:
     return [value for key in list(index) for value in index[key]]
 
 
-async def reconcile(ctx: Memo, *, body: kopf.Body, indices: Mapping[str, Any]) -> float | None:
-    """One pass for one cluster; never asks for an early requeue."""
+@dataclass(frozen=True)
+class Observed:
+    """What :func:`plan` looks at: the cluster, the nodes, the GPU pods and the other clusters."""
+
+    name: str
+    spec: InferenceClusterSpec
+    generation: int
+    previous: InferenceClusterStatus
+    nodes: list[ObservedNode]
+    pods: list[ObservedGpuPod]
+    clusters: list[ClusterRef]
+
+
+def observe_cluster(body: kopf.Body, indices: Mapping[str, Any]) -> Observed | None:
+    """The cluster and its world from the indexes (no API reads); ``None`` while it is deleted."""
     meta = body.get("metadata") or {}
     if meta.get("deletionTimestamp"):
         return None
@@ -54,7 +69,7 @@ async def reconcile(ctx: Memo, *, body: kopf.Body, indices: Mapping[str, Any]) -
         parsed = observe.cluster_from(raw)
         if parsed is not None and parsed[1].name != name:
             refs.append(parsed[1])
-    status = plan_status(
+    return Observed(
         name=name,
         spec=spec,
         generation=int(meta.get("generation") or 0),
@@ -62,14 +77,49 @@ async def reconcile(ctx: Memo, *, body: kopf.Body, indices: Mapping[str, Any]) -
         nodes=nodes,
         pods=pods,
         clusters=refs,
+    )
+
+
+def plan(observed: Observed) -> InferenceClusterStatus:
+    """The cluster's status (``plan/cluster.py``): the whole plan of a kind without children."""
+    return plan_status(
+        name=observed.name,
+        spec=observed.spec,
+        generation=observed.generation,
+        previous=observed.previous,
+        nodes=observed.nodes,
+        pods=observed.pods,
+        clusters=observed.clusters,
         now=utcnow(),
     )
-    await write_status(
-        ctx, resource=CLUSTERS, name=name, namespace=None, current=body.get("status"), desired=status
+
+
+async def reconcile(ctx: Memo, *, body: kopf.Body, indices: Mapping[str, Any]) -> float | None:
+    """One pass for one cluster (:func:`.reconciler.run_pass`, nothing to execute); never asks
+    for an early requeue."""
+    name = str((body.get("metadata") or {}).get("name"))
+
+    async def observed() -> Observed | None:
+        return observe_cluster(body, indices)
+
+    async def write(outcome: Outcome[InferenceClusterStatus]) -> bool:
+        return await write_status(
+            ctx,
+            resource=CLUSTERS,
+            name=name,
+            namespace=None,
+            current=body.get("status"),
+            desired=outcome.status,
+        )
+
+    def emit(outcome: Outcome[InferenceClusterStatus], wrote: bool) -> None:
+        conditions = outcome.status.conditions
+        ready = next((cond.status for cond in conditions if cond.type == "Ready"), "Unknown")
+        ctx.metrics.observe_ready("InferenceCluster", name, ready)
+
+    return await run_pass(
+        observe=observed, plan=plan, execute=nothing_to_execute, write_status=write, emit_events=emit
     )
-    ready = next((cond.status for cond in status.conditions if cond.type == "Ready"), "Unknown")
-    ctx.metrics.observe_ready("InferenceCluster", name, ready)
-    return None
 
 
 def register(registry: kopf.OperatorRegistry, *, drift_seconds: float) -> None:

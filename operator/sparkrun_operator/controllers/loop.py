@@ -1,7 +1,8 @@
 """The body of a per-object reconciling daemon.
 
 :func:`run_loop` waits for a poke (or the drift interval, or a requested requeue), coalesces
-bursts, runs one pass, and repeats until stopped; :func:`reconcile_daemon` wraps it for kopf.
+bursts, runs one pass (a resource controller's :func:`.reconciler.run_pass`), and repeats until stopped;
+:func:`reconcile_daemon` wraps it for kopf.
 Beside it, the status lane (:mod:`.lane`) writes status-only changes (readiness) without
 waiting behind full passes.
 """

@@ -28,6 +28,7 @@ from sparkrun_operator.api.resources import INFERENCE_WORKLOAD, MODEL_CACHE
 from sparkrun_operator.controllers.indexes import CACHE_ID
 from sparkrun_operator.controllers.loop import reconcile_daemon
 from sparkrun_operator.controllers.memo import Memo
+from sparkrun_operator.controllers.reconciler import Outcome, run_pass
 from sparkrun_operator.controllers.status import current_status, write_status
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.resources import CLAIMS, JOBS, PODS, VOLUMES, resource_of
@@ -127,27 +128,47 @@ async def execute(ctx: Memo, p: CachePlan, body: Mapping[str, Any]) -> None:
             await ctx.kube.merge_patch(CACHES, str(meta["name"]), patch, namespace)
 
 
-async def reconcile(ctx: Memo, body: Mapping[str, Any]) -> float | None:
-    """One pass; seconds to the next look while a download runs."""
-    obs = await observe(ctx, body)
-    p = plan(obs)
-    await execute(ctx, p, body)
-    if not (obs.deleting and p.finalizer == "remove"):
-        await write_status(
-            ctx,
-            resource=CACHES,
-            name=obs.name,
-            namespace=obs.namespace,
-            current=body.get("status"),
-            desired=p.status,
-        )
-    ready = "True" if p.status.phase == "Ready" else "False"
-    ctx.metrics.observe_ready("ModelCache", f"{obs.namespace}/{obs.name}", None if obs.deleting else ready)
+def requeue_of(p: CachePlan) -> float | None:
+    """Seconds to the next look while a download runs or the cache waits for its claim."""
     if p.status.phase in ("Resolving", "Downloading", "Verifying"):
         return PROGRESS_SECONDS
     if p.status.phase == "Pending" or p.apply:
         return PENDING_SECONDS
     return None
+
+
+async def reconcile(ctx: Memo, body: Mapping[str, Any]) -> float | None:
+    """One pass (:func:`.reconciler.run_pass`); seconds to the next look while a download runs."""
+
+    async def observed() -> CacheObservation:
+        return await observe(ctx, body)
+
+    async def act(obs: CacheObservation, p: CachePlan) -> Outcome[ModelCacheStatus]:
+        await execute(ctx, p, body)
+        # NB: no status write once the finalizer is gone: the object may vanish any moment.
+        gone = obs.deleting and p.finalizer == "remove"
+        return Outcome(status=p.status, write=not gone, requeue=requeue_of(p))
+
+    async def write(outcome: Outcome[ModelCacheStatus]) -> bool:
+        meta = body.get("metadata") or {}
+        return await write_status(
+            ctx,
+            resource=CACHES,
+            name=str(meta["name"]),
+            namespace=str(meta["namespace"]),
+            current=body.get("status"),
+            desired=outcome.status,
+        )
+
+    def emit(outcome: Outcome[ModelCacheStatus], wrote: bool) -> None:
+        meta = body.get("metadata") or {}
+        ready = "True" if outcome.status.phase == "Ready" else "False"
+        deleting = bool(meta.get("deletionTimestamp"))
+        ctx.metrics.observe_ready(
+            "ModelCache", f"{meta['namespace']}/{meta['name']}", None if deleting else ready
+        )
+
+    return await run_pass(observe=observed, plan=plan, execute=act, write_status=write, emit_events=emit)
 
 
 def register(registry: kopf.OperatorRegistry) -> None:

@@ -8,6 +8,7 @@ the workload controller's own watch of Recipes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
@@ -16,6 +17,7 @@ from sparkrun_operator.api.meta import utcnow
 from sparkrun_operator.api.recipe import RecipeSpec, RecipeStatus
 from sparkrun_operator.api.resources import RECIPE
 from sparkrun_operator.controllers.memo import Memo
+from sparkrun_operator.controllers.reconciler import Event, Outcome, nothing_to_execute, post, run_pass
 from sparkrun_operator.controllers.status import current_status, write_status
 from sparkrun_operator.k8s.resources import resource_of
 from sparkrun_operator.recipe.status import plan_status
@@ -24,28 +26,62 @@ RECIPES = resource_of(RECIPE)
 RECIPE_ID = (RECIPE.group, RECIPE.version, RECIPE.plural)
 
 
-async def reconcile(ctx: Memo, *, body: kopf.Body) -> None:
-    """Compute and write the Recipe's status; warn with an event when it is not servable."""
+@dataclass(frozen=True)
+class Observed:
+    """What :func:`plan` looks at: the Recipe's spec alone (and the status it had)."""
+
+    spec: RecipeSpec
+    generation: int
+    previous: RecipeStatus
+
+
+async def observe(body: kopf.Body) -> Observed:
+    """The Recipe as its planner sees it (no reads: its status depends on the spec alone)."""
     meta = body.get("metadata") or {}
     spec = RecipeSpec.model_validate(body.get("spec") or {})
-    previous = current_status(body, RecipeStatus)
-    status = plan_status(
-        spec=spec, generation=int(meta.get("generation") or 0), previous=previous, now=utcnow()
+    return Observed(
+        spec=spec, generation=int(meta.get("generation") or 0), previous=current_status(body, RecipeStatus)
     )
-    wrote = await write_status(
-        ctx,
-        resource=RECIPES,
-        name=str(meta["name"]),
-        namespace=str(meta["namespace"]),
-        current=body.get("status"),
-        desired=status,
+
+
+def plan(observed: Observed) -> RecipeStatus:
+    """The Recipe's status (``recipe/status.py``): the whole plan of a kind without children."""
+    return plan_status(
+        spec=observed.spec, generation=observed.generation, previous=observed.previous, now=utcnow()
     )
-    valid = status.conditions[0] if status.conditions else None
-    ctx.metrics.observe_ready(
-        "Recipe", (meta.get("namespace"), meta.get("name")), valid.status if valid else None
+
+
+async def reconcile(ctx: Memo, *, body: kopf.Body) -> None:
+    """Compute and write the Recipe's status (:func:`.reconciler.run_pass`, nothing to execute);
+    warn with an event when it is not servable."""
+    meta = body.get("metadata") or {}
+
+    async def observed() -> Observed:
+        return await observe(body)
+
+    async def write(outcome: Outcome[RecipeStatus]) -> bool:
+        return await write_status(
+            ctx,
+            resource=RECIPES,
+            name=str(meta["name"]),
+            namespace=str(meta["namespace"]),
+            current=body.get("status"),
+            desired=outcome.status,
+        )
+
+    def emit(outcome: Outcome[RecipeStatus], wrote: bool) -> None:
+        status = outcome.status
+        valid = status.conditions[0] if status.conditions else None
+        ctx.metrics.observe_ready(
+            "Recipe", (meta.get("namespace"), meta.get("name")), valid.status if valid else None
+        )
+        # NB: warned once per change of the status, not on every resume.
+        if wrote and valid is not None and valid.status == "False":
+            post(body, [Event(type="Warning", reason="InvalidRecipe", message=valid.message[:1024])])
+
+    await run_pass(
+        observe=observed, plan=plan, execute=nothing_to_execute, write_status=write, emit_events=emit
     )
-    if wrote and valid is not None and valid.status == "False":
-        kopf.event(body, type="Warning", reason="InvalidRecipe", message=valid.message[:1024])
 
 
 def register(registry: kopf.OperatorRegistry) -> None:

@@ -45,6 +45,7 @@ from sparkrun_operator.controllers import gate, indexes, lane, workload_pokes
 from sparkrun_operator.controllers.engine import Engine
 from sparkrun_operator.controllers.loop import run_loop
 from sparkrun_operator.controllers.memo import Memo
+from sparkrun_operator.controllers.reconciler import Event, Outcome, post, run_pass
 from sparkrun_operator.controllers.status import StatusMemory, current_status, status_patch
 from sparkrun_operator.controllers.workload_pokes import full_key, status_key
 from sparkrun_operator.k8s import errors
@@ -300,6 +301,25 @@ class Writes:
             return wrote
 
 
+@dataclass(frozen=True)
+class Looked:
+    """What a full pass observed, when (the lanes' ``Writes`` compare it), and the generation
+    and reconcile request the pass answers."""
+
+    obs: Observation
+    at: float
+    requested: tuple[int, str | None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Acted(Outcome[InferenceWorkloadStatus]):
+    """A full pass's outcome, with the actions the apiserver refused (folded into the status,
+    which is then written even over one planned from a newer observation) and when it observed."""
+
+    refused: tuple[str, ...] = ()
+    observed_at: float
+
+
 async def reconcile(
     ctx: Memo,
     *,
@@ -309,35 +329,54 @@ async def reconcile(
     writes: Writes,
     logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
 ) -> float | None:
-    """One full pass for one workload; seconds until the next pass is needed regardless of events."""
+    """One full pass for one workload (:func:`.reconciler.run_pass`); seconds until the next
+    pass is needed regardless of events."""
     meta = body.get("metadata") or {}
-    if meta.get("deletionTimestamp"):
-        return None  # ownerReferences delete the children
-    key = (str(meta["namespace"]), str(meta["name"]))
-    requested = workload_pokes.requested(meta)
-    writes.asleep = await probe_sleep(ctx, body, indices)
-    observed_at = time.monotonic()
-    obs = observation(ctx=ctx, body=body, indices=indices, now=utcnow(), asleep=writes.asleep)
-    _record_dependencies(ctx, obs)
-    p = plan(obs)
-    refused = await execute(ctx, p, namespace=obs.namespace)
-    expectations.record(p)
-    status = finalize(p.status, refused=refused, generation=obs.generation, now=obs.now)
-    ctx.reconciled[key] = requested
-    priority = gate.URGENT if urgent(writes.current(body), status) else gate.ACTION
-    async with ctx.write_gate.slot(priority):
-        wrote = await writes.write(
-            ctx, body=body, status=status, observed_at=observed_at, force=bool(refused)
+
+    async def look() -> Looked | None:
+        if meta.get("deletionTimestamp"):
+            return None  # ownerReferences delete the children
+        requested = workload_pokes.requested(meta)
+        writes.asleep = await probe_sleep(ctx, body, indices)
+        observed_at = time.monotonic()
+        obs = observation(ctx=ctx, body=body, indices=indices, now=utcnow(), asleep=writes.asleep)
+        _record_dependencies(ctx, obs)
+        return Looked(obs=obs, at=observed_at, requested=requested)
+
+    async def act(looked: Looked, p: Plan) -> Acted:
+        obs = looked.obs
+        refused = await execute(ctx, p, namespace=obs.namespace)
+        expectations.record(p)
+        status = finalize(p.status, refused=refused, generation=obs.generation, now=obs.now)
+        ctx.reconciled[(obs.namespace, obs.name)] = looked.requested
+        events = [Event(type=e.type, reason=e.reason, message=e.message) for e in p.events]
+        events += [Event(type="Warning", reason="Refused", message=message) for message in refused]
+        return Acted(
+            status=status,
+            events=tuple(events),
+            requeue=p.requeue_after,
+            refused=tuple(refused),
+            observed_at=looked.at,
         )
-    ctx.metrics.observe_ready("InferenceWorkload", key, writes.ready)
-    # events only after the status write succeeded (or was not needed)
-    for event in p.events:
-        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
-    for message in refused:
-        kopf.event(body, type="Warning", reason="Refused", message=message)
-    if wrote:
-        logger.debug("status written: phase %s", status.phase)
-    return p.requeue_after
+
+    async def write(acted: Acted) -> bool:
+        priority = gate.URGENT if urgent(writes.current(body), acted.status) else gate.ACTION
+        async with ctx.write_gate.slot(priority):
+            return await writes.write(
+                ctx, body=body, status=acted.status, observed_at=acted.observed_at, force=bool(acted.refused)
+            )
+
+    def emit(acted: Acted, wrote: bool) -> None:
+        ctx.metrics.observe_ready(
+            "InferenceWorkload", (str(meta["namespace"]), str(meta["name"])), writes.ready
+        )
+        post(body, acted.events)
+        if wrote:
+            logger.debug("status written: phase %s", acted.status.phase)
+
+    return await run_pass(
+        observe=look, plan=lambda looked: plan(looked.obs), execute=act, write_status=write, emit_events=emit
+    )
 
 
 def prepare_status(

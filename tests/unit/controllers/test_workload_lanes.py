@@ -7,9 +7,12 @@ overwrites a newer one."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import httpx
+import kopf
+import pytest
 
 from sparkrun_operator.api.meta import utcnow
 from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus
@@ -187,4 +190,38 @@ async def test_an_older_observation_does_not_overwrite_a_newer_status() -> None:
     # what only the older pass knows (refused actions) is written all the same
     assert await writes.write(ctx, body=_body(version="2"), status=old, observed_at=1.0, force=True)
     assert [s["phase"] for s in _sent(ctx)] == ["Running", "Pending"]
+    await ctx.http.aclose()
+
+
+async def test_a_full_pass_writes_once_then_records_the_request_and_emits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The full lane's pass on the one controller shape (``reconciler.run_pass``): with nothing
+    to act on it writes the planned status once, in a write slot, records the generation it
+    answered, moves the Ready gauge and asks for no early pass; a deleted workload does nothing."""
+    ctx = _ctx()
+    posted: list[str] = []
+    monkeypatch.setattr(kopf, "event", lambda body, *, type, reason, message="": posted.append(reason))
+    writes = controller.Writes()
+
+    async def full(body: dict[str, Any]) -> float | None:
+        return await controller.reconcile(
+            ctx,
+            body=body,  # type: ignore[arg-type]
+            indices=_indices(ready=True),
+            expectations=controller.Expectations(),
+            writes=writes,
+            logger=logging.getLogger("test"),
+        )
+
+    assert await full(_body()) is None
+    [status] = _sent(ctx)
+    assert (status["phase"], status["readyReplicas"]) == ("Running", 1)
+    assert ctx.reconciled[KEY] == (1, None)
+    assert (writes.ready, ctx.metrics._ready_counts[("InferenceWorkload", "True")]) == ("True", 1)
+    assert posted == []
+    deleted = _body(version="2")
+    deleted["metadata"]["deletionTimestamp"] = "2026-09-01T12:01:00Z"
+    assert await full(deleted) is None
+    assert len(_sent(ctx)) == 1
     await ctx.http.aclose()
