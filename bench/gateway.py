@@ -1,7 +1,7 @@
-"""Gateway benchmark: added latency and streamed tokens/s, direct vs gateway vs LiteLLM proxy.
+"""Gateway benchmark: added latency and streamed tokens/s, direct vs gateway vs nginx vs LiteLLM.
 
 ``python -m bench.gateway [--quick] [--litellm PATH] [--upstream standin|llmd-sim]
-[--loadgen go|python] [--workers 1,2]``
+[--loadgen go|python] [--workers 1,2] [--arrivals burst|staggered] [--pin] [--targets a,b]``
 
 One upstream serves every target, so the comparison is of the proxies alone. It is the engine
 stand-in (``--upstream standin``, the default) or llm-d-inference-sim (``--upstream llmd-sim``,
@@ -11,6 +11,11 @@ answer has exactly ``OUTPUT_TOKENS`` tokens):
 - ``direct``: the upstream itself (the physical limit);
 - ``gateway``: ``python -m sparkrun_operator.gateway`` in front of it (``--workers 1,2`` adds a
   target ``gateway-w2``: the gateway with ``--workers 2``; the first value is ``gateway``);
+- ``nginx``: a plain streaming reverse proxy (:mod:`bench._nginx`: ``proxy_buffering off``,
+  keep-alive upstream, as many worker processes as the first ``--workers`` value), Debian's
+  package, installed when missing: the proxy-hop floor, one well-engineered hop with no model
+  routing. Each row reports the gateway's added TTFT p50 minus nginx's (goal: at most 0.2 ms) and
+  the gateway's tokens/s over nginx's (goal at 256 streams: at least 0.98);
 - ``litellm``: the LiteLLM proxy (``litellm[proxy]`` pinned to ``LITELLM_VERSION`` from PyPI, in
   its own venv; default ``/tmp/litellm-venv/bin/litellm``, ``make bench-gateway`` installs it)
   in front of it, when installed.
@@ -49,7 +54,7 @@ from typing import Any
 
 from sparkrun_testbed import llmdsim
 
-from . import _loadgen
+from . import _loadgen, _nginx
 from ._common import Proc, Sample, StreamClient, environment, free_port, median, pct, write_json
 
 # LiteLLM refuses to start without a strong master key; every target gets the same bearer token.
@@ -86,6 +91,7 @@ class Targets:
         baseline: str | None = None,
         upstream: str = "standin",
         proxy_cpus: set[int] | None = None,
+        nginx: str | None = None,
     ) -> None:
         self.procs: dict[str, Proc] = {}
         self.ports: dict[str, int] = {}
@@ -93,6 +99,8 @@ class Targets:
         self.baseline = baseline
         #: ``--pin``: the CPUs of the proxies (the upstream and the generator keep this process's)
         self.proxy_cpus = proxy_cpus
+        #: the nginx executable of the ``nginx`` target, or ``None`` for no such target
+        self.nginx = nginx
         try:
             self._start(workdir, profile, litellm, upstream)
         except BaseException:
@@ -136,6 +144,14 @@ class Targets:
             )
             self._proxy("baseline", base)
             base.wait_http(f"http://127.0.0.1:{bport}/healthz")
+        if self.nginx:
+            nport = free_port()
+            self.ports["nginx"] = nport
+            hop = _nginx.start(self.nginx, workdir / f"nginx-{profile}", nport, port, self.workers[0])
+            self._proxy("nginx", hop)
+            hop.wait_http(_nginx.health_url(nport))
+            if self.proxy_cpus is not None:  # its workers may have forked before the master moved
+                _nginx.pin_tree(hop.proc.pid, self.proxy_cpus)
 
         if litellm:
             config = workdir / "litellm.yaml"
@@ -326,7 +342,33 @@ def measure_level(
         row["gateway"]["tokens_ratio_vs_litellm"] = (
             row["gateway"]["tokens_per_s"] / row["litellm"]["tokens_per_s"]
         )
+    if "nginx" in row and "direct" in row:
+        row["floor"] = floor(row)
     return row
+
+
+#: The proxy-hop goal: the gateway's added TTFT p50 at most this far above nginx's ...
+FLOOR_TTFT_MS = 0.2
+#: ... and its tokens/s at 256 streams at least this share of nginx's.
+FLOOR_TOKENS_RATIO = 0.98
+
+
+def floor(row: dict[str, Any]) -> dict[str, Any]:
+    """Each other proxy target (the gateway's, ``baseline``, ``litellm``) against the nginx floor
+    in one row: its added TTFT p50 and p99 minus nginx's (ms; goal for the gateway: p50 at most
+    ``FLOOR_TTFT_MS`` above) and its tokens/s over nginx's (goal at 256 streams: at least
+    ``FLOOR_TOKENS_RATIO``)."""
+    base = row["nginx"]
+    out: dict[str, Any] = {}
+    for name, r in row.items():
+        if not isinstance(r, dict) or name in ("direct", "nginx", "floor") or "added_ttft_p50_ms" not in r:
+            continue
+        out[name] = {
+            "added_ttft_p50_minus_nginx_ms": r["added_ttft_p50_ms"] - base["added_ttft_p50_ms"],
+            "added_ttft_p99_minus_nginx_ms": r["added_ttft_p99_ms"] - base["added_ttft_p99_ms"],
+            "tokens_ratio_vs_nginx": r["tokens_per_s"] / base["tokens_per_s"],
+        }
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -373,6 +415,8 @@ def main(argv: list[str] | None = None) -> int:
     workers = [int(w) for w in args.workers.split(",")]
     litellm = args.litellm if args.litellm and Path(args.litellm).exists() else None
     litellm_version = _litellm_version(litellm) if litellm else None
+    wanted = set(args.targets.split(",")) if args.targets else None
+    nginx = _nginx.locate() if wanted is None or "nginx" in wanted else None
     rounds = 1 if args.quick else args.rounds
     levels = [int(c) for c in args.concurrency.split(",")]
     results: dict[str, Any] = {
@@ -398,19 +442,24 @@ def main(argv: list[str] | None = None) -> int:
         },
         "environment": environment(),
         "litellm": f"{litellm} ({litellm_version})" if litellm else f"not installed at {args.litellm!r}",
+        "nginx": f"{nginx} ({_nginx.version(nginx)})" if nginx else None,
+        "goal": {
+            "added_ttft_p50_minus_nginx_ms_max": FLOOR_TTFT_MS,
+            "tokens_ratio_vs_nginx_min_at_256": FLOOR_TOKENS_RATIO,
+        },
         "results": {},
     }
-    print(f"litellm: {results['litellm']}", flush=True)
+    print(f"litellm: {results['litellm']}\nnginx: {results['nginx']}", flush=True)
     # SIGTERM unwinds like Ctrl-C, so the child processes are stopped by the finally blocks.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     path: Path | None = None
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
         for profile in args.profiles.split(","):
             targets = Targets(
-                Path(tmp), profile, litellm, workers, args.baseline_python, args.upstream, proxy_cpus
+                Path(tmp), profile, litellm, workers, args.baseline_python, args.upstream, proxy_cpus, nginx
             )
             try:
-                names = [n for n in targets.ports if not args.targets or n in args.targets.split(",")]
+                names = [n for n in targets.ports if wanted is None or n in wanted]
                 for concurrency in levels:
                     stagger = STREAM_SECONDS[profile] if args.arrivals == "staggered" else 0.0
                     row = measure_level(targets, names, loadgen, concurrency, rounds, stagger)
@@ -452,7 +501,7 @@ def _print_row(profile: str, concurrency: int, row: dict[str, Any]) -> None:
         )
         _print_row.header = True  # type: ignore[attr-defined]
     for name, r in row.items():
-        if not isinstance(r, dict):
+        if not isinstance(r, dict) or name == "floor":
             continue
         added = (
             f"{r.get('added_ttft_p50_ms', 0):>9.2f}{r.get('added_ttft_p99_ms', 0):>9.2f}"
@@ -470,16 +519,23 @@ def _print_row(profile: str, concurrency: int, row: dict[str, Any]) -> None:
         f"{n} {r['loadgen_cpu_s']:.1f}s ({r['loadgen_cpu_share']:.0%} of a core; "
         f"ceiling {r['loadgen_tokens_per_cpu_s']:.0f} tok/cpu-s)"
         for n, r in row.items()
-        if isinstance(r, dict)
+        if isinstance(r, dict) and n != "floor"
     )
     print(f"{'':<18} loadgen cpu: {shares}", flush=True)
     queues = ", ".join(
         f"{n} engine {r['engine_cpu_s']:.1f}s cpu / {r['engine_run_queue_s']:.1f}s waiting"
         + (f", proxy {r['proxy_run_queue_s']:.1f}s waiting" if n != "direct" else "")
         for n, r in row.items()
-        if isinstance(r, dict)
+        if isinstance(r, dict) and n != "floor"
     )
     print(f"{'':<18} in these rounds: {queues}", flush=True)
+    for name, f in row.get("floor", {}).items():
+        print(
+            f"{'':<18} {name} vs nginx: +p50 {f['added_ttft_p50_minus_nginx_ms']:+.2f} ms "
+            f"(goal <= {FLOOR_TTFT_MS}), tok/s x{f['tokens_ratio_vs_nginx']:.3f}"
+            + (f" (goal >= {FLOOR_TOKENS_RATIO})" if concurrency == 256 else ""),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
