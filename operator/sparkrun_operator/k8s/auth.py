@@ -338,7 +338,7 @@ class ManagerDirectory:
         try:
             found = await self.rest.get(SERVICE_ACCOUNTS, name, namespace)
         except k8s_errors.KubeError as error:
-            if isinstance(error, k8s_errors.KubeForbidden):  # not allowed to read ServiceAccounts: no manager annotations
+            if isinstance(error, k8s_errors.KubeForbidden):  # may not read ServiceAccounts: no managers
                 return DEFAULT_MANAGER, self.ttl
             raise
         annotations = ((found or {}).get("metadata") or {}).get("annotations") or {}
