@@ -3,7 +3,8 @@
 One row per ``Kube*`` class, and a plain ``KubeError`` with a status number that other classes
 carry (400, 500): the status number decides nothing, the class does. A ``KubeTooManyRequests``
 (the apiserver throttled the daemon, after the client's own retries) is the daemon's
-``KubernetesUnavailable`` (503, retryable, ``Retry-After``), not the caller's ``Conflict("Busy")``.
+``KubernetesUnavailable`` (503, retryable, the advised delay in ``attrs.retry_after_seconds``), not
+the caller's ``Conflict("Busy")``; never a ``Retry-After`` header, which clients resend any verb on.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from sparkrun_operator.ops.runner import KUBE_TO_DAEMON, as_daemon_error
 
 DETAIL = "Kubernetes API: what the apiserver said"
 
-#: (error, HTTP status, error type, retryable, extra headers)
-CASES: list[tuple[k8s.KubeError, int, str, bool, dict[str, str]]] = [
+#: (error, HTTP status, error type, retryable, attrs)
+CASES: list[tuple[k8s.KubeError, int, str, bool, dict[str, Any]]] = [
     (
         k8s.from_transport(ConnectionResetError("reset"), method="GET", path="/x"),
         503,
@@ -34,7 +35,7 @@ CASES: list[tuple[k8s.KubeError, int, str, bool, dict[str, str]]] = [
         503,
         "KubernetesUnavailable",
         True,
-        {"Retry-After": "3"},
+        {"retry_after_seconds": 3},
     ),
     (k8s.KubeBadRequest("what the apiserver said", status=400), 422, "ValueError", False, {}),
     (k8s.KubeNotFound("what the apiserver said", status=404), 404, "LookupError", False, {}),
@@ -45,6 +46,8 @@ CASES: list[tuple[k8s.KubeError, int, str, bool, dict[str, str]]] = [
     (k8s.KubeGone("what the apiserver said", status=410), 500, "InternalError", False, {}),
     (k8s.KubeError("what the apiserver said", status=400), 500, "InternalError", False, {}),
     (k8s.KubeError("what the apiserver said", status=500), 500, "InternalError", False, {}),
+    # status 0 without a class (no usable credentials, an unexpected watch event): not an outage
+    (k8s.KubeError("what the apiserver said"), 500, "InternalError", False, {}),
 ]
 
 
@@ -52,14 +55,15 @@ def _id(case: Any) -> str:
     return f"{type(case).__name__}-{case.status}" if isinstance(case, k8s.KubeError) else ""
 
 
-@pytest.mark.parametrize(("error", "status", "type_name", "retryable", "headers"), CASES, ids=_id)
+@pytest.mark.parametrize(("error", "status", "type_name", "retryable", "attrs"), CASES, ids=_id)
 def test_each_kube_class_maps_to_its_daemon_error(
-    error: k8s.KubeError, status: int, type_name: str, retryable: bool, headers: dict[str, str]
+    error: k8s.KubeError, status: int, type_name: str, retryable: bool, attrs: dict[str, Any]
 ) -> None:
     mapped = as_daemon_error(error)
     got_status, body, got_headers = error_body(mapped)
     assert (got_status, body["error"]["type"], body["error"]["retryable"]) == (status, type_name, retryable)
-    assert got_headers == headers
+    assert body["error"]["attrs"] == attrs
+    assert got_headers == {}  # a 503 with Retry-After would make client-go resend a POST
     if error.status:
         assert body["detail"] == DETAIL
 
@@ -87,3 +91,28 @@ def test_an_apiserver_answer_maps_through_its_class(http: int, status: int, type
     error = k8s.from_response(status=http, body=b'{"message": "m"}', method="GET", path="/x", retry_after="1")
     mapped = as_daemon_error(error)
     assert (mapped.status, mapped.error_type) == (status, type_name)
+
+
+@pytest.mark.parametrize(
+    ("advised", "seconds"),
+    [
+        ("inf", k8s.RETRY_AFTER_MAX),
+        ("1e999", k8s.RETRY_AFTER_MAX),
+        ("1e300", k8s.RETRY_AFTER_MAX),
+        ("nan", 1.0),
+        ("-inf", 1.0),
+        ("-5", 0.0),
+        ("soon", 1.0),
+        ("2.5", 2.5),
+    ],
+)
+def test_a_hostile_retry_after_is_bounded_all_the_way_to_the_answer(advised: str, seconds: float) -> None:
+    """A proxy in front of the apiserver may advise anything: the wait stays bounded and the
+    daemon's answer is still its 503 envelope (``inf`` once raised ``OverflowError`` from
+    ``math.ceil`` inside the error handler: a bare 500 without the envelope)."""
+    error = k8s.from_response(status=429, body=b"{}", method="GET", path="/x", retry_after=advised)
+    assert isinstance(error, k8s.KubeTooManyRequests)
+    assert error.retry_after == seconds
+    status, body, headers = error_body(as_daemon_error(error))
+    assert (status, body["error"]["type"], headers) == (503, "KubernetesUnavailable", {})
+    assert 1 <= body["error"]["attrs"]["retry_after_seconds"] <= k8s.RETRY_AFTER_MAX

@@ -61,7 +61,9 @@ class Connector:
         answered (its outstanding count is held until :meth:`release`). Raises
         :class:`GatewayError` 502/504 when no backend answers.
         """
-        assert self._pool is not None, "gateway not started"
+        pool = self._pool
+        if pool is None:  # not started, or shutting down: no upstream connections any more
+            raise GatewayError(503, "the gateway is shutting down", code="service_unavailable")
         settings = self.settings
         tried: list[str] = []
         connect_timeout = workload.connect_timeout or settings.connect_timeout
@@ -81,7 +83,7 @@ class Connector:
             tried.append(backend.url)
             self._hold(ctx, backend)
             try:
-                response = await self._pool.request(
+                response = await pool.request(
                     backend.url,
                     path,
                     payload,

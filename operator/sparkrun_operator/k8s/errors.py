@@ -27,6 +27,7 @@ the one place that turns a transport failure (no HTTP answer) into :class:`KubeU
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from sparkrun_operator.errors import SparkrunError
@@ -99,12 +100,21 @@ class KubeTooManyRequests(KubeUnavailable):
         self.retry_after = retry_after
 
 
+#: The longest ``Retry-After`` believed (seconds): a larger, infinite or NaN advice is cut to it.
+RETRY_AFTER_MAX = 600.0
+
+
 def retry_after_of(value: str | None) -> float:
-    """Seconds of a ``Retry-After`` header (delta-seconds; 1 when absent or unparsable)."""
+    """Seconds of a ``Retry-After`` header (delta-seconds; 1 when absent or unparsable), at most
+    :data:`RETRY_AFTER_MAX` (``inf``, ``1e999`` or NaN from a proxy in front of the apiserver
+    must not become an unbounded wait or an unprintable number)."""
     try:
-        return max(0.0, float(value)) if value else 1.0
+        seconds = float(value) if value else 1.0
     except ValueError:
         return 1.0
+    if not math.isfinite(seconds):
+        return RETRY_AFTER_MAX if seconds > 0 else 1.0
+    return min(RETRY_AFTER_MAX, max(0.0, seconds))
 
 
 def from_transport(error: BaseException, *, method: str, path: str) -> KubeUnavailable:

@@ -198,20 +198,18 @@ class Unreachable(DaemonError):
 class KubernetesUnavailable(DaemonError):
     """503: the Kubernetes API did not answer (timeout, refused, reset, 5xx) or throttled the daemon
     (429, after the client's own retries): the daemon's backing store, not the caller, is at fault;
-    retry later (``Retry-After`` when the apiserver advised a delay)."""
+    retryable. The apiserver's advised delay is ``attrs.retry_after_seconds``, never a
+    ``Retry-After`` header: clients such as client-go resend any verb, POST included, on a 5xx
+    that carries one, and an operation may have written before the call that was throttled."""
 
     status = 503
     type_name = "KubernetesUnavailable"
     default_retryable = True
 
     def __init__(self, detail: str, *, retry_after: float | None = None) -> None:
-        super().__init__(detail)
+        attrs = {} if retry_after is None else {"retry_after_seconds": max(1, math.ceil(retry_after))}
+        super().__init__(detail, attrs=attrs)
         self.retry_after = retry_after
-
-    def headers(self) -> dict[str, str]:
-        if self.retry_after is None:
-            return {}
-        return {"Retry-After": str(max(1, math.ceil(self.retry_after)))}
 
 
 class OperationTimeout(DaemonError):

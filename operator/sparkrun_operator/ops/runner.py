@@ -184,7 +184,9 @@ async def run_query(
             result = await executors[op.name](ctx, arguments)
     except Exception as error:
         mapped = as_daemon_error(error)
-        if mapped.status >= 500 and not isinstance(error, DaemonError):
+        if isinstance(mapped, KubernetesUnavailable):  # an outage or throttling: no traceback each
+            log.warning("query %s: %s", op.name, mapped.detail)
+        elif mapped.status >= 500 and not isinstance(error, DaemonError):
             log.exception("query %s failed", op.name)
         raise mapped from error
     result_validator(op.name, op.version, op.result_schema).check_result(op.name, result)
@@ -519,7 +521,9 @@ async def _execute(
         return
     except Exception as error:
         mapped = as_daemon_error(error)
-        if mapped.status >= 500 and not isinstance(error, DaemonError):
+        if isinstance(mapped, KubernetesUnavailable):  # an outage or throttling: no traceback each
+            log.warning("job %s (%s): %s", ctx.job_id, op.name, mapped.detail)
+        elif mapped.status >= 500 and not isinstance(error, DaemonError):
             log.exception("job %s (%s) failed", ctx.job_id, op.name)
         await job.finish("failed", error=mapped)
         return
