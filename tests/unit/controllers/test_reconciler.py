@@ -8,17 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 import kopf
 import pytest
 from pydantic import BaseModel
 
 from sparkrun_operator.controllers import cluster, recipe
-from sparkrun_operator.controllers.config import OperatorConfig
 from sparkrun_operator.controllers.memo import Memo
-from sparkrun_operator.controllers.metrics import Metrics
 from sparkrun_operator.controllers.reconciler import Event, Outcome, nothing_to_execute, run_pass
 from sparkrun_operator.k8s import errors
+from tests.unit.controllers.recording_memo import patches_of, recording_memo
 
 
 class Status(BaseModel):
@@ -105,28 +103,8 @@ async def test_nothing_to_execute_writes_the_plan_as_the_status() -> None:
 # -- controllers on the contract ------------------------------------------------------------
 
 
-class RecordingKube:
-    def __init__(self) -> None:
-        self.patches: list[tuple[str, dict[str, Any]]] = []
-
-    async def merge_patch(self, resource: Any, name: str, patch: dict[str, Any], *_: Any, **__: Any) -> Any:
-        self.patches.append((name, patch))
-        return {}
-
-
-def _ctx() -> Memo:
-    return Memo(
-        config=OperatorConfig(),
-        kube=RecordingKube(),  # type: ignore[arg-type]
-        http=httpx.AsyncClient(),
-        metrics=Metrics(),
-    )
-
-
 def _patches(ctx: Memo) -> list[tuple[str, dict[str, Any]]]:
-    kube = ctx.kube
-    assert isinstance(kube, RecordingKube)
-    return kube.patches
+    return patches_of(ctx)
 
 
 @pytest.fixture
@@ -152,7 +130,7 @@ def _recipe(runtime: str, status: dict[str, Any] | None = None) -> kopf.Body:
 async def test_an_invalid_recipe_is_warned_about_once_when_its_status_is_written(
     posted: list[tuple[str, str]],
 ) -> None:
-    ctx = _ctx()
+    ctx = recording_memo()
     await recipe.reconcile(ctx, body=_recipe("nope"))
     [(name, patch)] = _patches(ctx)
     assert name == "r"
@@ -167,7 +145,7 @@ async def test_an_invalid_recipe_is_warned_about_once_when_its_status_is_written
 
 
 async def test_a_valid_recipe_is_written_without_an_event(posted: list[tuple[str, str]]) -> None:
-    ctx = _ctx()
+    ctx = recording_memo()
     await recipe.reconcile(ctx, body=_recipe("vllm"))
     assert len(_patches(ctx)) == 1
     assert posted == []
@@ -175,7 +153,7 @@ async def test_a_valid_recipe_is_written_without_an_event(posted: list[tuple[str
 
 
 async def test_a_cluster_pass_writes_its_status_and_a_deleted_one_nothing() -> None:
-    ctx = _ctx()
+    ctx = recording_memo()
     body: Any = {"metadata": {"name": "c", "generation": 1}, "spec": {"nodes": {"names": ["gpu-0"]}}}
     assert await cluster.reconcile(ctx, body=body, indices={}) is None
     [(name, patch)] = _patches(ctx)

@@ -10,19 +10,17 @@ import asyncio
 import logging
 from typing import Any
 
-import httpx
 import kopf
 import pytest
 
 from sparkrun_operator.api.meta import utcnow
 from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus
 from sparkrun_operator.controllers import workload as controller
-from sparkrun_operator.controllers.config import OperatorConfig
 from sparkrun_operator.controllers.lane import Pending
 from sparkrun_operator.controllers.memo import Memo
-from sparkrun_operator.controllers.metrics import Metrics
 from sparkrun_operator.plan.workload import Observation, ObservedJobSet, ObservedPod, plan
 from sparkrun_operator.render import keys
+from tests.unit.controllers.recording_memo import patches_of, recording_memo
 
 KEY = ("ns", "qwen")
 SERVICE = {
@@ -32,24 +30,6 @@ SERVICE = {
         "publishNotReadyAddresses": False,
     }
 }
-
-
-class RecordingKube:
-    def __init__(self) -> None:
-        self.patches: list[dict[str, Any]] = []
-
-    async def merge_patch(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        self.patches.append(args[2])
-        return {}
-
-
-def _ctx() -> Memo:
-    return Memo(
-        config=OperatorConfig(),
-        kube=RecordingKube(),  # type: ignore[arg-type]
-        http=httpx.AsyncClient(),
-        metrics=Metrics(),
-    )
 
 
 def _body(status: dict[str, Any] | None = None, version: str = "1") -> dict[str, Any]:
@@ -121,13 +101,11 @@ def _full_lane(ctx: Memo) -> asyncio.Event:
 
 
 def _sent(ctx: Memo) -> list[dict[str, Any]]:
-    kube = ctx.kube
-    assert isinstance(kube, RecordingKube)
-    return [patch["status"] for patch in kube.patches]
+    return [patch["status"] for _, patch in patches_of(ctx)]
 
 
 async def test_a_readiness_change_is_written_by_the_status_lane() -> None:
-    ctx = _ctx()
+    ctx = recording_memo()
     full = _full_lane(ctx)
     writes = controller.Writes()
     assert await _refresh(ctx, _body(), _indices(ready=False), writes)
@@ -154,7 +132,7 @@ async def test_a_readiness_change_is_written_by_the_status_lane() -> None:
 
 
 async def test_a_progress_only_change_is_not_urgent() -> None:
-    ctx = _ctx()
+    ctx = recording_memo()
     writes = controller.Writes()
     indices = _indices(ready=False)
     assert await _refresh(ctx, _body(), indices, writes)
@@ -169,7 +147,7 @@ async def test_a_progress_only_change_is_not_urgent() -> None:
 
 
 async def test_a_plan_with_actions_is_left_to_the_full_lane() -> None:
-    ctx = _ctx()
+    ctx = recording_memo()
     full = _full_lane(ctx)
     assert _prepare(ctx, _body(), _indices(ready=True, service=False), controller.Writes()) is None
     assert full.is_set()  # the Service is missing: the full lane is poked to apply it
@@ -181,7 +159,7 @@ async def test_a_plan_with_actions_is_left_to_the_full_lane() -> None:
 
 
 async def test_an_older_observation_does_not_overwrite_a_newer_status() -> None:
-    ctx = _ctx()
+    ctx = recording_memo()
     writes = controller.Writes()
     old = InferenceWorkloadStatus(phase="Pending")
     new = InferenceWorkloadStatus(phase="Running", ready_replicas=1)
@@ -199,7 +177,7 @@ async def test_a_full_pass_writes_once_then_records_the_request_and_emits(
     """The full lane's pass on the one controller shape (``reconciler.run_pass``): with nothing
     to act on it writes the planned status once, in a write slot, records the generation it
     answered, moves the Ready gauge and asks for no early pass; a deleted workload does nothing."""
-    ctx = _ctx()
+    ctx = recording_memo()
     posted: list[str] = []
     monkeypatch.setattr(kopf, "event", lambda body, *, type, reason, message="": posted.append(reason))
     writes = controller.Writes()
