@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import re
+import signal
 import socket
 import statistics
 import subprocess
@@ -31,13 +32,25 @@ def free_port() -> int:
 
 
 class Proc:
-    """A child process with its output in a log file; stopped with :meth:`stop`."""
+    """A child process with its output in a log file; stopped with :meth:`stop`.
 
-    def __init__(self, cmd: Sequence[str], log: Path, env: dict[str, str] | None = None) -> None:
+    With ``group``, it leads a session (and process group) of its own and :meth:`stop` signals the
+    whole group: a supervisor's workers (nginx's) outlive a master that died first, and would keep
+    its port.
+    """
+
+    def __init__(
+        self, cmd: Sequence[str], log: Path, env: dict[str, str] | None = None, group: bool = False
+    ) -> None:
         self.log = log
+        self.group = group
         self._out = log.open("wb")
         self.proc = subprocess.Popen(
-            list(cmd), stdout=self._out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+            list(cmd),
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=group,
         )
 
     def wait_http(self, url: str, timeout: float = 120) -> None:
@@ -78,14 +91,27 @@ class Proc:
         return total / 1e9
 
     def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 15 s; with ``group``, to every process of the group, and
+        SIGKILL to whatever of it is left once the leader is gone."""
         if self.proc.poll() is None:
-            self.proc.terminate()
+            self._signal(signal.SIGTERM)
             try:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                self._signal(signal.SIGKILL)
                 self.proc.wait()
+        if self.group:
+            self._signal(signal.SIGKILL)
         self._out.close()
+
+    def _signal(self, sig: signal.Signals) -> None:
+        try:
+            if self.group:  # the session's group id is the leader's pid
+                os.killpg(self.proc.pid, sig)
+            else:
+                self.proc.send_signal(sig)
+        except ProcessLookupError:  # nothing of it is left
+            pass
 
 
 def _stat(pid: int) -> list[str]:

@@ -13,9 +13,10 @@ answer has exactly ``OUTPUT_TOKENS`` tokens):
   target ``gateway-w2``: the gateway with ``--workers 2``; the first value is ``gateway``);
 - ``nginx``: a plain streaming reverse proxy (:mod:`bench._nginx`: ``proxy_buffering off``,
   keep-alive upstream, as many worker processes as the first ``--workers`` value), Debian's
-  package, installed when missing: the proxy-hop floor, one well-engineered hop with no model
-  routing. Each row reports the gateway's added TTFT p50 minus nginx's (goal: at most 0.2 ms) and
-  the gateway's tokens/s over nginx's (goal at 256 streams: at least 0.98);
+  package, installed when missing as root (else skipped, in one line): the proxy-hop floor, one
+  well-engineered hop with no model routing. Each row reports the gateway's added TTFT p50 minus
+  nginx's (goal: at most 0.2 ms) and the gateway's tokens/s over nginx's (goal at 256 streams: at
+  least 0.98);
 - ``litellm``: the LiteLLM proxy (``litellm[proxy]`` pinned to ``LITELLM_VERSION`` from PyPI, in
   its own venv; default ``/tmp/litellm-venv/bin/litellm``, ``make bench-gateway`` installs it)
   in front of it, when installed.
@@ -416,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     litellm = args.litellm if args.litellm and Path(args.litellm).exists() else None
     litellm_version = _litellm_version(litellm) if litellm else None
     wanted = set(args.targets.split(",")) if args.targets else None
-    nginx = _nginx.locate() if wanted is None or "nginx" in wanted else None
+    nginx = nginx_target(wanted)
     rounds = 1 if args.quick else args.rounds
     levels = [int(c) for c in args.concurrency.split(",")]
     results: dict[str, Any] = {
@@ -454,6 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     path: Path | None = None
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
+        os.chmod(tmp, 0o711)  # nginx's workers (nobody, when run as root) reach their temp paths
         for profile in args.profiles.split(","):
             targets = Targets(
                 Path(tmp), profile, litellm, workers, args.baseline_python, args.upstream, proxy_cpus, nginx
@@ -470,6 +472,15 @@ def main(argv: list[str] | None = None) -> int:
                 targets.stop()
     print(f"\nwrote {path}")
     return 0
+
+
+def nginx_target(wanted: set[str] | None) -> str | None:
+    """The nginx executable of the ``nginx`` target when ``wanted`` (``None``: every target)
+    includes it; ``None`` skips the target: not wanted, or missing and not installable (said in
+    one line, the run goes on, as without LiteLLM)."""
+    if wanted is not None and "nginx" not in wanted:
+        return None
+    return _nginx.locate()
 
 
 # LiteLLM releases that were published compromised (March 2026: a credential stealer); never run.
