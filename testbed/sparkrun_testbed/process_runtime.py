@@ -1,4 +1,4 @@
-"""The process runtime: a kubelet for the testbed's *process nodes* (ARCHITECTURE section 9).
+"""The process runtime: a kubelet for the testbed's *process nodes* (``docs/testbed.md``, ADR 0004).
 
 KWOK fakes every other node: their pods turn Running without running anything. Pods bound to a
 process node run for real, as local processes: this runtime watches the pods of its nodes and,

@@ -39,7 +39,7 @@ MASTER_PORT = 29501
 
 
 def group(name: str, mark: str, *, workers: int = 2, worker_delay: float = 0.0) -> dict[str, Any]:
-    """A serving group: ``1 + workers`` ranks, the shape of docs VLLM_JOBSET section 7 (b)."""
+    """A serving group: ``1 + workers`` ranks, the shape docs/resources/inferenceworkload.md describes."""
     nnodes = workers + 1
     leader_host = f"{name}-leader-0-0.{name}"
     flags = ["--nnodes", str(nnodes), "--master-addr", leader_host, "--master-port", str(MASTER_PORT)]

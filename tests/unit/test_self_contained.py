@@ -18,20 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.repo_files import tree_files
+
 REPO = Path(__file__).resolve().parents[2]
 #: The folder beside the checkout that only this workplace has (spelled so that this file does
 #: not match its own search).
 SIBLING = "/".join(("..", "shared"))
-
-
-def _tree_files() -> list[str]:
-    out = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-    ).stdout
-    return [name for name in out.decode().split("\0") if name and (REPO / name).is_file()]
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -45,7 +37,7 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.fail("this test copies the git tree: git and a checkout are prerequisites")
     root = tmp_path_factory.mktemp("alone") / "repo"
-    for name in _tree_files():
+    for name in tree_files():
         target = root / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, target)

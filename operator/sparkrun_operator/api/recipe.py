@@ -1,4 +1,4 @@
-"""``Recipe``: a sparkrun recipe (format v2, see ``shared/design/RECIPES.md``) as a resource.
+"""``Recipe``: a sparkrun recipe (format v2, see ``docs/recipes.md``) as a resource.
 
 Keys are the v2 keys in camelCase; ``to_v2()`` gives sparkrun's snake_case mapping, which is
 what the revision fingerprint and intent id are computed over.

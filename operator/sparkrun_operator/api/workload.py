@@ -1,4 +1,4 @@
-"""``InferenceWorkload``: one served model (ARCHITECTURE section 4 and 5)."""
+"""``InferenceWorkload``: one served model (``docs/concepts.md``, ``docs/resources/inferenceworkload.md``)."""
 
 from __future__ import annotations
 

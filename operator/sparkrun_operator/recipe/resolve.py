@@ -1,4 +1,4 @@
-"""The effective serving spec: a workload, optionally on top of a Recipe (RECIPES.md precedence).
+"""The effective serving spec: a workload, optionally on top of a Recipe (the precedence below).
 
 ``resolve(workload=..., recipe=...)`` merges, field by field, the workload's own values over the
 recipe's (``defaults``, ``env``, ``container``, ``command`` template, ``min_nodes`` /

@@ -1,4 +1,4 @@
-"""JobSets and the Service of an InferenceWorkload (ARCHITECTURE section 5, VLLM_JOBSET section 7).
+"""JobSets and the Service of an InferenceWorkload (``docs/resources/inferenceworkload.md``, ADR 0010).
 
 One JobSet (``jobset.x-k8s.io/v1alpha2``) per replica, one ClusterIP Service per workload:
 

@@ -1,6 +1,6 @@
 """The daemon-compatible HTTP API (``/v1``) over Kubernetes resources, as one ASGI application.
 
-Routes (seed 000, "Infrastructure routes"), each with the document's permission:
+Routes, each with the reference daemon's permission (``docs/security.md``, "Authorization matrix"):
 
 ======  ========================================  ===============================================
 GET     /v1/health                                public

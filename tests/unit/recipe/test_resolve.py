@@ -1,6 +1,6 @@
 """Effective spec of a workload on top of a Recipe (``recipe/resolve.py``, ``recipe/flags.py``).
 
-Tested: RECIPES.md precedence field by field, topology from the recipe vs the workload's own,
+Tested: the precedence (ADR 0010) field by field, topology from the recipe vs the workload's own,
 min/max nodes, the command template (filling, owned flags removed, errors), defaults that become
 flags, user arguments that try to set operator-owned flags, intent ids equal to sparkrun's when
 the workload changes nothing.

@@ -5,7 +5,7 @@ anywhere: every decision is derived again from what is observed (the JobSets wit
 revision/replica labels, their pods, the ModelCache, the InferenceCluster and the engines'
 sleep state), so a restarted operator continues any rollout exactly where it stopped.
 
-Rules (ARCHITECTURE section 5):
+Rules (``docs/resources/inferenceworkload.md``, "What runs" and "Changing it"):
 
 - one JobSet per replica slot ``0..replicas-1`` at the desired serving revision; JobSets at
   other revisions are replaced: with ``maxSurge > 0`` the new one is created first and the old
