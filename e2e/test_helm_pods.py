@@ -498,11 +498,18 @@ def test_uninstall_leaves_only_what_the_docs_say_stays(
     left_pods: list[str] = []
 
     def components_gone() -> bool:
-        left_pods[:] = component_pods(cluster)
+        # The executor's Lease is owned by its Pod: the garbage collector deletes it after the Pod
+        # (the graceful release may be refused: the Role can go first while the Pod terminates).
+        left_pods[:] = component_pods(cluster) + [
+            f"Lease/{lease['metadata']['name']}"
+            for lease in cluster.kube.list_items(
+                "coordination.k8s.io/v1", "Lease", namespace=NAMESPACE, label_selector="sparkrun.dev/executor"
+            )
+        ]
         return not left_pods
 
     try:
-        wait_for(components_gone, timeout=60, what="the component pods gone")
+        wait_for(components_gone, timeout=60, what="the component pods and their executor Leases gone")
     except AssertionError as timed_out:
         raise AssertionError(f"{timed_out}; still there: {left_pods}") from None
     print(f"\nhelm uninstall -> every component pod gone: {time.monotonic() - started:.1f} s")

@@ -9,10 +9,11 @@ written ``leaseDurationSeconds`` is the one asked for.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 
 from sparkrun_operator.k8s.client import DAEMON_API_MANAGER, Kube, connect
-from sparkrun_operator.k8s.resources import LEASES
+from sparkrun_operator.k8s.resources import LEASES, PODS
 from sparkrun_operator.ops import leases
 from sparkrun_testbed import plane
 
@@ -84,5 +85,46 @@ async def test_a_stale_lease_seen_first_gets_one_duration(testbed: plane.Testbed
         assert await leases.executor_liveness(kube, namespace, observer=observer) == {"old": True}
         clock.now += 6
         assert await leases.executor_liveness(kube, namespace, observer=observer) == {"old": False}
+    finally:
+        await kube.close()
+
+
+def test_the_pod_owns_the_lease_only_in_its_own_namespace() -> None:
+    env = {"POD_NAME": "op-0", "POD_UID": "u-1", "POD_NAMESPACE": "sparkrun-system"}
+    assert leases.pod_owner("sparkrun-system", env) == {"name": "op-0", "uid": "u-1"}
+    assert leases.pod_owner("elsewhere", env) is None  # an owner reference cannot cross namespaces
+    assert leases.pod_owner("sparkrun-system", {**env, "POD_UID": ""}) is None
+    assert leases.pod_owner("sparkrun-system", {}) is None
+
+
+async def test_a_lease_owned_by_its_pod_is_collected_with_it(testbed: plane.Testbed, namespace: str) -> None:
+    """``helm uninstall`` removes the Role while the operator's Pod terminates, so its graceful
+    release may be refused: the garbage collector still deletes the Lease once the Pod is gone."""
+    kube = await _kube(testbed)
+    try:
+        pod = await kube.create(
+            PODS,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "operator-0", "namespace": namespace},
+                # never scheduled (no node matches): an unbound Pod is deleted at once, no kubelet
+                "spec": {
+                    "nodeSelector": {"sparkrun.dev/test": "no-such-node"},
+                    "containers": [{"name": "c", "image": "none"}],
+                },
+            },
+            namespace,
+        )
+        owner = {"name": "operator-0", "uid": pod["metadata"]["uid"]}
+        await leases.renew(kube, namespace, "op/1/owned", owner=owner)
+        lease = await kube.get(LEASES, leases.lease_name("op/1/owned"), namespace)
+        assert lease is not None
+        assert lease["metadata"]["ownerReferences"][0]["uid"] == owner["uid"]
+        await kube.delete(PODS, "operator-0", namespace, propagation="Background")
+        deadline = asyncio.get_running_loop().time() + 60
+        while await kube.get(LEASES, leases.lease_name("op/1/owned"), namespace) is not None:
+            assert asyncio.get_running_loop().time() < deadline, "the Lease outlived its Pod by 60 s"
+            await asyncio.sleep(0.5)
     finally:
         await kube.close()

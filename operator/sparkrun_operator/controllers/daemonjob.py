@@ -168,6 +168,8 @@ class JobExecutor:
         #: The operator's own namespace: its executor Lease lives here, whatever namespace a job
         #: is in (the chart grants Leases only in the release namespace; the shim reads them there).
         self.home = self.settings.namespace
+        #: The operator's Pod, owner of the Lease (collected with the Pod; ``None`` outside one).
+        self.owner = leases.pod_owner(self.home)
         #: Whether this executor has written its Lease (then :meth:`stop` releases it).
         self.leased = False
         self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
@@ -338,7 +340,9 @@ class JobExecutor:
 
     async def _renew(self) -> None:
         self.leased = True  # NB: before the call: a renewal that reached the apiserver may have written it
-        await leases.renew(self.rest, self.home, self.executor_id, duration=self.lease_seconds)
+        await leases.renew(
+            self.rest, self.home, self.executor_id, duration=self.lease_seconds, owner=self.owner
+        )
 
     async def _recheck_foreign(self) -> None:
         """Take over (as lost) the active jobs of executors that died since we last looked."""

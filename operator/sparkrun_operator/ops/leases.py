@@ -22,8 +22,9 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import hashlib
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sparkrun_operator.api.daemonjob import DaemonJobStatus
@@ -43,6 +44,7 @@ __all__ = [
     "executor_liveness",
     "lease_name",
     "mark_lost",
+    "pod_owner",
     "release",
     "renew",
 ]
@@ -59,6 +61,18 @@ def _micro(value: dt.datetime) -> str:
     return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def pod_owner(namespace: str, environ: Mapping[str, str] = os.environ) -> dict[str, str] | None:
+    """The operator's own Pod as the owner of its Lease in ``namespace`` (``POD_NAME``, ``POD_UID``
+    and ``POD_NAMESPACE`` from the downward API; the chart sets them), or ``None`` when unknown or
+    in another namespace (an owner reference cannot cross namespaces). With the Pod as owner the
+    garbage collector deletes the Lease when the Pod goes, even when the graceful release could
+    not run or was refused (``helm uninstall`` removes the Role while the Pod is terminating)."""
+    name, uid = environ.get("POD_NAME", ""), environ.get("POD_UID", "")
+    if not name or not uid or environ.get("POD_NAMESPACE") != namespace:
+        return None
+    return {"name": name, "uid": uid}
+
+
 async def renew(
     rest: Kube,
     namespace: str,
@@ -66,19 +80,27 @@ async def renew(
     *,
     now: dt.datetime | None = None,
     duration: int = LEASE_SECONDS,
+    owner: Mapping[str, str] | None = None,
 ) -> None:
-    """Create or renew this executor's Lease (valid ``duration`` seconds)."""
+    """Create or renew this executor's Lease (valid ``duration`` seconds), owned by ``owner``
+    (a Pod of ``namespace``: :func:`pod_owner`) when given."""
     stamp = _micro(now or dt.datetime.now(dt.UTC))
+    metadata: dict[str, Any] = {
+        "name": lease_name(executor_id),
+        "namespace": namespace,
+        "labels": {LEASE_LABEL: "true"},
+    }
+    if owner is not None:
+        # NB: no blockOwnerDeletion: that needs the right to set finalizers on Pods.
+        metadata["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Pod", "name": owner["name"], "uid": owner["uid"]}
+        ]
     await rest.apply(
         LEASES,
         {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
-            "metadata": {
-                "name": lease_name(executor_id),
-                "namespace": namespace,
-                "labels": {LEASE_LABEL: "true"},
-            },
+            "metadata": metadata,
             "spec": {
                 "holderIdentity": executor_id,
                 "leaseDurationSeconds": duration,
