@@ -26,8 +26,8 @@ from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.api.resources import INFERENCE_BENCHMARK, INFERENCE_WORKLOAD, RECIPE
 from sparkrun_operator.controllers.loop import reconcile_daemon
 from sparkrun_operator.controllers.memo import Memo
-from sparkrun_operator.controllers.reconciler import Outcome, no_events, run_pass
-from sparkrun_operator.controllers.status import current_status, write_status
+from sparkrun_operator.controllers.reconciler import Outcome, no_events, run_pass, writes_status
+from sparkrun_operator.controllers.status import current_status
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.resources import CONFIG_MAPS, JOBS, NODES, PODS, resource_of
 from sparkrun_operator.plan import benchobserve
@@ -174,19 +174,14 @@ async def reconcile(ctx: Memo, body: Mapping[str, Any]) -> float | None:
         await execute(ctx, p, obs.namespace)
         return Outcome(status=p.status, requeue=p.requeue)
 
-    async def write(outcome: Outcome[InferenceBenchmarkStatus]) -> bool:
-        meta = body.get("metadata") or {}
-        return await write_status(
-            ctx,
-            resource=BENCHMARKS,
-            name=str(meta["name"]),
-            namespace=str(meta["namespace"]),
-            current=body.get("status"),
-            desired=outcome.status,
-        )
-
     # NB: no Ready gauge and no Events: the status carries the results.
-    return await run_pass(observe=observed, plan=plan, execute=act, write_status=write, emit_events=no_events)
+    return await run_pass(
+        observe=observed,
+        plan=plan,
+        execute=act,
+        write_status=writes_status(ctx, BENCHMARKS, body),
+        emit_events=no_events,
+    )
 
 
 def register(registry: kopf.OperatorRegistry) -> None:

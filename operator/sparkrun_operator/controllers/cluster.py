@@ -21,8 +21,8 @@ from sparkrun_operator.api.resources import INFERENCE_CLUSTER
 from sparkrun_operator.controllers import indexes
 from sparkrun_operator.controllers.loop import run_loop
 from sparkrun_operator.controllers.memo import Memo
-from sparkrun_operator.controllers.reconciler import Outcome, nothing_to_execute, run_pass
-from sparkrun_operator.controllers.status import current_status, write_status
+from sparkrun_operator.controllers.reconciler import Outcome, nothing_to_execute, run_pass, writes_status
+from sparkrun_operator.controllers.status import current_status
 from sparkrun_operator.k8s.resources import resource_of
 from sparkrun_operator.plan import observe
 from sparkrun_operator.plan.cluster import ClusterRef, ObservedGpuPod, ObservedNode, plan_status
@@ -102,23 +102,17 @@ async def reconcile(ctx: Memo, *, body: kopf.Body, indices: Mapping[str, Any]) -
     async def observed() -> Observed | None:
         return observe_cluster(body, indices)
 
-    async def write(outcome: Outcome[InferenceClusterStatus]) -> bool:
-        return await write_status(
-            ctx,
-            resource=CLUSTERS,
-            name=name,
-            namespace=None,
-            current=body.get("status"),
-            desired=outcome.status,
-        )
-
     def emit(outcome: Outcome[InferenceClusterStatus], wrote: bool) -> None:
         conditions = outcome.status.conditions
         ready = next((cond.status for cond in conditions if cond.type == "Ready"), "Unknown")
         ctx.metrics.observe_ready("InferenceCluster", name, ready)
 
     return await run_pass(
-        observe=observed, plan=plan, execute=nothing_to_execute, write_status=write, emit_events=emit
+        observe=observed,
+        plan=plan,
+        execute=nothing_to_execute,
+        write_status=writes_status(ctx, CLUSTERS, body),
+        emit_events=emit,
     )
 
 

@@ -28,8 +28,8 @@ from sparkrun_operator.api.resources import INFERENCE_WORKLOAD, MODEL_CACHE
 from sparkrun_operator.controllers.indexes import CACHE_ID
 from sparkrun_operator.controllers.loop import reconcile_daemon
 from sparkrun_operator.controllers.memo import Memo
-from sparkrun_operator.controllers.reconciler import Outcome, run_pass
-from sparkrun_operator.controllers.status import current_status, write_status
+from sparkrun_operator.controllers.reconciler import Outcome, run_pass, writes_status
+from sparkrun_operator.controllers.status import current_status
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.resources import CLAIMS, JOBS, PODS, VOLUMES, resource_of
 from sparkrun_operator.plan import cacheobserve
@@ -149,17 +149,6 @@ async def reconcile(ctx: Memo, body: Mapping[str, Any]) -> float | None:
         gone = obs.deleting and p.finalizer == "remove"
         return Outcome(status=p.status, write=not gone, requeue=requeue_of(p))
 
-    async def write(outcome: Outcome[ModelCacheStatus]) -> bool:
-        meta = body.get("metadata") or {}
-        return await write_status(
-            ctx,
-            resource=CACHES,
-            name=str(meta["name"]),
-            namespace=str(meta["namespace"]),
-            current=body.get("status"),
-            desired=outcome.status,
-        )
-
     def emit(outcome: Outcome[ModelCacheStatus], wrote: bool) -> None:
         meta = body.get("metadata") or {}
         ready = "True" if outcome.status.phase == "Ready" else "False"
@@ -168,7 +157,13 @@ async def reconcile(ctx: Memo, body: Mapping[str, Any]) -> float | None:
             "ModelCache", f"{meta['namespace']}/{meta['name']}", None if deleting else ready
         )
 
-    return await run_pass(observe=observed, plan=plan, execute=act, write_status=write, emit_events=emit)
+    return await run_pass(
+        observe=observed,
+        plan=plan,
+        execute=act,
+        write_status=writes_status(ctx, CACHES, body),
+        emit_events=emit,
+    )
 
 
 def register(registry: kopf.OperatorRegistry) -> None:

@@ -17,8 +17,15 @@ from sparkrun_operator.api.meta import utcnow
 from sparkrun_operator.api.recipe import RecipeSpec, RecipeStatus
 from sparkrun_operator.api.resources import RECIPE
 from sparkrun_operator.controllers.memo import Memo
-from sparkrun_operator.controllers.reconciler import Event, Outcome, nothing_to_execute, post, run_pass
-from sparkrun_operator.controllers.status import current_status, write_status
+from sparkrun_operator.controllers.reconciler import (
+    Event,
+    Outcome,
+    nothing_to_execute,
+    post,
+    run_pass,
+    writes_status,
+)
+from sparkrun_operator.controllers.status import current_status
 from sparkrun_operator.k8s.resources import resource_of
 from sparkrun_operator.recipe.status import plan_status
 
@@ -35,7 +42,7 @@ class Observed:
     previous: RecipeStatus
 
 
-async def observe(body: kopf.Body) -> Observed:
+def observe(body: kopf.Body) -> Observed:
     """The Recipe as its planner sees it (no reads: its status depends on the spec alone)."""
     meta = body.get("metadata") or {}
     spec = RecipeSpec.model_validate(body.get("spec") or {})
@@ -57,17 +64,7 @@ async def reconcile(ctx: Memo, *, body: kopf.Body) -> None:
     meta = body.get("metadata") or {}
 
     async def observed() -> Observed:
-        return await observe(body)
-
-    async def write(outcome: Outcome[RecipeStatus]) -> bool:
-        return await write_status(
-            ctx,
-            resource=RECIPES,
-            name=str(meta["name"]),
-            namespace=str(meta["namespace"]),
-            current=body.get("status"),
-            desired=outcome.status,
-        )
+        return observe(body)
 
     def emit(outcome: Outcome[RecipeStatus], wrote: bool) -> None:
         status = outcome.status
@@ -80,7 +77,11 @@ async def reconcile(ctx: Memo, *, body: kopf.Body) -> None:
             post(body, [Event(type="Warning", reason="InvalidRecipe", message=valid.message[:1024])])
 
     await run_pass(
-        observe=observed, plan=plan, execute=nothing_to_execute, write_status=write, emit_events=emit
+        observe=observed,
+        plan=plan,
+        execute=nothing_to_execute,
+        write_status=writes_status(ctx, RECIPES, body),
+        emit_events=emit,
     )
 
 

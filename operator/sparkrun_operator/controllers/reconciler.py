@@ -20,12 +20,16 @@ unavailable apiserver means.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
 import kopf
 from pydantic import BaseModel
+
+from sparkrun_operator.controllers.memo import Memo
+from sparkrun_operator.controllers.status import write_status
+from sparkrun_operator.k8s.resources import Resource
 
 ObservedT = TypeVar("ObservedT")
 PlanT = TypeVar("PlanT")
@@ -72,6 +76,27 @@ async def run_pass(
     wrote = await write_status(outcome) if outcome.write else False
     emit_events(outcome, wrote)
     return outcome.requeue
+
+
+def writes_status(
+    ctx: Memo, resource: Resource, body: Mapping[str, Any]
+) -> Callable[[Outcome[Any]], Awaitable[bool]]:
+    """The write step of a controller whose pass writes its object's own status subresource in
+    one merge patch (:func:`.status.write_status`; a cluster-scoped kind has no namespace)."""
+    meta = body.get("metadata") or {}
+    name, namespace = str(meta["name"]), meta.get("namespace")
+
+    async def write(outcome: Outcome[Any]) -> bool:
+        return await write_status(
+            ctx,
+            resource=resource,
+            name=name,
+            namespace=str(namespace) if namespace else None,
+            current=body.get("status"),
+            desired=outcome.status,
+        )
+
+    return write
 
 
 async def nothing_to_execute(observed: object, planned: StatusT) -> Outcome[StatusT]:
