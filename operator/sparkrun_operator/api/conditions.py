@@ -60,6 +60,9 @@ REASON_WAKING_UP: Final = "WakingUp"
 # Routable (the gateway routes every model name the workload claims)
 REASON_NAMES_ACCEPTED: Final = "NamesAccepted"
 REASON_NAME_CONFLICT: Final = "NameConflict"
+#: A name the workload serves is outside the prefixes its namespace may claim (the name policy,
+#: ``--name-prefixes``): not routed, whatever the workload's age.
+REASON_NAME_NOT_ALLOWED: Final = "NameNotAllowed"
 # CacheReady
 REASON_CACHE_NOT_FOUND: Final = "CacheNotFound"
 REASON_CACHE_NOT_READY: Final = "CacheNotReady"

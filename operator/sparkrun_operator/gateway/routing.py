@@ -70,6 +70,9 @@ class Workload:
     #: ``metadata.creationTimestamp``: the oldest claim keeps a contested name (:mod:`..plan.names`).
     created: dt.datetime | None = field(default=None, compare=False)
     total_timeout: float | None = None
+    #: Names the workload serves that its namespace may not claim (the name policy,
+    #: ``--name-prefixes``): never routed to it, never among :attr:`names`.
+    withheld: frozenset[str] = frozenset()
 
     @property
     def key(self) -> str:
@@ -78,7 +81,9 @@ class Workload:
 
     @property
     def names(self) -> tuple[str, ...]:
-        return (self.served_name, *self.aliases)
+        """The names routed to it: the served name and the aliases, less the withheld ones."""
+        every = (self.served_name, *self.aliases)
+        return tuple(n for n in every if n not in self.withheld) if self.withheld else every
 
     @property
     def routable(self) -> bool:
@@ -92,6 +97,7 @@ class Workload:
             served=self.served_name,
             aliases=tuple(a for a in self.aliases if a != self.served_name),
             created=self.created,
+            withheld=self.withheld,
         )
 
 

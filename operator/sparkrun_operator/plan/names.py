@@ -14,7 +14,14 @@ one.
 
 The loser keeps every name it does win; the gateway routes it by those, and the planner reports
 the lost ones on the workload's ``Routable`` condition (reason ``NameConflict``, naming the
-winner). Pure: no I/O.
+winner).
+
+Before any of that, the administrator's name policy (``api/namepolicy.py``: prefixes per
+namespace) decides which names a workload may claim at all: a name outside its namespace's
+prefixes is **withheld** (:attr:`Claim.withheld`): it is not among the claim's
+:attr:`~Claim.names`, so it neither wins nor blocks a name in the names index or the gateway's
+table, whatever the workload's age; the planner reports it as ``Routable=False``,
+``NameNotAllowed``. Oldest-claim settles conflicts only between allowed claims. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -26,7 +33,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sparkrun_operator.api.namepolicy import NamePolicy
 from sparkrun_operator.plan import served
+
+_NO_POLICY = NamePolicy()
 
 _LAST = dt.datetime.max.replace(tzinfo=dt.UTC)
 
@@ -40,6 +50,9 @@ class Claim:
     served: str
     aliases: tuple[str, ...] = ()
     created: dt.datetime | None = None
+    #: Names the workload serves but its namespace may not claim (the name policy): never
+    #: among :attr:`names`.
+    withheld: frozenset[str] = frozenset()
 
     # NB: cached (a frozen dataclass keeps them in its __dict__, outside eq and hash): a pass
     # compares one claim with every rival sharing a name, and many workloads may share one.
@@ -49,7 +62,9 @@ class Claim:
 
     @functools.cached_property
     def names(self) -> tuple[str, ...]:
-        return (self.served, *self.aliases)
+        """The names claimed: the served name and the aliases, less the withheld ones."""
+        every = (self.served, *self.aliases)
+        return tuple(n for n in every if n not in self.withheld) if self.withheld else every
 
     @functools.cached_property
     def _rank(self) -> str:
@@ -93,11 +108,13 @@ def _time(value: Any) -> dt.datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
-def claim_of(obj: Mapping[str, Any], names: served.Served | None = None) -> Claim | None:
+def claim_of(
+    obj: Mapping[str, Any], names: served.Served | None = None, *, policy: NamePolicy = _NO_POLICY
+) -> Claim | None:
     """The claim of a raw InferenceWorkload (``None`` without a name, or without names yet:
     :func:`~sparkrun_operator.plan.served.of_workload`, or ``names`` when the caller has them
-    already). A workload being deleted still claims: callers that ignore such workloads skip
-    them."""
+    already), the names ``policy`` refuses its namespace withheld. A workload being deleted
+    still claims: callers that ignore such workloads skip them."""
     meta = obj.get("metadata") or {}
     if not meta.get("name"):
         return None
@@ -109,18 +126,28 @@ def claim_of(obj: Mapping[str, Any], names: served.Served | None = None) -> Clai
         name=str(meta["name"]),
         created=_time(meta.get("creationTimestamp")),
         names=found,
+        policy=policy,
     )
 
 
-def claim_for(*, namespace: str, name: str, created: dt.datetime | None, names: served.Served) -> Claim:
+def claim_for(
+    *,
+    namespace: str,
+    name: str,
+    created: dt.datetime | None,
+    names: served.Served,
+    policy: NamePolicy = _NO_POLICY,
+) -> Claim:
     """The claim of the workload ``namespace/name`` serving ``names`` (the planner's own claim,
-    from the names it has just resolved)."""
+    from the names it has just resolved), the names ``policy`` refuses ``namespace`` withheld."""
+    aliases = tuple(a for a in dict.fromkeys(names.aliases) if a != names.served_name)
     return Claim(
         namespace=namespace,
         name=name,
         served=names.served_name,
-        aliases=tuple(a for a in dict.fromkeys(names.aliases) if a != names.served_name),
+        aliases=aliases,
         created=created,
+        withheld=frozenset(policy.refused(namespace, (names.served_name, *aliases))),
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkrun_operator.api import conditions as c
+from sparkrun_operator.api.clip import clip, echo
 from sparkrun_operator.api.meta import set_condition
 from sparkrun_operator.api.workload import InferenceWorkloadStatus, ServedModel, WorkloadPhase
 from sparkrun_operator.plan import names, served
@@ -128,8 +129,10 @@ def _sleeping(cond: Conditions, sleep: Sleep) -> None:
 
 
 def _routable(obs: Observation, cond: Conditions, model: ServedModel | None) -> None:
-    """``Routable``: whether the gateway routes every name the workload claims (plan/names.py:
-    the oldest claim keeps a contested name). The workload's own names are the ones this pass
+    """``Routable``: whether the gateway routes every name the workload claims. A name outside
+    its namespace's prefixes (the name policy) is withheld: ``NameNotAllowed``, first, as a
+    rename (or an administrator) is the only fix; then plan/names.py: the oldest claim keeps a
+    contested name (``NameConflict``). The workload's own names are the ones this pass
     resolved (``model``, about to be written), not a status the names index may still hold;
     the other workloads' claims come from the index."""
     if obs.holders is None:
@@ -138,14 +141,24 @@ def _routable(obs: Observation, cond: Conditions, model: ServedModel | None) -> 
     if claim is None:
         return
     conflicts = names.conflicts(claim, obs.holders)
-    if conflicts:
-        lost = {conflict.model for conflict in conflicts}
-        kept = [n for n in claim.names if n not in lost]
-        message = "; ".join(conflict.describe() for conflict in conflicts) + (
-            f"; the gateway routes this workload as {', '.join(repr(n) for n in kept)} only"
-            if kept
-            else "; the gateway does not route this workload"
+    lost = {conflict.model for conflict in conflicts}
+    kept = [n for n in claim.names if n not in lost]
+    routed = (
+        f"the gateway routes this workload as {', '.join(repr(n) for n in kept)} only"
+        if kept
+        else "the gateway does not route this workload"
+    )
+    if claim.withheld:
+        refused = [n for n in (claim.served, *claim.aliases) if n in claim.withheld]
+        message = (
+            f"{', '.join(echo(n) for n in refused)} may not be claimed from namespace {obs.namespace}, "
+            f"which may claim {obs.name_policy.describe(obs.namespace)}"
         )
+        parts = [message, *(conflict.describe() for conflict in conflicts), routed]
+        cond.set(c.ROUTABLE, False, c.REASON_NAME_NOT_ALLOWED, clip("; ".join(parts)))
+        return
+    if conflicts:
+        message = "; ".join(conflict.describe() for conflict in conflicts) + f"; {routed}"
         cond.set(c.ROUTABLE, False, c.REASON_NAME_CONFLICT, message)
         return
     shown = ", ".join(repr(n) for n in claim.names)
@@ -155,14 +168,17 @@ def _routable(obs: Observation, cond: Conditions, model: ServedModel | None) -> 
 def own_claim(obs: Observation, model: ServedModel | None) -> names.Claim | None:
     """The names the workload claims once ``model`` is its ``status.model``: exactly what the
     names index will hold for it (``plan.served.of_workload``: the status of a recipe-based
-    workload, the spec of one without a recipe)."""
+    workload, the spec of one without a recipe; the names its namespace may not claim
+    withheld)."""
     obj: dict[str, Any] = {"spec": obs.spec.to_wire()}
     if model is not None:
         obj["status"] = {"model": model.to_wire()}
     found = served.of_workload(obj)
     if found is None:
         return None
-    return names.claim_for(namespace=obs.namespace, name=obs.name, created=obs.created, names=found)
+    return names.claim_for(
+        namespace=obs.namespace, name=obs.name, created=obs.created, names=found, policy=obs.name_policy
+    )
 
 
 def _progressing(
