@@ -73,6 +73,15 @@ ARGUMENT_STRING_MAX_LENGTH: Final = 262144
 ARGUMENTS_MAX_ENTRIES: Final = 2048
 #: Hooks of each Recipe hook list (``preExec``, ``postExec``, ``postCommands``).
 HOOKS_MAX_ITEMS: Final = 64
+#: ``spec.pod`` of an InferenceWorkload: extra labels and annotations of the engine pods (each
+#: map), an annotation's value, capabilities added or dropped (a name, and how many), the
+#: supplemental groups, a Localhost seccomp profile's path.
+POD_METADATA_MAX_ENTRIES: Final = 64
+ANNOTATION_VALUE_MAX_LENGTH: Final = 4096
+CAPABILITY_MAX_LENGTH: Final = 64
+CAPABILITIES_MAX_ITEMS: Final = 64
+SUPPLEMENTAL_GROUPS_MAX_ITEMS: Final = 32
+PROFILE_MAX_LENGTH: Final = 4096
 
 #: Free-form values: keys of each object and items of each list, at every level.
 FREE_FORM_MAX_ENTRIES: Final = 256
@@ -98,6 +107,7 @@ EngineArg = Annotated[str, _max_length(ARG_MAX_LENGTH)]
 EnvValue = Annotated[str, _max_length(ENV_VALUE_MAX_LENGTH)]
 LabelKey = Annotated[str, _max_length(LABEL_KEY_MAX_LENGTH)]
 LabelValue = Annotated[str, _max_length(LABEL_VALUE_MAX_LENGTH)]
+AnnotationValue = Annotated[str, _max_length(ANNOTATION_VALUE_MAX_LENGTH)]
 NodeName = Annotated[str, _max_length(NODE_NAME_MAX_LENGTH)]
 FilePattern = Annotated[str, _max_length(PATTERN_MAX_LENGTH)]
 GroupName = Annotated[str, _max_length(GROUP_MAX_LENGTH)]

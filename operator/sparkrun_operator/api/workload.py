@@ -18,6 +18,7 @@ from sparkrun_operator.api.meta import (
     LocalObjectReference,
     Toleration,
 )
+from sparkrun_operator.api.podoverride import PodOverride
 from sparkrun_operator.api.servedname import ServedName
 
 DEFAULT_ENGINE_IMAGE = "vllm/vllm-openai:v0.33.0"
@@ -378,6 +379,14 @@ class InferenceWorkloadSpec(KubeModel):
         "reconcile). Immutable once set.",
         min_length=1,
         max_length=253,
+    )
+    pod: PodOverride | None = Field(
+        default=None,
+        description="Engine pods only (leader and workers; not download, tool or benchmark pods): their "
+        "securityContext and the engine containers' (allowed subsets listed there), serviceAccountName, "
+        "automountServiceAccountToken, extra labels and annotations. Unset: the operator's defaults (no "
+        "token mounted, no privilege escalation, capabilities dropped, seccomp RuntimeDefault; the image's "
+        "user).",
     )
 
 

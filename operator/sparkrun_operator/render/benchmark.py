@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
 from sparkrun_operator.api.benchmark import InferenceBenchmarkSpec, Scenario
-from sparkrun_operator.render import keys
+from sparkrun_operator.render import keys, podsecurity
 from sparkrun_operator.render.modelcache import DEFAULT_TOOLS_IMAGE
 from sparkrun_operator.render.owner import Owner
 
@@ -113,6 +113,7 @@ def render_job(
             {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
             {"name": "HOME", "value": "/tmp"},
         ],
+        "securityContext": podsecurity.restricted_container(),
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     pod_labels = {
@@ -124,6 +125,7 @@ def render_job(
         "restartPolicy": "Never",
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
+        "securityContext": podsecurity.tools_pod_context(),
         "containers": [container],
     }
     if spec.runner.node_selector:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from sparkrun_operator.api.meta import API_VERSION
-from sparkrun_operator.render import keys
+from sparkrun_operator.render import keys, podsecurity
 from sparkrun_operator.render.modelcache import DEFAULT_TOOLS_IMAGE, TOKEN_FILE
 
 TOOL_MODULE: Final = "sparkrun_operator.runtime.cachetool"
@@ -101,6 +101,9 @@ def render_tool_job(run: ToolRun, options: ToolOptions, attempt: int = 0) -> dic
         "restartPolicy": "Never",
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
+        "securityContext": podsecurity.tools_pod_context(
+            writes_volume=run.claim is not None and not run.read_only
+        ),
         "containers": [
             {
                 "name": keys.CONTAINER_CACHE_TOOL,
@@ -111,6 +114,7 @@ def render_tool_job(run: ToolRun, options: ToolOptions, attempt: int = 0) -> dic
                     {"name": "PYTHONUNBUFFERED", "value": "1"},
                     {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
                 ],
+                "securityContext": podsecurity.restricted_container(),
                 "volumeMounts": mounts,
                 "terminationMessagePolicy": "FallbackToLogsOnError",
             }

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Final
 
 from sparkrun_operator import __version__
 from sparkrun_operator.api.modelcache import ModelCacheSpec, StorageCreate
-from sparkrun_operator.render import keys
+from sparkrun_operator.render import keys, podsecurity
 from sparkrun_operator.render.owner import Owner
 
 DEFAULT_TOOLS_IMAGE: Final = f"{keys.TOOLS_IMAGE_REPOSITORY}:{__version__}"
@@ -147,6 +147,7 @@ def render_job(
             {"name": "PYTHONUNBUFFERED", "value": "1"},
             {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
         ],
+        "securityContext": podsecurity.restricted_container(),
         "volumeMounts": mounts,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
@@ -155,6 +156,7 @@ def render_job(
         "restartPolicy": "Never",
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
+        "securityContext": podsecurity.tools_pod_context(writes_volume=True),
         "containers": [container],
         "volumes": volumes,
     }
