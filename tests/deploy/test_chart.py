@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shutil
 import socket
 import ssl
 import subprocess
@@ -258,23 +259,83 @@ def test_service_account_provisioning_is_a_value(helm_bin: str, tmp_path: Path) 
     assert bind["resourceNames"] == ["sparkrun-daemon-operate"]
 
 
-def test_api_keys_cluster_wide_and_in_one_namespace(helm_bin: str, tmp_path: Path) -> None:
+def test_api_keys_never_list_secrets_cluster_wide(helm_bin: str, tmp_path: Path) -> None:
+    """Serving every namespace, keys come from the release namespace only (an administrator
+    namespace); with watchNamespaces (or the deprecated gateway.watchNamespace) from those."""
     wide = render(helm_bin, tmp_path, {"gateway": {"apiKeys": {"enabled": True}}})
     args = gateway_parser().parse_args(wide.container("sparkrun-gateway")["args"][1:])
     assert args.secret_keys
-    assert args.namespace is None
-    assert _grants(wide.get("ClusterRole", "sparkrun-gateway"), "secrets", "list")
+    assert args.namespace == []
+    assert args.key_namespace == [NAMESPACE]
+    assert args.admin_key_namespace == [NAMESPACE]
+    assert not _grants(wide.get("ClusterRole", "sparkrun-gateway"), "secrets", "list")
+    assert _grants(wide.get("Role", "sparkrun-gateway-keys", NAMESPACE), "secrets", "list")
     assert wide.container("sparkrun-gateway")["readinessProbe"]["httpGet"]["path"] == "/readyz"
 
     one = render(helm_bin, tmp_path, {"gateway": {"apiKeys": {"enabled": True}, "watchNamespace": "serving"}})
     args = gateway_parser().parse_args(one.container("sparkrun-gateway")["args"][1:])
-    assert args.namespace == "serving"
+    assert args.namespace == ["serving"]
+    assert args.key_namespace == ["serving"]
+    assert args.admin_key_namespace == []
     assert one.find("ClusterRole", "sparkrun-gateway") is None
     role = one.get("Role", "sparkrun-gateway", "serving")
-    assert _grants(role, "secrets", "list")
+    assert not _grants(role, "secrets", "list")
+    assert _grants(one.get("Role", "sparkrun-gateway-keys", "serving"), "secrets", "list")
     binding = one.get("RoleBinding", "sparkrun-gateway", "serving")
     account = {"kind": "ServiceAccount", "name": "sparkrun-gateway", "namespace": NAMESPACE}
     assert binding["subjects"] == [account]
+    notes = _notes(helm_bin, tmp_path, {"gateway": {"watchNamespace": "x"}})
+    assert "DEPRECATED gateway.watchNamespace" in notes
+    assert "DEPRECATED gateway.watchNamespace" not in _notes(helm_bin, tmp_path, {"watchNamespaces": ["x"]})
+
+
+def _notes(helm_bin: str, tmp: Path, values: dict[str, Any]) -> str:
+    """NOTES.txt as `helm install` prints it (``helm template`` omits it: a copy of the chart
+    renders it through ``tpl`` as a document of its own)."""
+    chart = tmp / "notes-chart"
+    shutil.rmtree(chart, ignore_errors=True)
+    shutil.copytree(CHART, chart)
+    (chart / "notes.txt").write_text((CHART / "templates" / "NOTES.txt").read_text())
+    (chart / "templates" / "zz-notes.yaml").write_text(
+        'notes: {{ tpl (.Files.Get "notes.txt") . | toJson }}\n'
+    )
+    (tmp / "notes-values.yaml").write_text(yaml.safe_dump(values))
+    argv = ["template", "sparkrun", str(chart), "-n", NAMESPACE, "--values", str(tmp / "notes-values.yaml")]
+    out = helm(helm_bin, *argv, "--show-only", "templates/zz-notes.yaml").stdout
+    notes: str = yaml.safe_load(out)["notes"]
+    return notes
+
+
+def test_watch_namespaces_serve_each_namespace(helm_bin: str, tmp_path: Path) -> None:
+    """watchNamespaces: the operator serves them and the release namespace (kopf's namespaced
+    peering), the gateway exactly them; keys from them and the administrator namespaces."""
+    values = {
+        "watchNamespaces": ["team-a", "team-b"],
+        "gateway": {"auth": {"mode": "apiKeys"}, "apiKeys": {"adminNamespaces": ["ops"]}},
+    }
+    out = render(helm_bin, tmp_path, values)
+    operator = build_parser().parse_args(out.container("sparkrun-operator")["args"])
+    assert operator.namespace == ["team-a", "team-b", NAMESPACE]
+    assert not operator.all_namespaces
+    gateway = gateway_parser().parse_args(out.container("sparkrun-gateway")["args"][1:])
+    assert gateway.namespace == ["team-a", "team-b"]
+    assert gateway.key_namespace == ["team-a", "team-b", "ops"]
+    assert gateway.admin_key_namespace == ["ops"]
+    for ns in ("team-a", "team-b", NAMESPACE):
+        assert _grants(
+            out.get("Role", "sparkrun-operator-served", ns), "jobsets", "create", "jobset.x-k8s.io"
+        )
+        assert _grants(out.get("Role", "sparkrun-operator-served", ns), "kopfpeerings", "create", "kopf.dev")
+    cluster = out.get("ClusterRole", "sparkrun-operator")
+    assert not _grants(cluster, "jobsets", "create", "jobset.x-k8s.io")
+    assert not _grants(cluster, "clusterkopfpeerings", "get", "kopf.dev")
+    assert _grants(cluster, "inferenceclusters", "patch", "sparkrun.dev")
+    assert out.find("ClusterRole", "sparkrun-gateway") is None
+    shim = out.get("ClusterRole", "sparkrun-shim")
+    assert not _grants(shim, "inferenceworkloads", "list", "sparkrun.dev")
+    assert _grants(out.get("Role", "sparkrun-shim", NAMESPACE), "inferenceworkloads", "list", "sparkrun.dev")
+    default = render(helm_bin, tmp_path, {})
+    assert build_parser().parse_args(default.container("sparkrun-operator")["args"]).all_namespaces
 
 
 def _public_key_verifies(issuer: x509.Certificate, cert: x509.Certificate) -> None:
@@ -355,26 +416,17 @@ def test_network_policies(default: Rendered, helm_bin: str, tmp_path: Path) -> N
     ]
     stop_policy = default.get("NetworkPolicy", "sparkrun-operator-stop", NAMESPACE)
     assert all(stop_pod.get(k) == v for k, v in stop_policy["spec"]["podSelector"]["matchLabels"].items())
+    # Engines: no namespace-wide policy any more; the operator makes one per workload from the
+    # flag the chart gives it (the matrix over both: tests/tenancy/test_network_policy.py).
     values = {"networkPolicy": {"workloadNamespaces": ["serving"], "engineRestrictEgress": True}}
     out = render(helm_bin, tmp_path, values)
-    engines = out.get("NetworkPolicy", "sparkrun-engines", "serving")
-    assert engines["spec"]["podSelector"] == {
-        "matchExpressions": [{"key": "sparkrun.dev/workload", "operator": "Exists"}]
-    }
-    (rule,) = engines["spec"]["ingress"]
-    peers = rule["from"]
-    assert peers[0]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}
-    components = {e["key"]: e["values"] for e in peers[0]["podSelector"]["matchExpressions"]}
-    assert sorted(components["app.kubernetes.io/component"]) == ["gateway", "operator", "shim"]
-    # The selector matches the real pods of the three components, and nothing else of the chart.
-    for name in ("sparkrun-operator", "sparkrun-shim", "sparkrun-gateway"):
-        labels = out.get("Deployment", name)["spec"]["template"]["metadata"]["labels"]
-        assert all(labels.get(key) in allowed for key, allowed in components.items()), name
-    engine_pods = {"matchExpressions": [{"key": "sparkrun.dev/workload", "operator": "Exists"}]}
-    assert peers[1] == {"podSelector": engine_pods}
-    egress_ports = [p for e in engines["spec"]["egress"] for p in e.get("ports", [])]
-    assert {"port": 53, "protocol": "UDP"} in egress_ports
-    assert set(engines["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+    assert out.find("NetworkPolicy", "sparkrun-engines", "serving") is None
+    args = out.container("sparkrun-operator")["args"]
+    (flag,) = [a for a in args if a.startswith("--engine-network-policy=")]
+    doc = json.loads(flag.split("=", 1)[1])
+    assert doc["releaseNamespace"] == NAMESPACE
+    assert doc["egress"]["dns"] == {"namespace": "kube-system", "podLabels": {"k8s-app": "kube-dns"}}
+    assert doc["egress"]["ports"] == [443]
 
 
 def _metric_families() -> set[str]:

@@ -30,6 +30,7 @@ __all__ = [
     "LEASES",
     "LOCAL_QUEUES",
     "NAMESPACES",
+    "NETWORK_POLICIES",
     "NODES",
     "PEERINGS",
     "PODS",
@@ -90,6 +91,7 @@ CONFIG_MAPS: Final = Resource("", "v1", "configmaps", True, "ConfigMap")
 SERVICE_ACCOUNTS: Final = Resource("", "v1", "serviceaccounts", True, "ServiceAccount")
 EVENTS: Final = Resource("", "v1", "events", True, "Event")
 ENDPOINT_SLICES: Final = Resource("discovery.k8s.io", "v1", "endpointslices", True, "EndpointSlice")
+NETWORK_POLICIES: Final = Resource("networking.k8s.io", "v1", "networkpolicies", True, "NetworkPolicy")
 LEASES: Final = Resource("coordination.k8s.io", "v1", "leases", True, "Lease")
 JOBSETS: Final = Resource(keys.JOBSET_GROUP, keys.JOBSET_VERSION, keys.JOBSET_PLURAL, True, "JobSet")
 CRDS: Final = Resource(

@@ -22,6 +22,9 @@ LABEL_ROLE: Final = f"{PREFIX}/role"
 LABEL_REPLICA: Final = f"{PREFIX}/replica"
 #: Serving revision (hash of the effective serving spec) the JobSet was rendered from.
 LABEL_REVISION: Final = f"{PREFIX}/revision"
+#: On a workload's engine NetworkPolicy: hash of the spec it was rendered with
+#: (render/networkpolicy.py; the planner re-applies it when that differs).
+ANNOTATION_POLICY_HASH: Final = f"{PREFIX}/policy-hash"
 #: The standard "who manages this" label (Kubernetes recommended labels).
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "sparkrun-operator"

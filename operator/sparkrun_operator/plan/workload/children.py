@@ -1,4 +1,5 @@
-"""Stage 3, children: the Service and one JobSet per replica slot at the serving revision.
+"""Stage 3, children: the Service, the engines' NetworkPolicy (with ``--engine-network-policy``)
+and one JobSet per replica slot at the serving revision.
 
 Rollouts replace JobSets at other revisions (surge first with ``maxSurge > 0``, delete first
 with ``maxSurge == 0``, never more than ``replicas + maxSurge`` JobSets counting ones still
@@ -28,6 +29,7 @@ from sparkrun_operator.plan.workload.model import (
 )
 from sparkrun_operator.plan.workload.rolloutgate import Verdict
 from sparkrun_operator.render import names
+from sparkrun_operator.render.networkpolicy import ANNOTATION_POLICY_HASH, render_engine_policy
 from sparkrun_operator.render.workload import Owner, ServingInputs, render_jobset, render_service
 
 
@@ -39,12 +41,25 @@ def plan_children(
     desired_service = render_service(namespace=obs.namespace, workload=obs.name, owner=owner)
     if _service_differs(obs.service, desired_service):
         out.apply.append(desired_service)
+    _plan_network_policy(obs, out, owner)
     live = [js for js in obs.jobsets if not js.deleting]
     if inputs is not None and out.revision is not None:
         _plan_jobsets(obs=obs, out=out, inputs=inputs, owner=owner, live=live, verdict=verdict or Verdict())
     else:
         # Hold: keep what runs, create nothing new. Terminal and surplus JobSets still go.
         _cleanup_only(obs=obs, out=out, live=live)
+
+
+def _plan_network_policy(obs: Observation, out: Plan, owner: Owner) -> None:
+    """The engines' NetworkPolicy (``--engine-network-policy``), when what it was rendered from
+    changed or it is missing. Without the flag the operator makes none (and leaves any it made)."""
+    if obs.engine_policy is None:
+        return
+    desired = render_engine_policy(
+        namespace=obs.namespace, workload=obs.name, policy=obs.engine_policy, owner=owner.reference()
+    )
+    if obs.network_policy != desired["metadata"]["annotations"][ANNOTATION_POLICY_HASH]:
+        out.apply.append(desired)
 
 
 def _service_differs(observed: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> bool:
