@@ -1,7 +1,8 @@
 """Gateway benchmark: added latency and streamed tokens/s, direct vs gateway vs nginx vs LiteLLM.
 
 ``python -m bench.gateway [--quick] [--litellm PATH] [--upstream standin|llmd-sim]
-[--loadgen go|python] [--workers 1,2] [--arrivals burst|staggered] [--pin] [--targets a,b]``
+[--loadgen go|python] [--workers 1,2] [--arrivals burst|staggered] [--pin] [--targets a,b]
+[--auth keys,kubernetes]``
 
 One upstream serves every target, so the comparison is of the proxies alone. It is the engine
 stand-in (``--upstream standin``, the default) or llm-d-inference-sim (``--upstream llmd-sim``,
@@ -17,6 +18,9 @@ answer has exactly ``OUTPUT_TOKENS`` tokens):
   well-engineered hop with no model routing. Each row reports the gateway's added TTFT p50 minus
   nginx's (goal: at most 0.2 ms) and the gateway's tokens/s over nginx's (goal at 256 streams: at
   least 0.98);
+- ``gateway-keys``, ``gateway-k8s`` (``--auth keys,kubernetes``): the gateway with API keys, and
+  with Kubernetes tokens against a loopback TokenReview/SubjectAccessReview API (warm caches;
+  :mod:`bench.gateway_auth`); each row adds their TTFT over ``gateway``'s (authentication ``none``);
 - ``litellm``: the LiteLLM proxy (``litellm[proxy]`` pinned to ``LITELLM_VERSION`` from PyPI, in
   its own venv; default ``/tmp/litellm-venv/bin/litellm``, ``make bench-gateway`` installs it)
   in front of it, when installed.
@@ -55,7 +59,7 @@ from typing import Any
 
 from sparkrun_testbed import llmdsim
 
-from . import _loadgen, _nginx
+from . import _loadgen, _nginx, gateway_auth
 from ._common import Proc, Sample, StreamClient, environment, free_port, median, pct, write_json
 
 # LiteLLM refuses to start without a strong master key; every target gets the same bearer token.
@@ -93,6 +97,7 @@ class Targets:
         upstream: str = "standin",
         proxy_cpus: set[int] | None = None,
         nginx: str | None = None,
+        auth: list[str] | None = None,
     ) -> None:
         self.procs: dict[str, Proc] = {}
         self.ports: dict[str, int] = {}
@@ -102,6 +107,8 @@ class Targets:
         self.proxy_cpus = proxy_cpus
         #: the nginx executable of the ``nginx`` target, or ``None`` for no such target
         self.nginx = nginx
+        #: ``--auth``: a gateway target per authentication mode (bench/gateway_auth.py)
+        self.auth = auth or []
         try:
             self._start(workdir, profile, litellm, upstream)
         except BaseException:
@@ -133,6 +140,8 @@ class Targets:
             )
             self._proxy(name, gateway)
             gateway.wait_http(f"http://127.0.0.1:{gport}/healthz")
+        if self.auth:
+            gateway_auth.start_targets(self, workdir, routes, BENCH_KEY, self.auth, profile)
         if self.baseline:  # another build of the gateway (e.g. a checkout of main), side by side
             bport = free_port()
             self.ports["baseline"] = bport
@@ -394,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--workers", default="1", help="gateway --workers values, one target each")
     parser.add_argument("--targets", default="", help="only these targets (comma-separated names)")
+    parser.add_argument("--auth", default="", help="also the gateway with these auth modes (keys,kubernetes)")
     parser.add_argument(
         "--baseline-python", help="a Python with another gateway build installed: target 'baseline'"
     )
@@ -457,8 +467,17 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
         os.chmod(tmp, 0o711)  # nginx's workers (nobody, when run as root) reach their temp paths
         for profile in args.profiles.split(","):
+            auth = [m for m in args.auth.split(",") if m]
             targets = Targets(
-                Path(tmp), profile, litellm, workers, args.baseline_python, args.upstream, proxy_cpus, nginx
+                Path(tmp),
+                profile,
+                litellm,
+                workers,
+                args.baseline_python,
+                args.upstream,
+                proxy_cpus,
+                nginx,
+                auth,
             )
             try:
                 names = [n for n in targets.ports if wanted is None or n in wanted]
@@ -467,6 +486,7 @@ def main(argv: list[str] | None = None) -> int:
                     row = measure_level(targets, names, loadgen, concurrency, rounds, stagger)
                     results["results"].setdefault(profile, {})[str(concurrency)] = row
                     _print_row(profile, concurrency, row)
+                    gateway_auth.annotate(row, targets)
                     path = write_json("gateway", results, path)  # after every row: partial runs count
             finally:
                 targets.stop()

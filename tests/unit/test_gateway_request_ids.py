@@ -1,5 +1,6 @@
 """The gateway's own request ids (``gateway/app.py``): 32 hex digits, never repeated within a
-process, and another process (another ``--workers`` worker) draws another prefix."""
+process, and another process (another ``--workers`` worker, another key) draws other ids.
+Unpredictability: ``tests/gateway/test_auth_identity.py``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import re
 from sparkrun_operator.gateway.app import _RequestIds
 
 
-def test_ids_are_hex_unique_and_prefixed_per_process() -> None:
+def test_ids_are_hex_unique_and_differ_per_process() -> None:
     ids = _RequestIds()
     drawn = [ids() for _ in range(10_000)]
     assert all(re.fullmatch(r"[0-9a-f]{32}", rid) for rid in drawn)

@@ -3,8 +3,12 @@
 - **Limits and budgets** (:mod:`.limits`): an inference request counts against the requests in
   flight (in all and per API key, 503/429 beyond) for as long as it runs, and a request's body
   holds its reservation in the buffered-bytes budget until the request ends.
-- **Keys** (:mod:`.auth`): with a key source configured a request needs a known key (401); a
-  model the key does not grant is treated as absent (404 ``No instance found``).
+- **Who calls** (the gateway's authentication mode): ``none``, every caller is the same caller;
+  ``keys`` (:mod:`.auth`), a request needs a known key (401); ``kubernetes``
+  (:mod:`.identity`), a token the apiserver authenticates (401), and each workload needs a
+  SubjectAccessReview (cached). A model the caller may not use is treated as absent (404
+  ``No instance found``): in listings, in resolution, and so for a wake, which only a resolved
+  request starts.
 - **Resolution**: a model name or alias resolves in the routing snapshot (a dict lookup) to a
   workload with the endpoint's capability (400 otherwise); a Sleeping/Stopped workload is woken
   (:mod:`.wake`) and the request held until it routes.
@@ -15,17 +19,20 @@ never a handler or the application.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkrun_operator.plan.served import TEXT_GENERATION
 
-from .auth import Grant, KeySource
+from .auth import KeySource
 from .config import GatewaySettings
 from .errors import GatewayError, bad_request, lacks_capability, no_instance
 from .limits import ByteBudget, InFlight
 from .request import Ctx
 from .routing import RoutingSource, Workload
 from .wake import WakeCoordinator
+
+if TYPE_CHECKING:  # NB: only --auth=kubernetes loads it (and with it the Kubernetes client)
+    from .identity import KubeIdentity
 
 
 class Admission:
@@ -37,10 +44,14 @@ class Admission:
         source: RoutingSource,
         keys: KeySource | None,
         wakes: WakeCoordinator,
+        identity: KubeIdentity | None = None,
     ) -> None:
+        if keys is not None and identity is not None:
+            raise ValueError("one authentication mode: API keys or Kubernetes tokens, not both")
         self.settings = settings
         self.source = source
         self.keys = keys
+        self.identity = identity
         self.wakes = wakes
         self.in_flight = InFlight(settings.max_in_flight, settings.max_in_flight_per_key)
         self.bodies = ByteBudget(settings.max_buffered_body_bytes)
@@ -67,43 +78,72 @@ class Admission:
             self.bodies.release(ctx.reserved)
             ctx.reserved = 0
 
-    # -- keys and models ----------------------------------------------------------------------
+    # -- callers and models -----------------------------------------------------------------
 
-    def authorize(self, ctx: Ctx) -> Grant | None:
-        """The caller's grant; 401 when keys are configured and the key is missing or unknown."""
-        if self.keys is None:
-            return None
-        if not ctx.api_key:
-            raise GatewayError(401, "Missing API key (send Authorization: Bearer <key> or x-api-key)")
-        grant = self.keys.lookup(ctx.api_key)
-        if grant is None:
-            raise GatewayError(401, "Invalid API key", code="invalid_api_key")
-        return grant
+    async def identify(self, ctx: Ctx) -> None:
+        """Who calls (once per request): sets ``ctx.caller`` and the caller's grant or user.
 
-    def granted(self, ctx: Ctx, name: str) -> Workload | None:
-        """The workload serving ``name`` if the caller's key grants it (401 for a bad key)."""
-        grant = self.authorize(ctx)
+        401 for a missing or unknown key or token; in ``kubernetes`` mode 429/503 when the
+        TokenReview is throttled or could not be made. Mode ``none`` knows one caller ("")."""
+        if ctx.identified:
+            return
+        if self.keys is not None:
+            if not ctx.api_key:
+                raise GatewayError(401, "Missing API key (send Authorization: Bearer <key> or x-api-key)")
+            grant = self.keys.lookup(ctx.api_key)
+            if grant is None:
+                raise GatewayError(401, "Invalid API key", code="invalid_api_key")
+            ctx.grant = grant
+        elif self.identity is not None:
+            client = ctx.scope.get("client")
+            ctx.user = await self.identity.authenticate(ctx.api_key, source=str(client[0]) if client else "")
+            ctx.caller = self.identity.caller_of(ctx.user)
+        ctx.identified = True
+
+    async def may_use(self, ctx: Ctx, name: str, workload: Workload) -> bool:
+        """Whether the (identified) caller may use ``name`` of ``workload``."""
+        if ctx.grant is not None:
+            return ctx.grant.allows(name, workload.namespace)
+        if ctx.user is not None and self.identity is not None:
+            return await self.identity.may_use(ctx.user, workload.namespace, workload.name)
+        return True
+
+    async def granted(self, ctx: Ctx, name: str) -> Workload | None:
+        """The workload serving ``name`` if the caller may use it (401 for a bad key or token)."""
+        await self.identify(ctx)
         workload = self.source.snapshot().lookup(name)
-        if workload is None or (grant is not None and not grant.allows(name, workload.namespace)):
+        if workload is None or not await self.may_use(ctx, name, workload):
             return None
         return workload
 
-    def visible(self, ctx: Ctx) -> list[tuple[str, Workload]]:
-        """Every (name, workload) that routes and the caller's key may use, aliases included (a
-        name another workload keeps is not listed for the loser)."""
-        grant = self.authorize(ctx)
-        table = self.source.snapshot()
-        return [
-            (name, wl)
-            for name, wl in table.by_name.items()
-            if grant is None or grant.allows(name, wl.namespace)
-        ]
+    async def visible(self, ctx: Ctx) -> list[tuple[str, Workload]]:
+        """Every (name, workload) that routes and the caller may use, aliases included (a name
+        another workload keeps is not listed for the loser)."""
+        await self.identify(ctx)
+        named = list(self.source.snapshot().by_name.items())
+        if ctx.grant is not None:
+            grant = ctx.grant
+            return [(name, wl) for name, wl in named if grant.allows(name, wl.namespace)]
+        if ctx.user is not None and self.identity is not None:
+            usable = await self.identity.usable(ctx.user, {wl.key: wl for _, wl in named}.values())
+            return [(name, wl) for name, wl in named if wl.key in usable]
+        return named
+
+    async def may_read_metrics(self, ctx: Ctx) -> bool:
+        """``/metrics`` on the serving port: open without authentication; else an administrator
+        key, or (``kubernetes``) a user that may ``get`` the non-resource URL ``/metrics``."""
+        await self.identify(ctx)
+        if ctx.grant is not None:
+            return ctx.grant.admin
+        if ctx.user is not None and self.identity is not None:
+            return await self.identity.may_read_metrics(ctx.user)
+        return True
 
     async def admit(self, ctx: Ctx, model: Any, capability: str) -> Workload:
         """Resolve ``model`` to a routable workload with ``capability``, waking it if needed."""
         if not isinstance(model, str) or not model:
             raise bad_request("'model' is required and must be a non-empty string", param="model")
-        workload = self.granted(ctx, model)
+        workload = await self.granted(ctx, model)
         if workload is None:
             raise no_instance(model)
         ctx.model_label = model

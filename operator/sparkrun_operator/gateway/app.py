@@ -1,11 +1,11 @@
 """The gateway ASGI application: dispatch and lifespan; the work is in the services it builds.
 
 Request path (pure ASGI, no middleware stack), one way: the dispatch finds the route
-(:mod:`.routes`), admits the request (:mod:`.admission`: in-flight limits, the body read within
-its size, time and buffered-bytes budget), registers it for cancellation (:mod:`.cancellation`)
+(:mod:`.routes`), admits the request (:mod:`.admission`: who calls, in-flight limits, the body
+read within its size, time and buffered-bytes budget), registers it for cancellation (:mod:`.cancellation`)
 and calls the route's handler with the request (:class:`~.request.Ctx`) and the gateway's
 :class:`~.services.Services`. A handler decodes and validates the body, resolves the model
-(:mod:`.admission`: keys, capability, wake), connects to a backend (:mod:`.connector`) and
+(:mod:`.admission`: the caller's rights, capability, wake), connects to a backend (:mod:`.connector`) and
 relays the answer (OpenAI byte for byte, :mod:`.openai_api` and :mod:`.splice`; Anthropic and
 Ollama translated, :mod:`.translated`), counting it (:mod:`.accounting`). Handlers never import
 this module; ``lint-imports`` enforces the direction (``pyproject.toml``, the gateway's layers).
@@ -15,17 +15,20 @@ head's size, the bodies buffered by all requests together, a total deadline per 
 
 A client disconnect, or ``POST /v1/cancel/{id}``, cancels the request's task, which closes the
 upstream response (and with it the upstream connection, which makes vLLM abort the request).
-Every response carries ``x-request-id``; it is also the command id that ``/v1/cancel`` takes.
+Every response carries ``x-request-id``; it is also the command id that ``/v1/cancel`` takes,
+from the caller that sent the request only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import logging
 import os
 import re
 import time
+from typing import TYPE_CHECKING
 
 from . import routes
 from .accounting import Accounting
@@ -41,23 +44,30 @@ from .routing import RoutingSource
 from .services import Services
 from .wake import NoopWaker, WakeCoordinator, Waker
 
+if TYPE_CHECKING:  # NB: only --auth=kubernetes loads it (and with it the Kubernetes client)
+    from .identity import KubeIdentity
+
 log = logging.getLogger("sparkrun.gateway")
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 class _RequestIds:
-    """New request ids: 32 hex digits, a random prefix per process and a counter, so that no two
-    requests of any process of a gateway share one (as ``uuid4().hex`` would, but without a
-    system call for randomness on every request). Ids are no secret: ``/v1/cancel`` is scoped
-    to its caller (ADR 0019)."""
+    """New request ids: 32 hex digits, the keyed BLAKE2b (key: 32 random bytes drawn once per
+    process) of a per-process counter. Distinct within a process (a counter through a keyed
+    hash: a collision is as likely as for ``uuid4``) and across processes (another key), and not
+    guessable from ids seen before (no prefix, no step: predicting one means knowing the key),
+    without a system call for randomness on each request (one hash, about a microsecond).
+    ``/v1/cancel`` is scoped to its caller as well (ADR 0019), so a guessed id alone cancels
+    nothing."""
 
     def __init__(self) -> None:
-        self._prefix = os.urandom(8).hex()
+        self._key = os.urandom(32)
         self._count = itertools.count()
 
     def __call__(self) -> str:
-        return f"{self._prefix}{next(self._count) & 0xFFFFFFFFFFFFFFFF:016x}"
+        count = next(self._count).to_bytes(16, "little")
+        return hashlib.blake2b(count, digest_size=16, key=self._key).hexdigest()
 
 
 _new_request_id = _RequestIds()
@@ -74,10 +84,12 @@ class Gateway:
         waker: Waker | None = None,
         keys: KeySource | None = None,
         metrics: GatewayMetrics | None = None,
+        identity: KubeIdentity | None = None,
     ) -> None:
         self.source = source
         self.settings = settings = settings or GatewaySettings()
         self.keys = keys
+        self.identity = identity
         self.metrics = metrics = metrics or GatewayMetrics()
         accounting = Accounting(metrics)
         wakes = WakeCoordinator(
@@ -85,7 +97,7 @@ class Gateway:
         )
         self.services = Services(
             settings=settings,
-            admission=Admission(settings, source, keys, wakes),
+            admission=Admission(settings, source, keys, wakes, identity),
             connector=Connector(settings, metrics),
             accounting=accounting,
             cancellation=Cancellation(),
@@ -104,6 +116,8 @@ class Gateway:
         start_keys = getattr(self.keys, "start", None)  # watch-fed key sources (Secrets)
         if start_keys is not None:
             await start_keys()
+        if self.identity is not None:
+            await self.identity.start()
         self._started = True
 
     async def shutdown(self) -> None:
@@ -171,11 +185,15 @@ class Gateway:
         if self.keys is not None:
             ctx.api_key = extract_key(headers) or None
             ctx.caller = digest(ctx.api_key).hex() if ctx.api_key else "-"
+        elif self.identity is not None:
+            ctx.api_key = extract_key(headers) or None
         watcher: asyncio.Future[Message] | None = None
         slot: Slot | None = None
         counted: tuple[str | None] | None = None
         try:
             if route.inference:
+                # NB: who calls first: the in-flight cap and the cancel registry are per caller.
+                await admission.identify(ctx)
                 counted = (admission.enter(ctx),)
             if route.reads_body:
                 await admission.read_body(ctx)

@@ -1,8 +1,10 @@
 """Optional API keys: a key grants a set of models (or all of them).
 
-Keys come from a :class:`KeySource` (a static file here; a Kubernetes Secret later). With no key
-source configured the gateway is open. A request carries its key as ``Authorization: Bearer K``
-(OpenAI, Ollama) or ``x-api-key: K`` (Anthropic). A missing or unknown key is 401; a model the
+Keys come from a :class:`KeySource` (a static file here; Kubernetes Secrets in :mod:`.kube`):
+the ``keys`` authentication mode. Without a key source the gateway is open (mode ``none``: every
+caller is one caller) or takes Kubernetes tokens instead (``kubernetes``, :mod:`.identity`). A
+request carries its key as ``Authorization: Bearer K`` (OpenAI, Ollama) or ``x-api-key: K``
+(Anthropic). A missing or unknown key is 401; a model the
 key does not grant is answered as an absent one is (404 ``No instance found``;
 ``docs/gateway.md``, "API keys").
 """

@@ -1,7 +1,9 @@
 """Cancellation: the in-flight requests ``POST /v1/cancel/{id}`` can stop, per caller.
 
 Every inference request is registered under (caller, request id) while it runs; ids are scoped
-to their caller (ADR 0019), so one key cannot cancel another's request. Cancelling cancels the
+to their caller (ADR 0019: the key's digest, or the Kubernetes user's uid with
+``--auth=kubernetes``; one caller without authentication), so one caller cannot cancel
+another's request, even knowing its id. Cancelling cancels the
 request's task, which closes the upstream response (and with it the upstream connection, which
 makes the engine abort the generation); the dispatch answers the request as cancelled.
 

@@ -14,7 +14,7 @@ from .workers import worker_index
 
 async def models(svc: Services, ctx: Ctx) -> None:
     data = []
-    for name, wl in svc.admission.visible(ctx):
+    for name, wl in await svc.admission.visible(ctx):
         data.append(
             {
                 "id": name,
@@ -35,12 +35,12 @@ async def models(svc: Services, ctx: Ctx) -> None:
 
 async def ollama_tags(svc: Services, ctx: Ctx) -> None:
     await ctx.respond(
-        200, dumps({"models": [ollama_api.tag(name, wl) for name, wl in svc.admission.visible(ctx)]})
+        200, dumps({"models": [ollama_api.tag(name, wl) for name, wl in await svc.admission.visible(ctx)]})
     )
 
 
 async def ollama_ps(svc: Services, ctx: Ctx) -> None:
-    models = [ollama_api.running(name, wl) for name, wl in svc.admission.visible(ctx) if wl.routable]
+    models = [ollama_api.running(name, wl) for name, wl in await svc.admission.visible(ctx) if wl.routable]
     await ctx.respond(200, dumps({"models": models}))
 
 
@@ -49,7 +49,7 @@ async def ollama_show(svc: Services, ctx: Ctx) -> None:
     name = doc.get("name") or doc.get("model")  # name wins (docs/gateway.md)
     if not isinstance(name, str) or not name:
         raise bad_request("name or model is required")
-    wl = svc.admission.granted(ctx, name)
+    wl = await svc.admission.granted(ctx, name)
     if wl is None:
         raise GatewayError(404, f"model '{name}' not found")
     await ctx.respond(200, dumps(ollama_api.show(name, wl)))
@@ -77,7 +77,7 @@ async def ollama_root(svc: Services, ctx: Ctx) -> None:
 
 async def cancel(svc: Services, ctx: Ctx) -> None:
     command_id = ctx.scope["path"].removeprefix("/v1/cancel/")
-    svc.admission.authorize(ctx)  # 401 without a valid key when keys are on
+    await svc.admission.identify(ctx)  # 401 without a valid key or token when authentication is on
     if not svc.cancellation.cancel(ctx.caller, command_id):
         raise GatewayError(404, "Command not found or already completed")
     await ctx.respond(200, dumps({"message": "Command cancelled.", "command_id": command_id}))
@@ -85,9 +85,9 @@ async def cancel(svc: Services, ctx: Ctx) -> None:
 
 async def metrics(svc: Services, ctx: Ctx) -> None:
     """Prometheus text. With keys on, only an administrator key (every model of every namespace)
-    reads it here; scrapers use the key-less ``--metrics-port`` listener instead."""
-    grant = svc.admission.authorize(ctx)
-    if grant is not None and not grant.admin:
+    reads it here, with Kubernetes tokens a user that may ``get`` ``/metrics``; scrapers use the
+    key-less ``--metrics-port`` listener instead."""
+    if not await svc.admission.may_read_metrics(ctx):
         raise GatewayError(403, "Metrics need an administrator key (or the --metrics-port listener)")
     await ctx.respond(200, svc.accounting.metrics.render(), b"text/plain; version=0.0.4; charset=utf-8")
 

@@ -12,14 +12,18 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkrun_operator.errors import SparkrunError
 
+from .auth import Grant
 from .balancer import Backend
 from .config import GatewaySettings
 from .errors import Family, GatewayError, bad_request, render
 from .limits import ByteBudget
+
+if TYPE_CHECKING:  # NB: the gateway imports no Kubernetes client unless --auth=kubernetes
+    from sparkrun_operator.k8s.auth import UserInfo
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -106,10 +110,18 @@ class Ctx:
     stream_end: Callable[[str], bytes] | None = None
     """Bytes that end the current stream with an in-band error in the family's protocol."""
     api_key: str | None = None
-    """The API key the request sent (read once; ``None`` without one or when keys are off)."""
+    """The API key or token the request sent (read once; ``None`` without one or without
+    authentication)."""
     caller: str = ""
-    """Who is calling: the key's digest (hex), ``"-"`` without a key, ``""`` when keys are off.
-    Scopes the cancel registry and the per-key in-flight cap; the raw key is never a dict key."""
+    """Who is calling: the key's digest (hex) with keys, the TokenReview user's uid (else name)
+    with Kubernetes tokens, ``""`` without authentication (one caller). Scopes the cancel
+    registry and the per-caller in-flight cap; the raw key or token is never a dict key."""
+    identified: bool = False
+    """The caller was authenticated (``Admission.identify`` ran)."""
+    grant: Grant | None = None
+    """The caller's key grant (API keys mode)."""
+    user: UserInfo | None = None
+    """The caller's Kubernetes user (``kubernetes`` mode)."""
 
     async def start_response(self, status: int, ctype: bytes, extra: Headers = ()) -> None:
         self.status = status

@@ -3,6 +3,8 @@
 - :class:`Authenticator`: bearer tokens through ``TokenReview``;
 - :class:`Authorizer`: permissions through ``SubjectAccessReview`` on group ``sparkrun.dev``,
   resource ``daemonoperations``, verbs ``read``, ``operate``, ``admin``, ``answer-secret``;
+- :class:`AccessReviewer`: any ``SubjectAccessReview`` (resource or non-resource attributes),
+  cached per (user digest, attributes) and rate-limited per user (the gateway's workload checks);
 - :class:`ManagerDirectory`: a principal's workload manager identity, from the annotation
   ``sparkrun.dev/manager`` of its ServiceAccount (``daemon`` otherwise);
 - :func:`request_header_config`: the front-proxy (aggregation layer) settings the apiserver
@@ -37,6 +39,7 @@ __all__ = [
     "DAEMON_RESOURCE",
     "DEFAULT_MANAGER",
     "MANAGER_ANNOTATION",
+    "AccessReviewer",
     "Authenticator",
     "Authorizer",
     "ManagerDirectory",
@@ -69,12 +72,16 @@ class UserInfo:
     extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     key: str = field(init=False, repr=False, compare=False)
+    digest: str = field(init=False, repr=False, compare=False)
+    """The SHA-256 (hex) of :attr:`key`: a short cache key for per-user decisions."""
 
     def __post_init__(self) -> None:
         # A stable cache key for everything that authorization depends on (computed once:
         # every authorization decision looks it up).
         extra = sorted((k, tuple(v)) for k, v in self.extra.items())
-        object.__setattr__(self, "key", json.dumps([self.username, self.uid, sorted(self.groups), extra]))
+        key = json.dumps([self.username, self.uid, sorted(self.groups), extra])
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "digest", hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest())
 
     @property
     def service_account(self) -> tuple[str, str] | None:
@@ -148,10 +155,11 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
 
 
 class ReviewsThrottled(SparkrunError):
-    """Too many TokenReviews for one source address; retry after ``retry_after`` seconds."""
+    """Too many TokenReviews for one source address (or access reviews for one user); retry
+    after ``retry_after`` seconds."""
 
-    def __init__(self, retry_after: float) -> None:
-        super().__init__(f"too many token reviews; retry in {retry_after:.1f} s")
+    def __init__(self, retry_after: float, what: str = "token reviews") -> None:
+        super().__init__(f"too many {what}; retry in {retry_after:.1f} s")
         self.retry_after = retry_after
 
 
@@ -205,12 +213,13 @@ class Authenticator:
         limiter: SourceLimiter | None = None,
         max_rejected: int = 8192,
         max_concurrent: int = 16,
+        max_entries: int = 10_000,
     ) -> None:
         self.rest = rest
         self.ttl = ttl
         self.negative_ttl = negative_ttl
         self.audiences = audiences
-        self.cache: TtlCache[str, UserInfo | None] = TtlCache()
+        self.cache: TtlCache[str, UserInfo | None] = TtlCache(max_entries=max_entries)
         self.rejected: TtlCache[str, bool] = TtlCache(max_entries=max_rejected)
         self.limiter = limiter or SourceLimiter()
         self._slots = asyncio.Semaphore(max_concurrent)
@@ -300,13 +309,74 @@ class Authorizer:
         return allowed, self.ttl if allowed else self.negative_ttl
 
 
-async def subject_access_review(rest: Kube, user: UserInfo, attributes: Mapping[str, str]) -> bool:
+Attributes = tuple[tuple[str, str], ...]
+"""A SubjectAccessReview's attributes as sorted pairs (hashable: part of a cache key)."""
+
+
+class AccessReviewer:
+    """Whether a user may do what a ``SubjectAccessReview``'s attributes name, cached.
+
+    Answers are cached per (user digest, attributes): allowed for ``ttl`` seconds, denied for
+    ``negative_ttl``, at most ``max_entries`` (oldest first out). A decision in neither costs a
+    review, which each user may spend at ``limiter``'s rate (beyond it :class:`ReviewsThrottled`,
+    without asking the apiserver); at most ``max_concurrent`` reviews are in flight; concurrent
+    identical questions share one review. A failed review (the apiserver did not answer) raises
+    the client's error and caches nothing.
+    """
+
+    def __init__(
+        self,
+        rest: Kube,
+        *,
+        ttl: float = 10.0,
+        negative_ttl: float = 5.0,
+        max_entries: int = 16_384,
+        limiter: SourceLimiter | None = None,
+        max_concurrent: int = 16,
+    ) -> None:
+        self.rest = rest
+        self.ttl = ttl
+        self.negative_ttl = negative_ttl
+        self.cache: TtlCache[tuple[str, bool, Attributes], bool] = TtlCache(max_entries=max_entries)
+        self.limiter = limiter or SourceLimiter(rate=20.0, burst=200.0)
+        self._slots = asyncio.Semaphore(max_concurrent)
+        self.reviews = 0
+        self.throttled = 0
+
+    async def permits(self, user: UserInfo, attributes: Attributes, *, non_resource: bool = False) -> bool:
+        """Whether ``user`` may (``attributes``: ``resourceAttributes``, or with
+        ``non_resource`` ``nonResourceAttributes``). Raises :class:`ReviewsThrottled`."""
+        key = (user.digest, non_resource, attributes)
+        known = self.cache.peek(key)
+        if known is not None:
+            self.cache.hits += 1
+            return known
+        if not self.cache.loading(key):
+            wait = self.limiter.take(user.digest)
+            if wait > 0:
+                self.throttled += 1
+                raise ReviewsThrottled(wait, "access reviews")
+        return await self.cache.get(key, lambda: self._review(user, attributes, non_resource))
+
+    async def _review(self, user: UserInfo, attributes: Attributes, non_resource: bool) -> tuple[bool, float]:
+        async with self._slots:
+            self.reviews += 1
+            allowed = await subject_access_review(
+                self.rest, user, dict(attributes), non_resource=non_resource
+            )
+        return allowed, self.ttl if allowed else self.negative_ttl
+
+
+async def subject_access_review(
+    rest: Kube, user: UserInfo, attributes: Mapping[str, str], *, non_resource: bool = False
+) -> bool:
     """Whether ``user`` (name, groups, uid, extra) may do what ``attributes`` (a
-    SubjectAccessReview's ``resourceAttributes``) name: one review, no cache."""
+    SubjectAccessReview's ``resourceAttributes``, or ``nonResourceAttributes`` with
+    ``non_resource``) name: one review, no cache."""
     spec: dict[str, object] = {
         "user": user.username,
         "groups": list(user.groups),
-        "resourceAttributes": dict(attributes),
+        "nonResourceAttributes" if non_resource else "resourceAttributes": dict(attributes),
     }
     if user.uid:
         spec["uid"] = user.uid
