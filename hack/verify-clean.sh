@@ -3,7 +3,7 @@
 # Every generated path of the repository is listed here (and written by `make generate`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-paths=(crds operator/sparkrun_operator/ops/data helm manifests)
+paths=(crds operator/sparkrun_operator/ops/data helm manifests docs/security.md)
 existing=(); for p in "${paths[@]}"; do [[ -e $p ]] && existing+=("$p"); done
 status=0
 if ! git diff --exit-code --stat -- "${existing[@]}"; then

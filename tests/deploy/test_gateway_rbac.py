@@ -67,26 +67,33 @@ async def test_the_gateway_reads_no_secrets_unless_keys_are_enabled(
             table = source.snapshot()
             while table.lookup(f"alias-{namespace}") is None:
                 table = await source.wait_changed(table.version)
-        # gateway.apiKeys.enabled: the key Secrets can be read (and grant only their namespace).
+        # gateway.apiKeys.enabled, serving every namespace: the key Secrets are read in the release
+        # namespace only (an administrator namespace: its keys may grant every namespace), never
+        # cluster-wide.
         helm_bin = helm_binary()
         assert helm_bin is not None, "the pinned helm is built by make testbed-bin"
         chart = render(helm_bin, tmp_path, {"gateway": {"apiKeys": {"enabled": True}}})
-        role = chart.get("ClusterRole", "sparkrun-gateway")
-        kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump(role))
-        assert can("list", "secrets", "-n", namespace)
+        assert not [
+            r for r in chart.get("ClusterRole", "sparkrun-gateway")["rules"] if "secrets" in r["resources"]
+        ]
+        for kind in ("Role", "RoleBinding"):
+            doc = chart.get(kind, "sparkrun-gateway-keys", SYSTEM_NS)
+            kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump(doc))
+        assert can("list", "secrets", "-n", SYSTEM_NS)
+        assert not can("list", "secrets", "-n", namespace)
         kube.apply(
             {
                 "apiVersion": "v1",
                 "kind": "Secret",
                 "metadata": {
-                    "name": "k",
-                    "namespace": namespace,
+                    "name": f"k-{namespace}",
+                    "namespace": SYSTEM_NS,
                     "labels": {"sparkrun.dev/gateway-key": "true"},
                 },
                 "data": {"key": base64.b64encode(f"sk-{namespace}".encode()).decode()},
             }
         )
-        keys = SecretKeySource(conn)
+        keys = SecretKeySource(conn, namespace=[SYSTEM_NS], admin_namespaces=[SYSTEM_NS])
         await asyncio.sleep(1.0)  # RBAC caches catch up
         await keys.start()
         try:
@@ -97,10 +104,14 @@ async def test_the_gateway_reads_no_secrets_unless_keys_are_enabled(
                     break
                 await asyncio.sleep(0.1)
             assert grant is not None
-            assert grant.namespace == namespace
+            assert grant.namespace is None, "a release-namespace key may grant every namespace"
         finally:
             await keys.close()
     finally:
         await source.close()
         await conn.close()
-        kubectl("delete", "clusterrolebinding", "sparkrun-gateway-keys", "--ignore-not-found", check=False)
+        kubectl("delete", "secret", f"k-{namespace}", "-n", SYSTEM_NS, "--ignore-not-found", check=False)
+        for kind in ("rolebinding", "role"):
+            kubectl(
+                "delete", kind, "sparkrun-gateway-keys", "-n", SYSTEM_NS, "--ignore-not-found", check=False
+            )

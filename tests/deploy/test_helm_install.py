@@ -60,6 +60,10 @@ def test_install_upgrade_uninstall_keeps_the_ca_and_applies_rbac_values(kubectl:
         assert can("gateway", "list", "secrets", "-n", namespace)
         assert not can("gateway", "list", "secrets", "-n", "default"), "keys only where it routes"
         assert not can("gateway", "watch", "inferenceworkloads.sparkrun.dev", "-n", "default")
+        # The deprecated gateway.watchNamespace counts as watchNamespaces: Roles for the operator too.
+        assert can("operator", "create", "jobsets.jobset.x-k8s.io", "-n", namespace)
+        assert not can("operator", "create", "jobsets.jobset.x-k8s.io", "-n", "default")
+        assert can("operator", "list", "nodes")
     finally:
         gone = helm(helm_bin, "uninstall", RELEASE, "-n", namespace, "--wait", check=False)
     assert gone.returncode == 0, gone.stderr

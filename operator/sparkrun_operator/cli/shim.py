@@ -31,6 +31,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     run = commands.add_parser("serve", help="serve the daemon API until interrupted")
     run.add_argument("-n", "--namespace", default=os.environ.get("POD_NAMESPACE", "sparkrun-system"))
+    run.add_argument(
+        "--watch-namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="count only these namespaces' pods (and --namespace's) in GPU occupancy, one list each, "
+        "so no cluster-wide pod list is needed (repeatable; default: every namespace)",
+    )
     run.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, else $KUBECONFIG)")
     run.add_argument("--context", default=None)
     run.add_argument("--host", default="0.0.0.0")
@@ -81,6 +89,7 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     options = ServeOptions(
         namespace=args.namespace,
+        watch_namespaces=tuple(args.watch_namespace),
         kubeconfig=args.kubeconfig,
         context=args.context,
         host=args.host,

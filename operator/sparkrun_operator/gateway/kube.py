@@ -22,17 +22,19 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import itertools
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from sparkrun_operator import safeload
+from sparkrun_operator.api.namepolicy import NamePolicy
 from sparkrun_operator.api.resources import INFERENCE_WORKLOAD
 from sparkrun_operator.gateway.auth import DigestTable, Grant
 from sparkrun_operator.gateway.routing import RoutingTable, State, TablePublisher, Workload
 from sparkrun_operator.k8s.client import GATEWAY_MANAGER, Kube
 from sparkrun_operator.k8s.informer import Informer, drop_managed_fields
-from sparkrun_operator.k8s.resources import CONFIG_MAPS, ENDPOINT_SLICES, SECRETS, resource_of
+from sparkrun_operator.k8s.resources import CONFIG_MAPS, ENDPOINT_SLICES, SECRETS, Resource, resource_of
 from sparkrun_operator.plan.names import claim_of
 from sparkrun_operator.plan.served import of_workload
 from sparkrun_operator.render import keys
@@ -49,6 +51,7 @@ FIELD_MANAGER = GATEWAY_MANAGER
 #: ``aliases.json`` = {"alias": "target model name"}, applied to workloads of its namespace.
 ALIASES_CONFIG_MAP = keys.GATEWAY_ALIASES_CONFIG_MAP
 ALIASES_KEY = "aliases.json"
+_NO_POLICY = NamePolicy()
 
 
 def _condition_true(status: dict[str, Any], type_: str) -> bool:
@@ -85,16 +88,19 @@ def ready_endpoints(slices: Iterable[dict[str, Any]]) -> tuple[str, ...]:
     return tuple(sorted(urls))
 
 
-def workload_entry(obj: dict[str, Any], slices: Iterable[dict[str, Any]]) -> Workload | None:
+def workload_entry(
+    obj: dict[str, Any], slices: Iterable[dict[str, Any]], policy: NamePolicy = _NO_POLICY
+) -> Workload | None:
     """The routing entry of one InferenceWorkload and its Service's EndpointSlices; ``None`` for
     a workload without names yet (a recipe the operator has not resolved: no ``status.model``).
 
     Names and capabilities are the workload's served model (:func:`~..plan.served.of_workload`:
     ``status.model``, the one naming rule), so the gateway routes, and rewrites to, the name the
-    engine is started with."""
+    engine is started with; the names ``policy`` refuses its namespace are withheld (not routed
+    to it, and they block nobody: plan/names.py)."""
     spec = obj.get("spec") or {}
     served = of_workload(obj)
-    claim = claim_of(obj, served) if served is not None else None
+    claim = claim_of(obj, served, policy=policy) if served is not None else None
     if served is None or claim is None:
         return None
     return Workload(
@@ -107,6 +113,7 @@ def workload_entry(obj: dict[str, Any], slices: Iterable[dict[str, Any]]) -> Wor
         endpoints=ready_endpoints(slices),
         prefix_affinity=bool((spec.get("routing") or {}).get("prefixAffinity", False)),
         created=claim.created,
+        withheld=claim.withheld,
         connect_timeout=_seconds(spec, "connectTimeoutSeconds"),
         read_timeout=_seconds(spec, "readTimeoutSeconds"),
         total_timeout=_seconds(spec, "totalTimeoutSeconds"),
@@ -139,11 +146,14 @@ def imperative_aliases(config_maps: Iterable[dict[str, Any]]) -> dict[str, dict[
     return out
 
 
-def _with_imperative(entries: list[Workload], aliases: dict[str, dict[str, str]]) -> list[Workload]:
+def _with_imperative(
+    entries: list[Workload], aliases: dict[str, dict[str, str]], policy: NamePolicy = _NO_POLICY
+) -> list[Workload]:
     """Add the imperative aliases. A declared name (any namespace) always beats one, so the
     operator, which sees only declared names, reports the same owners as the gateway routes;
-    between imperative aliases of two namespaces the first namespace (sorted) keeps it."""
-    by_name = {(e.namespace, n): e for e in entries for n in e.names}
+    between imperative aliases of two namespaces the first namespace (sorted) keeps it. An
+    alias outside its ConfigMap namespace's prefixes (``policy``) is dropped."""
+    by_name = {(e.namespace, n): e for e in entries for n in (e.served_name, *e.aliases)}
     taken = {n for e in entries for n in e.names}
     extra: dict[str, list[str]] = {}
     for namespace, table in sorted(aliases.items()):
@@ -151,6 +161,16 @@ def _with_imperative(entries: list[Workload], aliases: dict[str, dict[str, str]]
             owner = by_name.get((namespace, target))
             if owner is None:
                 continue  # the target is not served (yet): the alias resolves once it is
+            if not policy.allows(namespace, alias):
+                log.warning(
+                    "alias %r -> %r in %s ignored: %s may claim %s",
+                    alias,
+                    target,
+                    namespace,
+                    namespace,
+                    policy.describe(namespace),
+                )
+                continue
             if alias in taken:
                 if alias not in owner.names:
                     log.warning(
@@ -168,9 +188,11 @@ def build_entries(
     workloads: Iterable[dict[str, Any]],
     slices: Iterable[dict[str, Any]],
     aliases: dict[str, dict[str, str]] | None = None,
+    policy: NamePolicy = _NO_POLICY,
 ) -> list[Workload]:
     """Routing entries for ``workloads``, each with the slices of its Service and, from
-    ``aliases`` (``{namespace: {alias: target}}``), the imperative aliases naming it."""
+    ``aliases`` (``{namespace: {alias: target}}``), the imperative aliases naming it; names
+    outside a namespace's prefixes (``policy``) are not routed."""
     by_service: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for sl in slices:
         meta = sl.get("metadata") or {}
@@ -183,10 +205,10 @@ def build_entries(
         if meta.get("deletionTimestamp"):
             continue
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        entry = workload_entry(obj, by_service.get(key, []))
+        entry = workload_entry(obj, by_service.get(key, []), policy)
         if entry is not None:
             entries.append(entry)
-    return _with_imperative(entries, aliases or {})
+    return _with_imperative(entries, aliases or {}, policy)
 
 
 class KubeConnection:
@@ -220,16 +242,59 @@ async def _kube_of(conn: Kube | KubeConnection) -> Kube:
     return kube if kube.field_manager == FIELD_MANAGER else kube.as_manager(FIELD_MANAGER)
 
 
+def namespaces_of(namespace: str | Iterable[str] | None) -> tuple[str | None, ...]:
+    """The namespaces to watch: ``(None,)`` (every namespace) for ``None`` or an empty list, else
+    each named one once, in order (``watchNamespaces`` of the chart: one watch per namespace, so
+    the gateway needs rights only there)."""
+    if namespace is None or isinstance(namespace, str):
+        return (namespace or None,)
+    names = tuple(dict.fromkeys(n for n in namespace if n))
+    return names or (None,)
+
+
+class Watches:
+    """One :class:`Informer` per namespace of one resource, seen as one cache."""
+
+    def __init__(
+        self, kube: Kube, resource: Resource, namespaces: Iterable[str | None], **options: Any
+    ) -> None:
+        self.informers = [Informer(kube, resource, namespace=ns, **options) for ns in namespaces]
+
+    @property
+    def synced(self) -> bool:
+        return all(i.synced for i in self.informers)
+
+    def objects(self) -> Iterator[dict[str, Any]]:
+        """Every cached object of every namespace (keys differ: they include the namespace)."""
+        return itertools.chain.from_iterable(i.objects.values() for i in self.informers)
+
+    async def start(self) -> None:
+        for informer in self.informers:
+            await informer.start()
+
+    async def close(self) -> None:
+        for informer in self.informers:
+            await informer.close()
+
+
 class KubeRoutingSource:
     """A :class:`~sparkrun_operator.gateway.routing.RoutingSource` fed by watches."""
 
-    def __init__(self, conn: Kube | KubeConnection, *, namespace: str | None = None) -> None:
+    def __init__(
+        self,
+        conn: Kube | KubeConnection,
+        *,
+        namespace: str | Iterable[str] | None = None,
+        name_policy: NamePolicy = _NO_POLICY,
+    ) -> None:
         self._conn = conn
-        self._namespace = namespace
+        self._namespaces = namespaces_of(namespace)
+        #: Which names each namespace may claim (``--name-prefixes``); the rest is not routed.
+        self.name_policy = name_policy
         self._publisher = TablePublisher()
-        self._workloads: Informer | None = None
-        self._slices: Informer | None = None
-        self._aliases: Informer | None = None
+        self._workloads: Watches | None = None
+        self._slices: Watches | None = None
+        self._aliases: Watches | None = None
 
     def snapshot(self) -> RoutingTable:
         return self._publisher.snapshot()
@@ -241,21 +306,21 @@ class KubeRoutingSource:
         if self._workloads is not None:
             return
         kube = await _kube_of(self._conn)
-        ns = self._namespace
+        ns = self._namespaces
         prune = drop_managed_fields
-        self._slices = Informer(
+        self._slices = Watches(
             kube,
             ENDPOINT_SLICES,
-            namespace=ns,
+            ns,
             label_selector=LABEL_WORKLOAD,
             transform=prune,
             on_change=self._rebuild,
         )
-        self._workloads = Informer(kube, WORKLOADS, namespace=ns, transform=prune, on_change=self._rebuild)
-        self._aliases = Informer(
+        self._workloads = Watches(kube, WORKLOADS, ns, transform=prune, on_change=self._rebuild)
+        self._aliases = Watches(
             kube,
             CONFIG_MAPS,
-            namespace=ns,
+            ns,
             field_selector=f"metadata.name={ALIASES_CONFIG_MAP}",
             transform=prune,
             on_change=self._rebuild,
@@ -277,7 +342,10 @@ class KubeRoutingSource:
         if not (workloads.synced and slices.synced and aliases.synced):
             return
         entries = build_entries(
-            workloads.objects.values(), slices.objects.values(), imperative_aliases(aliases.objects.values())
+            workloads.objects(),
+            slices.objects(),
+            imperative_aliases(aliases.objects()),
+            self.name_policy,
         )
         # NB: a contested name affects only that name (plan/names.py); the rest always updates.
         self._publisher.publish(entries)
@@ -331,23 +399,23 @@ class SecretKeySource:
         self,
         conn: Kube | KubeConnection,
         *,
-        namespace: str | None = None,
+        namespace: str | Iterable[str] | None = None,
         admin_namespaces: Iterable[str] = (),
     ) -> None:
         self._conn = conn
-        self._namespace = namespace
+        self._namespaces = namespaces_of(namespace)
         self.admin_namespaces = frozenset(admin_namespaces)
         self._table = DigestTable()
-        self._secrets: Informer | None = None
+        self._secrets: Watches | None = None
 
     async def start(self) -> None:
         if self._secrets is not None:
             return
         kube = await _kube_of(self._conn)
-        self._secrets = Informer(
+        self._secrets = Watches(
             kube,
             SECRETS,
-            namespace=self._namespace,
+            self._namespaces,
             label_selector=LABEL_GATEWAY_KEY,
             transform=drop_managed_fields,
             on_change=self._rebuild,
@@ -362,7 +430,7 @@ class SecretKeySource:
     def _rebuild(self) -> None:
         found = (
             grant_of(secret, admin_namespaces=self.admin_namespaces)
-            for secret in (self._secrets.objects.values() if self._secrets is not None else ())
+            for secret in (self._secrets.objects() if self._secrets is not None else ())
         )
         self._table = DigestTable([f for f in found if f is not None])
 

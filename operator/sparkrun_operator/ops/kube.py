@@ -8,6 +8,7 @@ summarise GPU occupancy from bound, non-terminated pods. All reads; one list per
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -131,13 +132,19 @@ class Occupancy:
         return [p for p in self.pods if p.node == node]
 
 
-async def occupancy(rest: Kube, *, gpu_resource: str = DEFAULT_GPU_RESOURCE) -> Occupancy:
-    """All nodes and every bound, non-terminated pod (one list each)."""
+async def occupancy(
+    rest: Kube, *, namespaces: Sequence[str] = (), gpu_resource: str = DEFAULT_GPU_RESOURCE
+) -> Occupancy:
+    """All nodes and every bound, non-terminated pod: of every namespace (one list), or of
+    ``namespaces`` only (one list each: the chart's watchNamespaces grants pods nowhere else, so
+    other namespaces' GPU pods are not seen; the scheduler still enforces capacity)."""
     nodes = {n.name: n for n in map(node_view, await rest.list(NODES, cached=True))}
+    selector = "status.phase!=Succeeded,status.phase!=Failed,spec.nodeName!="
+    listed = await asyncio.gather(
+        *(rest.list(PODS, ns, field_selector=selector, cached=True) for ns in (tuple(namespaces) or (None,)))
+    )
     pods = []
-    for pod in await rest.list(
-        PODS, field_selector="status.phase!=Succeeded,status.phase!=Failed,spec.nodeName!=", cached=True
-    ):
+    for pod in (p for chunk in listed for p in chunk):
         meta, spec, status = pod.get("metadata", {}), pod.get("spec", {}), pod.get("status", {})
         labels = meta.get("labels") or {}
         containers = spec.get("containers") or [{}]

@@ -18,6 +18,10 @@ class Settings:
 
     #: Namespace of DaemonJobs and of the workloads, recipes and aliases the API manages.
     namespace: str = "sparkrun-system"
+    #: Namespaces whose pods count in the GPU occupancy of nodes (the chart's watchNamespaces
+    #: and :attr:`namespace`), each listed on its own so that no cluster-wide pod list is needed;
+    #: empty: every namespace (one list).
+    pod_namespaces: tuple[str, ...] = ()
     #: The gateway's Service (``proxy.*`` operations read its state).
     gateway_service: str = keys.GATEWAY_NAME
     gateway_namespace: str | None = None

@@ -57,6 +57,9 @@ class ServeOptions:
     """How to run the shim (the ``sparkrun-k8s shim serve`` flags)."""
 
     namespace: str = "sparkrun-system"
+    #: The chart's watchNamespaces: GPU occupancy lists pods only there and in ``namespace``
+    #: (empty: every namespace).
+    watch_namespaces: tuple[str, ...] = ()
     kubeconfig: str | None = None
     context: str | None = None
     host: str = "0.0.0.0"
@@ -92,7 +95,12 @@ async def build(options: ServeOptions, rest: Kube | None = None, *, sync_timeout
         rest = await Kube.connect(
             field_manager=DAEMON_API_MANAGER, kubeconfig=options.kubeconfig, context=options.context
         )
-    settings = Settings(namespace=options.namespace)
+    pods = (
+        tuple(dict.fromkeys((*options.watch_namespaces, options.namespace)))
+        if options.watch_namespaces
+        else ()
+    )
+    settings = Settings(namespace=options.namespace, pod_namespaces=pods)
     daemonjobs = DaemonJobs(rest, options.namespace)
     cache = JobCache(daemonjobs)
     try:

@@ -297,7 +297,7 @@ class Streams:
                 del self.sessions[key]
 
     async def _sample(self, sessions: list[_Session]) -> list[dict[str, Any]]:
-        seen = await kube.occupancy(self.rest)
+        seen = await kube.occupancy(self.rest, namespaces=self.settings.pod_namespaces)
         rows = []
         for session in sessions:
             node = seen.nodes.get(session.host)

@@ -213,7 +213,7 @@ def _workload_row(pods: list[kube.GpuPod], workload: str) -> dict[str, Any]:
 
 
 async def _observation(ctx: OperationContext, args: dict[str, Any]) -> tuple[dict[str, Any], kube.Occupancy]:
-    seen = await kube.occupancy(ctx.rest)
+    seen = await kube.occupancy(ctx.rest, namespaces=ctx.settings.pod_namespaces)
     hosts, cluster = await kube.cluster_hosts(
         ctx.rest, hosts=args.get("hosts"), cluster=args.get("cluster"), occupancy_=seen
     )

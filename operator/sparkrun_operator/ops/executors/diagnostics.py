@@ -58,7 +58,7 @@ async def snapshot(ctx: OperationContext, args: dict[str, Any]) -> Any:
     recipes = await recipe_specs(ctx)
     if args.get("metadata_only"):
         return _sweep([endpoint_entry(w, recipes) for w in workloads], mode="metadata", hosts=[])
-    seen = await kube.occupancy(ctx.rest)
+    seen = await kube.occupancy(ctx.rest, namespaces=ctx.settings.pod_namespaces)
     hosts, _ = await kube.cluster_hosts(
         ctx.rest, hosts=args.get("hosts"), cluster=args.get("cluster"), occupancy_=seen
     )
@@ -118,7 +118,7 @@ async def collect_bundle(ctx: OperationContext, args: Mapping[str, Any]) -> dict
         return _result(ctx, bundle, sections, host_state, partial=False, stored=0)
 
     bundle.redact = await _redactor(ctx)
-    seen = await kube.occupancy(ctx.rest)
+    seen = await kube.occupancy(ctx.rest, namespaces=ctx.settings.pod_namespaces)
     hosts, _ = await kube.cluster_hosts(
         ctx.rest, hosts=args.get("hosts"), cluster=args.get("cluster"), occupancy_=seen
     )

@@ -18,7 +18,7 @@ async def _selected(
     ctx: OperationContext, args: Mapping[str, Any]
 ) -> tuple[list[dict[str, Any]], list[str], kube.Occupancy]:
     """Workloads matching stop_matching/stop_all selectors, and the hosts they target."""
-    seen = await kube.occupancy(ctx.rest)
+    seen = await kube.occupancy(ctx.rest, namespaces=ctx.settings.pod_namespaces)
     hosts: list[str] | None = None
     if args.get("hosts") or args.get("cluster"):
         hosts, _ = await kube.cluster_hosts(
