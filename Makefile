@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 BENCH_ARGS ?=
 
-.PHONY: sizes help venv demo test unit verify crds generate lint fmt typecheck importlint chart-lint policy test-vllm-args testbed-bin ssa-check testbed-up testbed-down bench bench-gateway bench-reconcile bench-scale clean
+.PHONY: sizes help venv demo test unit verify crds generate lint fmt typecheck importlint chart-lint policy test-vllm-args testbed-bin ssa-check netpol-eval testbed-up testbed-down bench bench-gateway bench-reconcile bench-scale clean
 
 help: ## list the verbs
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -30,7 +30,7 @@ venv: $(STAMP) ## create .venv: the package with its dev tools, and the testbed 
 demo: $(STAMP) testbed-bin ## bring up the local testbed and run the main flow end to end
 	$(BIN)/sparkrun-k8s demo
 
-test: verify testbed-bin ssa-check ## install everything, run every check and the whole test suite
+test: verify testbed-bin ssa-check netpol-eval ## install everything, run every check and the whole test suite
 	SPARKRUN_TESTBED_BIN="$$(hack/testbed-bin.sh --print)" $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 unit: $(STAMP) ## only the tests that need no testbed
@@ -38,10 +38,11 @@ unit: $(STAMP) ## only the tests that need no testbed
 
 HELM = "$$(hack/testbed-bin.sh --print)/helm"
 
-crds generate: $(STAMP) testbed-bin ## regenerate every generated file (CRDs, chart CRDs and values table, manifests/, ops catalog)
+crds generate: $(STAMP) testbed-bin ## regenerate every generated file (CRDs, chart CRDs and values table, RBAC table, manifests/, ops catalog)
 	$(PY) -m sparkrun_operator.api.generate
 	$(PY) hack/gen-ops-catalog.py
 	$(PY) hack/chart-values-table.py
+	$(PY) hack/rbac-table.py
 	$(PY) hack/render-manifests.py --helm $(HELM)
 
 verify: generate lint typecheck importlint sizes chart-lint policy ## regenerate, run all static checks, fail on any diff
@@ -84,6 +85,9 @@ testbed-bin: ## build the pinned Kubernetes binaries into ~/.cache/sparkrun-test
 
 ssa-check: ## build hack/ssa-check (Flux's server-side-apply library; the GitOps tests) into ~/.cache/sparkrun-tools (once)
 	hack/ssa-check.sh
+
+netpol-eval: ## build hack/netpol-eval (kube-network-policies' verdicts; the NetworkPolicy matrix) into ~/.cache/sparkrun-tools (once)
+	hack/netpol-eval.sh
 
 testbed-up: $(STAMP) testbed-bin ## start a local testbed and print how to reach it
 	$(BIN)/sparkrun-k8s testbed up

@@ -139,3 +139,27 @@ imagePullSecrets:
 {{- end -}}
 {{- join ", " $out -}}
 {{- end -}}
+
+{{- /* How the gateway authenticates callers: none | apiKeys | kubernetes (gateway.auth.mode;
+empty: apiKeys when the deprecated gateway.apiKeys.enabled is on, else none). */}}
+{{- define "sparkrun.gateway.authMode" -}}
+{{- $mode := .Values.gateway.auth.mode | default "" -}}
+{{- if $mode -}}
+{{- if not (has $mode (list "none" "apiKeys" "kubernetes")) -}}
+{{- fail (printf "gateway.auth.mode must be none, apiKeys or kubernetes, not %q" $mode) -}}
+{{- end -}}
+{{- $mode -}}
+{{- else if .Values.gateway.apiKeys.enabled -}}apiKeys
+{{- else -}}none
+{{- end -}}
+{{- end -}}
+
+{{- /* The namespaces the product serves (watchNamespaces; the deprecated gateway.watchNamespace
+counts as one when watchNamespaces is empty), as a JSON list; [] means every namespace. */}}
+{{- define "sparkrun.watchNamespaces" -}}
+{{- $list := .Values.watchNamespaces | default list -}}
+{{- if and (not $list) .Values.gateway.watchNamespace -}}
+{{- $list = list .Values.gateway.watchNamespace -}}
+{{- end -}}
+{{- toJson (uniq $list) -}}
+{{- end -}}

@@ -9,12 +9,15 @@ import os
 from typing import Any
 
 from sparkrun_operator import runner
+from sparkrun_operator.api import namepolicy
 from sparkrun_operator.api.credentials import CredentialEndpoints
+from sparkrun_operator.api.namepolicy import NamePolicy
 from sparkrun_operator.cli import operator_stop
 from sparkrun_operator.controllers.config import DEFAULT_DRIFT_SECONDS, OperatorConfig
 from sparkrun_operator.controllers.operator import PEERING_NAME, RunOptions, describe, run
-from sparkrun_operator.render import keys
+from sparkrun_operator.render import keys, networkpolicy
 from sparkrun_operator.render.modelcache import DEFAULT_TOOLS_IMAGE
+from sparkrun_operator.render.networkpolicy import EnginePolicy
 from sparkrun_operator.render.workload import RenderOptions
 
 
@@ -83,8 +86,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     _cache_flags(runner)
     _lane_flags(runner)
+    _name_flags(runner)
     runner.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     runner.set_defaults(func=_run)
+
+
+def _name_flags(runner: argparse.ArgumentParser) -> None:
+    """The name policy (issue 26): which model names each namespace may claim."""
+    runner.add_argument(
+        "--name-prefixes",
+        type=_name_prefixes,
+        default=NamePolicy(),
+        metavar="JSON",
+        help="model names each namespace may claim, by prefix, e.g. "
+        '\'{"team-a": ["a-"], "*": []}\' ("*": every namespace not listed; "" allows every name); '
+        "a workload serving another name gets Routable=False NameNotAllowed (default {}: any name)",
+    )
 
 
 def _lane_flags(runner: argparse.ArgumentParser) -> None:
@@ -148,6 +165,16 @@ def _cache_flags(runner: argparse.ArgumentParser) -> None:
         help="in-cluster base URL of the gateway (InferenceBenchmark target.via: Gateway)",
     )
     runner.add_argument(
+        "--engine-network-policy",
+        type=_engine_policy,
+        default=None,
+        metavar="JSON",
+        help="make one NetworkPolicy per workload letting only its own pods, the release's gateway, "
+        "operator and shim, the namespace's benchmark runners and these peers reach its engines, e.g. "
+        '\'{"releaseNamespace": "sparkrun-system", "releaseLabels": {"app.kubernetes.io/instance": '
+        '"sparkrun"}, "extraIngress": [...], "egress": null}\' (render/networkpolicy.py; default: none)',
+    )
+    runner.add_argument(
         "--workload-scheduling",
         type=_scheduling,
         default={},
@@ -190,6 +217,20 @@ def _scheduling(raw: str) -> dict[str, Any]:
 def _credential_endpoints(raw: str) -> CredentialEndpoints:
     try:
         return CredentialEndpoints.parse(json.loads(raw))
+    except ValueError as error:  # NB: json.JSONDecodeError is a ValueError
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _name_prefixes(raw: str) -> NamePolicy:
+    try:
+        return namepolicy.parse_json(raw)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _engine_policy(raw: str) -> EnginePolicy:
+    try:
+        return networkpolicy.parse(json.loads(raw))
     except ValueError as error:  # NB: json.JSONDecodeError is a ValueError
         raise argparse.ArgumentTypeError(str(error)) from None
 
@@ -257,6 +298,9 @@ def _run(args: argparse.Namespace) -> int:
             benchmark_scheduling=args.benchmark_scheduling,
             benchmark_hf_endpoint=args.benchmark_hf_endpoint,
             executor_namespace=executor_namespace(args),
+            served_namespaces=tuple(args.namespace),
+            engine_policy=args.engine_network_policy,
+            name_policy=args.name_prefixes,
             status_settle_seconds=args.status_settle_seconds,
             max_concurrent_writes=args.max_concurrent_writes,
             api_connections=max(32, 2 * args.max_concurrent_passes + args.max_concurrent_writes),

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from sparkrun_operator.api.credentials import CredentialEndpoints
+from sparkrun_operator.api.namepolicy import NamePolicy
+from sparkrun_operator.render.networkpolicy import EnginePolicy
 from sparkrun_operator.render.workload import RenderOptions
 
 DEFAULT_DRIFT_SECONDS: Final = 300.0
@@ -55,3 +57,11 @@ class OperatorConfig:
     benchmark_hf_endpoint: str | None = None
     #: The operator's own namespace (``--executor-namespace``): its DaemonJob executor's Lease.
     executor_namespace: str = "sparkrun-system"
+    #: The namespaces kopf serves (``--namespace``; empty: every namespace): the DaemonJob
+    #: executor's GPU occupancy lists pods only there (no cluster-wide pod list).
+    served_namespaces: tuple[str, ...] = ()
+    #: ``--engine-network-policy``: who may reach engine pods besides their own workload; the
+    #: operator then makes one NetworkPolicy per workload (``None``: none).
+    engine_policy: EnginePolicy | None = None
+    #: ``--name-prefixes``: which model names each namespace may claim (api/namepolicy.py).
+    name_policy: NamePolicy = field(default_factory=NamePolicy)

@@ -17,9 +17,13 @@ id              key                                    value
 ``iw_gpu_pods`` node name                              :class:`~..plan.cluster.ObservedGpuPod`
 ``iw_names``    model name (served name or alias)      :class:`~..plan.names.Claim` of each
                                                        workload claiming it (all namespaces; its
-                                                       ``status.model``, plan/served.py)
+                                                       ``status.model``, plan/served.py; not the
+                                                       names its namespace may not claim)
 ``iw_gates``    ``(namespace, workload)``              :class:`~..plan.workload.ObservedGate`
                                                        (a rollout gate's InferenceBenchmark)
+``iw_policies`` ``(namespace, workload)``              the hash annotation of the engines'
+                                                       NetworkPolicy (only with
+                                                       ``--engine-network-policy``)
 =============== ====================================== =========================================
 
 Values are small parsed records, not whole objects, to keep memory proportional to what is used.
@@ -32,6 +36,7 @@ from typing import Any, Final
 
 import kopf
 
+from sparkrun_operator.api.namepolicy import NamePolicy
 from sparkrun_operator.api.resources import (
     INFERENCE_BENCHMARK,
     INFERENCE_CLUSTER,
@@ -40,7 +45,7 @@ from sparkrun_operator.api.resources import (
     RECIPE,
 )
 from sparkrun_operator.plan import names, observe
-from sparkrun_operator.render import keys
+from sparkrun_operator.render import keys, networkpolicy
 
 RECIPE_ID: Final = (RECIPE.group, RECIPE.version, RECIPE.plural)
 CACHE_ID: Final = (MODEL_CACHE.group, MODEL_CACHE.version, MODEL_CACHE.plural)
@@ -51,6 +56,7 @@ OURS: Final = {keys.LABEL_WORKLOAD: kopf.PRESENT}
 BENCHMARK_ID: Final = (INFERENCE_BENCHMARK.group, INFERENCE_BENCHMARK.version, INFERENCE_BENCHMARK.plural)
 #: A rollout gate's InferenceBenchmarks carry the workload they gate.
 GATES: Final = {keys.LABEL_GATE_WORKLOAD: kopf.PRESENT}
+_NO_POLICY: Final = NamePolicy()
 NAMES: Final = (
     "iw_jobsets",
     "iw_pods",
@@ -62,6 +68,7 @@ NAMES: Final = (
     "iw_gpu_pods",
     "iw_names",
     "iw_gates",
+    "iw_policies",
 )
 
 
@@ -70,12 +77,19 @@ def pick(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {name: kwargs[name] for name in NAMES if name in kwargs}
 
 
-def register(registry: kopf.OperatorRegistry) -> None:
-    """Register every index on ``registry`` (once per operator).
+def register(
+    registry: kopf.OperatorRegistry, *, name_policy: NamePolicy = _NO_POLICY, network_policies: bool = False
+) -> None:
+    """Register every index on ``registry`` (once per operator). ``iw_names`` holds only the
+    names ``name_policy`` lets each workload's namespace claim (``--name-prefixes``);
+    ``iw_policies`` (NetworkPolicies are watched) only with ``network_policies``.
 
     NB: the functions are ``async`` although they never await: kopf runs plain functions in a
     thread pool, which costs a thread hop per watch event and memory per thread.
     """
+
+    if network_policies:
+        _register_policies(registry)
 
     @kopf.index(*JOBSET_ID, id="iw_jobsets", labels=OURS, registry=registry)
     async def iw_jobsets(*, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
@@ -120,8 +134,8 @@ def register(registry: kopf.OperatorRegistry) -> None:
 
     @kopf.index(*WORKLOAD_NAMES_ID, id="iw_names", registry=registry)
     async def iw_names(*, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
-        claim = claim_of(body)
-        return dict.fromkeys(claim.names, claim) if claim is not None else None
+        claim = claim_of(body, name_policy)
+        return dict.fromkeys(claim.names, claim) if claim is not None and claim.names else None
 
     @kopf.index(*BENCHMARK_ID, id="iw_gates", labels=GATES, registry=registry)
     async def iw_gates(*, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
@@ -135,11 +149,26 @@ def register(registry: kopf.OperatorRegistry) -> None:
         return {parsed.node: parsed} if parsed else None
 
 
-def claim_of(body: Any) -> names.Claim | None:
-    """The names a workload claims, as the gateway sees them (none while it is being deleted)."""
+def _register_policies(registry: kopf.OperatorRegistry) -> None:
+    """``iw_policies``: each workload's engine NetworkPolicy, by the hash it was rendered from."""
+
+    @kopf.index(
+        "networking.k8s.io", "v1", "networkpolicies", id="iw_policies", labels=OURS, registry=registry
+    )
+    async def iw_policies(*, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
+        key = observe.workload_key(body)
+        meta = body.get("metadata") or {}
+        if key is None or meta.get("name") != networkpolicy.policy_name(key[1]):
+            return None
+        return {key: str((meta.get("annotations") or {}).get(networkpolicy.ANNOTATION_POLICY_HASH, ""))}
+
+
+def claim_of(body: Any, name_policy: NamePolicy = _NO_POLICY) -> names.Claim | None:
+    """The names a workload claims, as the gateway sees them (none while it is being deleted;
+    without the names ``name_policy`` withholds)."""
     if (body.get("metadata") or {}).get("deletionTimestamp"):
         return None
-    return names.claim_of(body)
+    return names.claim_of(body, policy=name_policy)
 
 
 def holders(index: Any) -> Callable[[str], Iterable[names.Claim]]:

@@ -111,6 +111,7 @@ def daemon_settings(config: OperatorConfig) -> Settings:
     mount path of the ModelCache download Jobs."""
     return Settings(
         namespace=config.executor_namespace,
+        pod_namespaces=config.served_namespaces,
         tools_image=config.render.tools_image,
         cache_mount_path=config.render.cache_mount_path,
         cache_tool_scheduling=dict(config.cache_tool_scheduling),
@@ -126,7 +127,9 @@ def daemon_settings(config: OperatorConfig) -> Settings:
 def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     """A registry with every controller, the login handler and nothing from import-time globals."""
     registry = kopf.OperatorRegistry()
-    indexes.register(registry)
+    indexes.register(
+        registry, name_policy=config.name_policy, network_policies=config.engine_policy is not None
+    )
     workload.register(registry, drift_seconds=config.drift_seconds)
     cluster.register(registry, drift_seconds=config.drift_seconds)
     recipe.register(registry)

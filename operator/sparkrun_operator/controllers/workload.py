@@ -49,7 +49,7 @@ from sparkrun_operator.controllers.reconciler import Event, Outcome, post, run_p
 from sparkrun_operator.controllers.status import StatusMemory, current_status, status_patch
 from sparkrun_operator.controllers.workload_pokes import full_key, status_key
 from sparkrun_operator.k8s import errors
-from sparkrun_operator.k8s.resources import JOBSETS, SERVICES, Resource, resource_of
+from sparkrun_operator.k8s.resources import JOBSETS, NETWORK_POLICIES, SERVICES, Resource, resource_of
 from sparkrun_operator.plan import observe
 from sparkrun_operator.plan.workload import (
     Observation,
@@ -64,7 +64,12 @@ from sparkrun_operator.render import keys
 WORKLOADS: Resource = resource_of(INFERENCE_WORKLOAD)
 BENCHMARKS: Resource = resource_of(INFERENCE_BENCHMARK)
 #: The resource of each kind the workload planner applies or deletes.
-_CHILDREN: Mapping[str, Resource] = {"JobSet": JOBSETS, "Service": SERVICES, "InferenceBenchmark": BENCHMARKS}
+_CHILDREN: Mapping[str, Resource] = {
+    "JobSet": JOBSETS,
+    "Service": SERVICES,
+    "InferenceBenchmark": BENCHMARKS,
+    "NetworkPolicy": NETWORK_POLICIES,
+}
 WORKLOAD_ID = (INFERENCE_WORKLOAD.group, INFERENCE_WORKLOAD.version, INFERENCE_WORKLOAD.plural)
 
 log = logging.getLogger("sparkrun.operator.workload")
@@ -80,21 +85,35 @@ class Expectations:
     created: set[str] = field(default_factory=set)
     deleted: set[str] = field(default_factory=set)
     service: bool = False
+    policy: bool = False
     since: float = 0.0
 
     def record(self, p: Plan) -> None:
         self.created = {d["metadata"]["name"] for d in p.apply if d.get("kind") == "JobSet"}
         self.deleted = {d.uid for d in p.delete}
         self.service = any(d.get("kind") == "Service" for d in p.apply)
+        self.policy = any(d.get("kind") == "NetworkPolicy" for d in p.apply)
         self.since = time.monotonic()
 
-    def met(self, jobsets: Iterable[ObservedJobSet], *, service_seen: bool, patience: float) -> bool:
-        if not self.created and not self.deleted and not self.service:
+    def met(
+        self,
+        jobsets: Iterable[ObservedJobSet],
+        *,
+        service_seen: bool,
+        patience: float,
+        policy_seen: bool = True,
+    ) -> bool:
+        if not self.created and not self.deleted and not self.service and not self.policy:
             return True
         seen = {js.name for js in jobsets}
         gone = {js.uid for js in jobsets if not js.deleting}
-        if self.created <= seen and not (self.deleted & gone) and (service_seen or not self.service):
-            self.created, self.deleted, self.service = set(), set(), False
+        if (
+            self.created <= seen
+            and not (self.deleted & gone)
+            and (service_seen or not self.service)
+            and (policy_seen or not self.policy)
+        ):
+            self.created, self.deleted, self.service, self.policy = set(), set(), False, False
             return True
         return time.monotonic() - self.since > patience
 
@@ -150,6 +169,7 @@ def observation(
         # NB: the planner checks the names it resolves for this workload against the other
         # workloads' claims in the index (this one's own entry there may be stale)
         holders=indexes.holders(indices.get("iw_names")),
+        name_policy=ctx.config.name_policy,
         name=name,
         namespace=namespace,
         uid=str(meta.get("uid") or ""),
@@ -166,6 +186,8 @@ def observation(
         pods=tuple(pods),
         service=observe.first(indices.get("iw_services"), key),
         gates=tuple(_store(indices.get("iw_gates"), key)),
+        engine_policy=ctx.config.engine_policy,
+        network_policy=observe.first(indices.get("iw_policies"), key),
         asleep=asleep,
         options=ctx.config.render,
     )
@@ -239,8 +261,9 @@ async def execute(ctx: Memo, p: Plan, *, namespace: str) -> list[str]:
 
 
 async def _put(ctx: Memo, doc: Mapping[str, Any]) -> None:
-    """Apply a JobSet or the Service; create a rollout gate's InferenceBenchmark (its spec is
-    immutable: one made by an earlier pass, perhaps for another pod address, stays as it is)."""
+    """Apply a JobSet, the Service or the NetworkPolicy; create a rollout gate's InferenceBenchmark
+    (its spec is immutable: one made by an earlier pass, perhaps for another pod address, stays
+    as it is)."""
     if doc["kind"] == "InferenceBenchmark":
         with contextlib.suppress(errors.KubeAlreadyExists):
             await ctx.kube.create(BENCHMARKS, doc)
@@ -447,7 +470,10 @@ def catching_up(
     key = (str(meta.get("namespace")), str(meta.get("name")))
     jobsets: list[ObservedJobSet] = _store(indices.get("iw_jobsets"), key)
     service_seen = bool(_store(indices.get("iw_services"), key))
-    if expectations.met(jobsets, service_seen=service_seen, patience=ctx.config.expectation_seconds):
+    policy_seen = bool(_store(indices.get("iw_policies"), key))
+    if expectations.met(
+        jobsets, service_seen=service_seen, policy_seen=policy_seen, patience=ctx.config.expectation_seconds
+    ):
         return None
     return 1.0
 

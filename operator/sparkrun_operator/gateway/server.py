@@ -17,10 +17,13 @@ import logging
 import socket
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from sparkrun_operator.api import namepolicy
+from sparkrun_operator.api.namepolicy import NamePolicy
 
 from .app import Gateway
 from .auth import KeySource, MergedKeySource, StaticKeySource
@@ -28,6 +31,9 @@ from .config import GatewaySettings
 from .request import DIRECT_BODY, DirectBody
 from .routing import StaticRoutingSource
 from .workers import supervise, worker_index
+
+if TYPE_CHECKING:  # NB: loaded (with the Kubernetes client) only for --auth=kubernetes
+    from .identity import KubeIdentity
 
 log = logging.getLogger("sparkrun.gateway")
 
@@ -200,18 +206,43 @@ def uvicorn_config(
     )
 
 
-def _parser() -> argparse.ArgumentParser:
-    d = GatewaySettings()
-    p = argparse.ArgumentParser(prog="sparkrun-k8s gateway", description="OpenAI/Anthropic/Ollama gateway")
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--routes", help="routing file (YAML or JSON), re-read on change")
-    where.add_argument(
-        "--kubernetes",
-        action="store_true",
-        help="route from InferenceWorkloads and their EndpointSlices (watches); wake by patching spec.state",
+def _name_prefixes(raw: str) -> NamePolicy:
+    try:
+        return namepolicy.parse_json(raw)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _name_flags(p: argparse.ArgumentParser) -> None:
+    """The name policy (issue 26): which model names each namespace may claim."""
+    p.add_argument(
+        "--name-prefixes",
+        type=_name_prefixes,
+        default=NamePolicy(),
+        metavar="JSON",
+        help="with --kubernetes: model names each namespace may claim, by prefix, e.g. "
+        '\'{"team-a": ["a-"], "*": []}\'; other names (and imperative aliases) are not routed '
+        "(default {}: any name)",
     )
-    p.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, else $KUBECONFIG)")
-    p.add_argument("--namespace", help="only this namespace (default: all)")
+
+
+def _namespace_flags(p: argparse.ArgumentParser) -> None:
+    """Where routes and API keys come from (the chart's watchNamespaces, issue 26)."""
+    p.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="route only these namespaces' workloads, one watch each (repeatable; default: all)",
+    )
+    p.add_argument(
+        "--key-namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="with --secret-keys: read key Secrets only in NS (repeatable; default: the --namespace "
+        "list, else every namespace); the chart passes its release namespace when it serves all",
+    )
     p.add_argument(
         "--secret-keys",
         action="store_true",
@@ -225,6 +256,21 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NS",
         help="keys from Secrets in NS may grant models of every namespace (repeatable; default: none)",
     )
+
+
+def _parser() -> argparse.ArgumentParser:
+    d = GatewaySettings()
+    p = argparse.ArgumentParser(prog="sparkrun-k8s gateway", description="OpenAI/Anthropic/Ollama gateway")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--routes", help="routing file (YAML or JSON), re-read on change")
+    where.add_argument(
+        "--kubernetes",
+        action="store_true",
+        help="route from InferenceWorkloads and their EndpointSlices (watches); wake by patching spec.state",
+    )
+    p.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, else $KUBECONFIG)")
+    _namespace_flags(p)
+    _name_flags(p)
     p.add_argument(
         "--workers",
         type=int,
@@ -241,6 +287,27 @@ def _parser() -> argparse.ArgumentParser:
         "with keys on, /metrics on --port needs an administrator key",
     )
     p.add_argument("--keys", help="API keys file (YAML); without it the gateway is open")
+    p.add_argument(
+        "--auth",
+        choices=AUTH_MODES,
+        help="who may call: none (one caller), keys (API keys; implied by --keys/--secret-keys), "
+        "kubernetes (bearer Kubernetes tokens: TokenReview, then a SubjectAccessReview per workload)",
+    )
+    p.add_argument(
+        "--auth-ttl",
+        type=float,
+        default=10.0,
+        help="with --auth=kubernetes: seconds a token and an access decision stay cached (a "
+        "rejected token: half of it); a revoked token or a RoleBinding change takes effect within it",
+    )
+    p.add_argument(
+        "--auth-audience",
+        action="append",
+        default=[],
+        metavar="AUD",
+        help="with --auth=kubernetes: accept only tokens minted for AUD (repeatable; default: any "
+        "token the apiserver accepts)",
+    )
     p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes)
     p.add_argument("--header-timeout", type=float, default=d.header_timeout)
     p.add_argument("--body-timeout", type=float, default=d.body_timeout)
@@ -261,9 +328,47 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+AUTH_MODES = ("none", "keys", "kubernetes")
+
+
+def auth_mode(ns: argparse.Namespace) -> str:
+    """The authentication mode of a command line: ``--auth``, else ``keys`` when keys are given,
+    else ``none``. Keys with another mode are a usage error."""
+    keyed = bool(ns.keys or ns.secret_keys)
+    mode: str = ns.auth or ("keys" if keyed else "none")
+    if keyed and mode != "keys":
+        _parser().error(f"--keys/--secret-keys need --auth=keys, not --auth={mode}")
+    if mode == "keys" and not keyed:
+        _parser().error("--auth=keys needs --keys FILE or --secret-keys")
+    return mode
+
+
+def _identity(ns: argparse.Namespace, conn: Any = None) -> KubeIdentity | None:
+    """The Kubernetes identity of ``--auth=kubernetes`` on ``conn`` (the gateway's
+    ``KubeConnection``; a new one from ``--kubeconfig`` when routes come from a file)."""
+    if auth_mode(ns) != "kubernetes":
+        return None
+    from .identity import KubeIdentity
+
+    if conn is None:
+        from .kube import KubeConnection
+
+        conn = KubeConnection(kubeconfig=ns.kubeconfig)
+    ttl = ns.auth_ttl
+    return KubeIdentity(
+        conn.kube,
+        token_ttl=ttl,
+        rejected_ttl=ttl / 2,
+        access_ttl=ttl,
+        denied_ttl=ttl,
+        audiences=tuple(ns.auth_audience),
+    )
+
+
 def build(argv: Sequence[str]) -> tuple[Gateway, argparse.Namespace]:
     """The gateway a command line describes (not started)."""
     ns = _parser().parse_args(list(argv))
+    auth_mode(ns)
     settings = GatewaySettings(
         max_body_bytes=ns.max_body_bytes,
         header_timeout=ns.header_timeout,
@@ -290,19 +395,22 @@ def build(argv: Sequence[str]) -> tuple[Gateway, argparse.Namespace]:
             sources.append(StaticKeySource.from_file(ns.keys))
         if ns.secret_keys:
             admins = [n for arg in ns.admin_key_namespace for n in arg.split(",") if n]
-            sources.append(SecretKeySource(conn, namespace=ns.namespace, admin_namespaces=admins))
+            where = ns.key_namespace or ns.namespace
+            sources.append(SecretKeySource(conn, namespace=where, admin_namespaces=admins))
         return (
             Gateway(
-                KubeRoutingSource(conn, namespace=ns.namespace),
+                KubeRoutingSource(conn, namespace=ns.namespace, name_policy=ns.name_prefixes),
                 settings=settings,
                 waker=KubeWaker(conn),
                 keys=MergedKeySource(*sources) if sources else None,
+                identity=_identity(ns, conn),
             ),
             ns,
         )
     keys = StaticKeySource.from_file(ns.keys) if ns.keys else None
     source = StaticRoutingSource(ns.routes, poll_interval=ns.poll_interval)
-    return Gateway(source, settings=settings, keys=keys), ns
+    identity = _identity(ns)
+    return Gateway(source, settings=settings, keys=keys, identity=identity), ns
 
 
 def main(argv: Sequence[str] | None = None) -> int:

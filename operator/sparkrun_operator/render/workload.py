@@ -32,9 +32,10 @@ from typing import Any, Final
 from sparkrun_operator import __version__
 from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
 from sparkrun_operator.api.meta import API_VERSION, LabelSelector, Toleration
+from sparkrun_operator.api.podoverride import PodOverride
 from sparkrun_operator.api.workload import ENGINE_PORT, MASTER_PORT, SchedulingSpec
 from sparkrun_operator.recipe.resolve import EffectiveSpec
-from sparkrun_operator.render import keys, names
+from sparkrun_operator.render import keys, names, podsecurity
 
 #: Bump only when a rendering change must roll every workload (it is part of every revision).
 RENDER_EPOCH: Final = 1
@@ -148,16 +149,21 @@ class ServingInputs:
     scheduling: SchedulingSpec = field(default_factory=SchedulingSpec)
     placement: Placement | None = None
     cache: CacheMount | None = None
+    #: ``spec.pod``: the engine pods' securityContext, service account, labels and annotations.
+    pod: PodOverride | None = None
 
     def revision(self) -> str:
         """Stable hash (10 hex) of what changes the pods; replicas and state are not in it."""
-        doc = {
+        doc: dict[str, Any] = {
             "epoch": RENDER_EPOCH,
             "spec": self.spec.serving_identity(),
             "scheduling": self.scheduling.to_wire(),
             "placement": self.placement.identity() if self.placement else None,
             "cache": self.cache.identity() if self.cache else None,
         }
+        if self.pod is not None:
+            # NB: only when set, so the revisions of workloads without it stay what they were.
+            doc["pod"] = self.pod.to_wire()
         raw = json.dumps(doc, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(raw.encode()).hexdigest()[: names.REVISION_LEN]
 
@@ -357,6 +363,7 @@ def _pod_spec(
             }
         )
     pod: dict[str, Any] = {"restartPolicy": "Never", "enableServiceLinks": False}
+    pod.update(podsecurity.engine_pod_fields(inputs.pod))
     if init_containers:
         pod["initContainers"] = list(init_containers)
     pod["containers"] = containers
@@ -389,6 +396,7 @@ def _engine_container(inputs: ServingInputs, options: RenderOptions) -> dict[str
         "image": spec.image,
         "env": engine_env(spec=spec, cache=inputs.cache, options=options),
         "resources": {"limits": {inputs.gpu_resource: str(spec.topology.gpus_per_node)}},
+        "securityContext": podsecurity.engine_container_context(inputs.pod),
         "volumeMounts": mounts,
     }
 
@@ -402,7 +410,7 @@ def _probe(period: int, failures: int) -> dict[str, Any]:
     }
 
 
-def _job(*, completions: int, pod_labels: dict[str, str], pod: dict[str, Any]) -> dict[str, Any]:
+def _job(*, completions: int, pod_meta: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any]:
     return {
         "spec": {
             "completions": completions,
@@ -414,7 +422,7 @@ def _job(*, completions: int, pod_labels: dict[str, str], pod: dict[str, Any]) -
             "podFailurePolicy": {
                 "rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget"}]}]
             },
-            "template": {"metadata": {"labels": pod_labels}, "spec": pod},
+            "template": {"metadata": pod_meta, "spec": pod},
         }
     }
 
@@ -495,7 +503,7 @@ def _leader_job(
         "replicas": 1,
         "template": _job(
             completions=1,
-            pod_labels={**labels, keys.LABEL_ROLE: keys.ROLE_LEADER},
+            pod_meta=podsecurity.engine_metadata(inputs.pod, {**labels, keys.LABEL_ROLE: keys.ROLE_LEADER}),
             pod=_pod_spec(inputs=inputs, containers=[_order(leader)]),
         ),
     }
@@ -513,13 +521,14 @@ def _worker_job(
         "name": keys.CONTAINER_WAIT_LEADER,
         "image": spec.image,
         "command": ["python3", "-c", wait_leader_script(jobset=jobset)],
+        "securityContext": podsecurity.engine_container_context(inputs.pod),
     }
     return {
         "name": keys.ROLE_WORKER,
         "replicas": 1,
         "template": _job(
             completions=spec.topology.nodes - 1,
-            pod_labels={**labels, keys.LABEL_ROLE: keys.ROLE_WORKER},
+            pod_meta=podsecurity.engine_metadata(inputs.pod, {**labels, keys.LABEL_ROLE: keys.ROLE_WORKER}),
             pod=_pod_spec(inputs=inputs, containers=[_order(worker)], init_containers=[wait]),
         ),
     }
@@ -533,6 +542,7 @@ _CONTAINER_ORDER = (
     "env",
     "ports",
     "resources",
+    "securityContext",
     "volumeMounts",
     "startupProbe",
     "readinessProbe",

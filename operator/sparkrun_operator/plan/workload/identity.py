@@ -39,7 +39,11 @@ def settle(
     if gates.blocked is not None or effective is None:
         return None
     inputs = ServingInputs(
-        spec=effective, scheduling=obs.spec.scheduling, placement=gates.placement, cache=gates.cache
+        spec=effective,
+        scheduling=obs.spec.scheduling,
+        placement=gates.placement,
+        cache=gates.cache,
+        pod=obs.spec.pod,
     )
     out.revision = inputs.revision()
     out.effective = effective

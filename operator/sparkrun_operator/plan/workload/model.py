@@ -14,10 +14,12 @@ from typing import Any, Final, Literal
 from sparkrun_operator.api.benchmark import ScenarioResult
 from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
 from sparkrun_operator.api.meta import Condition, LabelSelector, Toleration, set_condition
+from sparkrun_operator.api.namepolicy import NamePolicy
 from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.api.workload import FailureRecord, InferenceWorkloadSpec, InferenceWorkloadStatus
 from sparkrun_operator.plan.names import Claim
 from sparkrun_operator.recipe.resolve import EffectiveSpec
+from sparkrun_operator.render.networkpolicy import EnginePolicy
 from sparkrun_operator.render.workload import RenderOptions
 
 #: How long a Failed JobSet stays (for inspection) before it is deleted and recreated.
@@ -195,8 +197,16 @@ class Observation:
     #: condition). The planner checks its own names, as it resolves them, against it
     #: (:func:`~sparkrun_operator.plan.names.conflicts`).
     holders: Callable[[str], Iterable[Claim]] | None = None
+    #: Which names the workload's namespace may claim (``--name-prefixes``): a name outside it
+    #: is withheld (``Routable=False``, ``NameNotAllowed``; plan/names.py).
+    name_policy: NamePolicy = field(default_factory=NamePolicy)
     #: The rollout gate's benchmarks (``spec.rollout.gate``), any revision.
     gates: tuple[ObservedGate, ...] = ()
+    #: Who may reach the engines besides the workload's own pods (``--engine-network-policy``);
+    #: ``None``: the operator makes no NetworkPolicy (render/networkpolicy.py).
+    engine_policy: EnginePolicy | None = None
+    #: The hash annotation of the workload's NetworkPolicy as it exists (``None``: absent).
+    network_policy: str | None = None
 
 
 # -- actions ------------------------------------------------------------------------------
