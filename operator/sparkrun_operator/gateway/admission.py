@@ -34,6 +34,9 @@ from .wake import WakeCoordinator
 if TYPE_CHECKING:  # NB: only --auth=kubernetes loads it (and with it the Kubernetes client)
     from .identity import KubeIdentity
 
+Held = tuple[str | None, str | None]
+"""What :meth:`Admission.enter` counted: (caller, tenant)."""
+
 
 class Admission:
     """Limits, keys and model resolution for the requests of one gateway."""
@@ -53,20 +56,32 @@ class Admission:
         self.keys = keys
         self.identity = identity
         self.wakes = wakes
-        self.in_flight = InFlight(settings.max_in_flight, settings.max_in_flight_per_key)
+        per_tenant = settings.max_in_flight_per_tenant
+        self.in_flight = InFlight(
+            settings.max_in_flight,
+            settings.max_in_flight_per_key,
+            per_tenant if per_tenant is not None else max(1, settings.max_in_flight // 2),
+        )
         self.bodies = ByteBudget(settings.max_buffered_body_bytes)
 
     # -- limits and budgets -----------------------------------------------------------------
 
-    def enter(self, ctx: Ctx) -> str | None:
+    def enter(self, ctx: Ctx) -> Held:
         """Count an inference request in flight (503/429 over a limit); returns what to
-        :meth:`leave` with (the caller's digest when it sent a key)."""
+        :meth:`leave` with: the caller when it sent a key or token, and its tenant, the namespace
+        of its key's Secret or of its ServiceAccount (``None`` for an administrator's key, a
+        user that is no ServiceAccount, or without authentication)."""
         per_key = ctx.caller if ctx.api_key else None
-        self.in_flight.enter(per_key)
-        return per_key
+        tenant: str | None = None
+        if ctx.grant is not None:
+            tenant = ctx.grant.namespace
+        elif ctx.user is not None and (account := ctx.user.service_account) is not None:
+            tenant = account[0]
+        self.in_flight.enter(per_key, tenant)
+        return per_key, tenant
 
-    def leave(self, per_key: str | None) -> None:
-        self.in_flight.leave(per_key)
+    def leave(self, held: Held) -> None:
+        self.in_flight.leave(*held)
 
     async def read_body(self, ctx: Ctx) -> None:
         """Read the request body into ``ctx.body``, reserved in the buffered-bytes budget

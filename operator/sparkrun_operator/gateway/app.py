@@ -16,7 +16,8 @@ head's size, the bodies buffered by all requests together, a total deadline per 
 A client disconnect, or ``POST /v1/cancel/{id}``, cancels the request's task, which closes the
 upstream response (and with it the upstream connection, which makes vLLM abort the request).
 Every response carries ``x-request-id``; it is also the command id that ``/v1/cancel`` takes,
-from the caller that sent the request only.
+from the caller that sent the request only. An id the client chose reaches the engine with a new
+one appended (engines key requests and aborts by it, and two callers may choose one id).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from . import routes
 from .accounting import Accounting
-from .admission import Admission
+from .admission import Admission, Held
 from .auth import KeySource, digest, extract_key
 from .cancellation import Cancellation, Slot
 from .config import GatewaySettings
@@ -158,7 +159,9 @@ class Gateway:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = dict(scope["headers"])
         given = headers.get(b"x-request-id", b"").decode("latin-1")
-        rid = given if _REQUEST_ID.fullmatch(given) else _new_request_id()
+        # NB: a client's own id is echoed, but engines get it made unique (Ctx.upstream_rid).
+        chosen = _REQUEST_ID.fullmatch(given) is not None
+        rid = given if chosen else _new_request_id()
         path: str = scope["path"]
         method: str = scope["method"]
         route = self._routes.get((method, path))
@@ -170,6 +173,8 @@ class Gateway:
         ctx = Ctx(
             scope, receive, send, rid, family, route.name if route else "none", time.perf_counter(), headers
         )
+        if chosen:
+            ctx.upstream_rid = f"{rid}.{_new_request_id()}"
         if route is None:
             allowed = any(p == path for (_, p) in self._routes)
             exc = (
@@ -189,7 +194,7 @@ class Gateway:
             ctx.api_key = extract_key(headers) or None
         watcher: asyncio.Future[Message] | None = None
         slot: Slot | None = None
-        counted: tuple[str | None] | None = None
+        counted: tuple[Held] | None = None
         try:
             if route.inference:
                 # NB: who calls first: the in-flight cap and the cancel registry are per caller.

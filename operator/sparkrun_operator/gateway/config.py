@@ -35,6 +35,10 @@ class GatewaySettings:
     """Inference requests in flight at once; more are refused with 503 and ``Retry-After``."""
     max_in_flight_per_key: int = 256
     """Inference requests in flight at once per API key (when keys are configured); 429 beyond."""
+    max_in_flight_per_tenant: int | None = None
+    """Inference requests in flight at once per tenant: the namespace of a Secret's key or of a
+    ServiceAccount (a tenant issues itself keys and accounts at will); 429 beyond. ``None``:
+    half of ``max_in_flight``, so no one tenant takes every slot."""
     max_header_bytes: int = 32 * 1024
     """A request head (request line and headers) larger than this is refused with 431."""
     max_buffered_body_bytes: int = 256 * 1024 * 1024

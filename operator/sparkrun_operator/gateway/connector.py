@@ -68,7 +68,7 @@ class Connector:
         tried: list[str] = []
         connect_timeout = workload.connect_timeout or settings.connect_timeout
         read_timeout = workload.read_timeout or settings.read_timeout
-        headers = b"x-request-id: " + ctx.rid.encode() + b"\r\n"
+        headers = b"x-request-id: " + (ctx.upstream_rid or ctx.rid).encode() + b"\r\n"
         last = ""
         ctx.endpoints = workload.endpoints
         if ctx.deadline is None and ctx.task is not None:

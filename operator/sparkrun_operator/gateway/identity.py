@@ -6,8 +6,9 @@ authenticates). The caller is the ``TokenReview``'s user; a workload is the call
 subresource ``inference``, in the workload's namespace and by its name (the chart's ClusterRole
 ``sparkrun-inference``, bound per namespace). Both reviews are :mod:`sparkrun_operator.k8s.auth`'s,
 the shim's: cached (token by digest; decisions per user digest, namespace and name) with TTLs and
-entry bounds, and rate-limited (TokenReviews per source address, access reviews per user), so a
-request costs no API call once its answers are cached.
+entry bounds, and rate-limited (TokenReviews per source address, or per user for a token
+accepted before; access reviews per username), so a request costs no API call once its answers
+are cached.
 
 Failures map to the wire: a token the apiserver rejects is 401; a review that could not be made
 (the apiserver did not answer) is 503 ``auth_unavailable``; a caller over its review rate is 429

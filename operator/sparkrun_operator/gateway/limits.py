@@ -1,8 +1,10 @@
-"""Admission limits: requests in flight (global and per API key) and buffered request bodies.
+"""Admission limits: requests in flight (global, per tenant, per caller) and buffered request bodies.
 
 - :class:`InFlight` counts inference requests; above ``max_in_flight`` a request is refused at
   once with 503 and ``Retry-After`` (the client backs off; nothing queues in the gateway), and
-  above ``max_in_flight_per_key`` for one API key with 429 and ``Retry-After``.
+  above ``max_in_flight_per_key`` for one caller (API key, Kubernetes user), or
+  ``max_in_flight_per_tenant`` for one tenant (the namespace a key or ServiceAccount belongs
+  to: a tenant issues itself any number of keys and accounts), with 429 and ``Retry-After``.
 - :class:`ByteBudget` bounds the request bodies all requests hold together. A request reserves
   its declared size (``max_body_bytes`` when it declares none) before its body is read and gives
   it back when it ends; a reservation is all or nothing and granted in arrival order, so waiting
@@ -21,16 +23,19 @@ RETRY_AFTER = 1.0
 
 
 class InFlight:
-    """Counts of inference requests in flight, in all and per key."""
+    """Counts of inference requests in flight, in all, per key and per tenant."""
 
-    def __init__(self, limit: int, per_key: int) -> None:
+    def __init__(self, limit: int, per_key: int, per_tenant: int | None = None) -> None:
         self.limit = limit
         self.per_key = per_key
+        self.per_tenant = per_tenant if per_tenant is not None else limit
         self.total = 0
         self._by_key: dict[str, int] = {}
+        self._by_tenant: dict[str, int] = {}
 
-    def enter(self, key: str | None) -> None:
-        """Count one more request (of ``key``); raises 503/429 instead when over a limit."""
+    def enter(self, key: str | None, tenant: str | None = None) -> None:
+        """Count one more request (of ``key``, of ``tenant``); raises 503/429 instead when over a
+        limit."""
         if self.total >= self.limit:
             raise GatewayError(
                 503,
@@ -38,24 +43,27 @@ class InFlight:
                 code="overloaded",
                 retry_after=RETRY_AFTER,
             )
+        if key is not None and self._by_key.get(key, 0) >= self.per_key:
+            raise _over(f"This API key has {self._by_key[key]} requests in flight, its limit")
+        if tenant is not None and self._by_tenant.get(tenant, 0) >= self.per_tenant:
+            raise _over(f"This namespace has {self._by_tenant[tenant]} requests in flight, its limit")
         if key is not None:
-            held = self._by_key.get(key, 0)
-            if held >= self.per_key:
-                raise GatewayError(
-                    429,
-                    f"This API key has {held} requests in flight, its limit; retry shortly",
-                    code="too_many_requests",
-                    retry_after=RETRY_AFTER,
-                )
-            self._by_key[key] = held + 1
+            self._by_key[key] = self._by_key.get(key, 0) + 1
+        if tenant is not None:
+            self._by_tenant[tenant] = self._by_tenant.get(tenant, 0) + 1
         self.total += 1
 
-    def leave(self, key: str | None) -> None:
+    def leave(self, key: str | None, tenant: str | None = None) -> None:
         self.total -= 1
-        if key is not None:
-            held = self._by_key.pop(key, 1) - 1
-            if held:
-                self._by_key[key] = held
+        for counts, name in ((self._by_key, key), (self._by_tenant, tenant)):
+            if name is not None:
+                held = counts.pop(name, 1) - 1
+                if held:
+                    counts[name] = held
+
+
+def _over(what: str) -> GatewayError:
+    return GatewayError(429, f"{what}; retry shortly", code="too_many_requests", retry_after=RETRY_AFTER)
 
 
 class ByteBudget:

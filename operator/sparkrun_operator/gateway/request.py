@@ -93,6 +93,10 @@ class Ctx:
     start: float
     headers: dict[bytes, bytes]
     task: asyncio.Task[Any] | None = None
+    upstream_rid: str = ""
+    """The ``x-request-id`` the engine gets when it is not :attr:`rid`: a client-chosen id with a
+    new one appended, so requests of two callers that chose one id never share it at an engine
+    (engines key their requests, and aborts, by it)."""
     body: bytes = b""
     doc: dict[str, Any] = field(default_factory=dict)
     model_label: str = "unknown"

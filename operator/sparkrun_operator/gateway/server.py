@@ -318,6 +318,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-header-bytes", type=int, default=d.max_header_bytes)
     p.add_argument("--max-in-flight", type=int, default=d.max_in_flight)
     p.add_argument("--max-in-flight-per-key", type=int, default=d.max_in_flight_per_key)
+    p.add_argument(
+        "--max-in-flight-per-tenant",
+        type=int,
+        default=d.max_in_flight_per_tenant,
+        help="requests in flight per namespace of a key's Secret or a ServiceAccount (default: half "
+        "of --max-in-flight)",
+    )
     p.add_argument("--max-buffered-body-bytes", type=int, default=d.max_buffered_body_bytes)
     p.add_argument("--max-event-bytes", type=int, default=d.max_event_bytes)
     p.add_argument("--max-answer-bytes", type=int, default=d.max_answer_bytes)
@@ -380,6 +387,7 @@ def build(argv: Sequence[str]) -> tuple[Gateway, argparse.Namespace]:
         max_header_bytes=ns.max_header_bytes,
         max_in_flight=ns.max_in_flight,
         max_in_flight_per_key=ns.max_in_flight_per_key,
+        max_in_flight_per_tenant=ns.max_in_flight_per_tenant,
         max_buffered_body_bytes=ns.max_buffered_body_bytes,
         max_event_bytes=ns.max_event_bytes,
         max_answer_bytes=ns.max_answer_bytes,

@@ -26,7 +26,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from sparkrun_operator.api.meta import GROUP
 from sparkrun_operator.errors import SparkrunError
@@ -61,6 +61,17 @@ _SA_USER = re.compile(r"^system:serviceaccount:([^:]+):([^:]+)$")
 K = TypeVar("K")
 V = TypeVar("V")
 
+#: ``extra`` keys the apiserver sets per ServiceAccount token (its id, and the pod and node a
+#: bound token belongs to): RBAC reads none of them, so a decision is the user's, not the token's.
+PER_CREDENTIAL: Final = frozenset(
+    f"authentication.kubernetes.io/{k}"
+    for k in ("credential-id", "pod-name", "pod-uid", "node-name", "node-uid")
+)
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+
 
 @dataclass(frozen=True)
 class UserInfo:
@@ -74,6 +85,9 @@ class UserInfo:
     key: str = field(init=False, repr=False, compare=False)
     digest: str = field(init=False, repr=False, compare=False)
     """The SHA-256 (hex) of :attr:`key`: a short cache key for per-user decisions."""
+    principal: str = field(init=False, repr=False, compare=False)
+    """:attr:`digest` without the ``extra`` that only binds one token (:data:`PER_CREDENTIAL`):
+    the same for every token of a ServiceAccount, so its pods share their decisions."""
 
     def __post_init__(self) -> None:
         # A stable cache key for everything that authorization depends on (computed once:
@@ -81,7 +95,14 @@ class UserInfo:
         extra = sorted((k, tuple(v)) for k, v in self.extra.items())
         key = json.dumps([self.username, self.uid, sorted(self.groups), extra])
         object.__setattr__(self, "key", key)
-        object.__setattr__(self, "digest", hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest())
+        object.__setattr__(self, "digest", _sha256(key))
+        lasting = [(k, v) for k, v in extra if k not in PER_CREDENTIAL]
+        principal = (
+            self.digest
+            if len(lasting) == len(extra)
+            else _sha256(json.dumps([self.username, self.uid, sorted(self.groups), lasting]))
+        )
+        object.__setattr__(self, "principal", principal)
 
     @property
     def service_account(self) -> tuple[str, str] | None:
@@ -106,6 +127,9 @@ class TtlCache(Generic[K, V]):
         if entry is None or entry[0] <= self.clock():
             return None
         return entry[1]
+
+    def discard(self, key: K) -> None:
+        self._entries.pop(key, None)
 
     def put(self, key: K, value: V, ttl: float) -> None:
         self._entries[key] = (self.clock() + ttl, value)
@@ -200,7 +224,11 @@ class Authenticator:
     ``negative_ttl`` seconds (so a flood of bad tokens cannot evict good ones). A token that is in
     neither cache costs a TokenReview, which each source address may spend at ``limiter``'s rate:
     beyond it :class:`ReviewsThrottled` is raised without asking the apiserver; at most
-    ``max_concurrent`` reviews are in flight at once.
+    ``max_concurrent`` reviews are in flight at once. A token accepted before (its digest and
+    user remembered for ``remember`` seconds, at most ``max_entries``) whose address has no
+    budget left is reviewed again, once its entry expired, on its user's budget
+    (``known_limiter``, per username): behind a proxy every caller has one address, and invalid
+    tokens sent through it must not lock the known callers out.
     """
 
     def __init__(
@@ -214,6 +242,8 @@ class Authenticator:
         max_rejected: int = 8192,
         max_concurrent: int = 16,
         max_entries: int = 10_000,
+        known_limiter: SourceLimiter | None = None,
+        remember: float = 3600.0,
     ) -> None:
         self.rest = rest
         self.ttl = ttl
@@ -222,6 +252,11 @@ class Authenticator:
         self.cache: TtlCache[str, UserInfo | None] = TtlCache(max_entries=max_entries)
         self.rejected: TtlCache[str, bool] = TtlCache(max_entries=max_rejected)
         self.limiter = limiter or SourceLimiter()
+        #: Digest -> username of the tokens accepted within ``remember`` seconds (a re-review of
+        #: one its address cannot pay for is charged to ``known_limiter``, by username).
+        self.known: TtlCache[str, str] = TtlCache(max_entries=max_entries, clock=self.cache.clock)
+        self.known_limiter = known_limiter or SourceLimiter(rate=20.0, burst=200.0)
+        self.remember = remember
         self._slots = asyncio.Semaphore(max_concurrent)
         self.reviews = 0
         self.throttled = 0
@@ -241,6 +276,9 @@ class Authenticator:
             return None
         if not self.cache.loading(digest):
             wait = self.limiter.take(source)
+            known_as = self.known.peek(digest) if wait > 0 else None
+            if known_as is not None:  # NB: accepted before: its user's budget, not the address's
+                wait = self.known_limiter.take(known_as)
             if wait > 0:
                 self.throttled += 1
                 raise ReviewsThrottled(wait)
@@ -250,7 +288,9 @@ class Authenticator:
         info = await self._ask(token)
         if info is None:
             self.rejected.put(digest, True, self.negative_ttl)
+            self.known.discard(digest)
             return None, 0.0
+        self.known.put(digest, info.username, self.remember)
         return info, self.ttl
 
     async def _ask(self, token: str) -> UserInfo | None:
@@ -316,12 +356,14 @@ Attributes = tuple[tuple[str, str], ...]
 class AccessReviewer:
     """Whether a user may do what a ``SubjectAccessReview``'s attributes name, cached.
 
-    Answers are cached per (user digest, attributes): allowed for ``ttl`` seconds, denied for
+    Answers are cached per (:attr:`UserInfo.principal`: the user, less the ``extra`` that binds
+    one token; attributes): allowed for ``ttl`` seconds, denied for
     ``negative_ttl``, at most ``max_entries`` (oldest first out). A decision in neither costs a
-    review, which each user may spend at ``limiter``'s rate (beyond it :class:`ReviewsThrottled`,
-    without asking the apiserver); at most ``max_concurrent`` reviews are in flight; concurrent
-    identical questions share one review. A failed review (the apiserver did not answer) raises
-    the client's error and caches nothing.
+    review, which each user (by username: not per token, whose ``extra`` names its credential
+    id) may spend at ``limiter``'s
+    rate (beyond it :class:`ReviewsThrottled`, without asking the apiserver); at most
+    ``max_concurrent`` reviews are in flight; concurrent identical questions share one review.
+    A failed review (the apiserver did not answer) raises the client's error and caches nothing.
     """
 
     def __init__(
@@ -346,13 +388,13 @@ class AccessReviewer:
     async def permits(self, user: UserInfo, attributes: Attributes, *, non_resource: bool = False) -> bool:
         """Whether ``user`` may (``attributes``: ``resourceAttributes``, or with
         ``non_resource`` ``nonResourceAttributes``). Raises :class:`ReviewsThrottled`."""
-        key = (user.digest, non_resource, attributes)
+        key = (user.principal, non_resource, attributes)
         known = self.cache.peek(key)
         if known is not None:
             self.cache.hits += 1
             return known
         if not self.cache.loading(key):
-            wait = self.limiter.take(user.digest)
+            wait = self.limiter.take(user.username)
             if wait > 0:
                 self.throttled += 1
                 raise ReviewsThrottled(wait, "access reviews")
