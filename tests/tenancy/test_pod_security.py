@@ -11,12 +11,14 @@ pods (leader and worker) meet ``baseline`` by default and fail ``restricted`` on
 
 Also: ``spec.pod``'s CRD rules on the real apiserver (the cases of
 ``tests/unit/test_pod_override.py``), and the chart's policy ``<prefix>-workload-pod`` (rendered
-with ``tenancy.serviceAccounts``) refusing a ServiceAccount the administrator did not allow and
-admitting an allowed one.
+with ``tenancy.serviceAccounts``) refusing a ServiceAccount the administrator did not allow,
+admitting an allowed one, and refusing the release's own accounts in its namespace even under
+``"*": ["*"]``.
 """
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -285,6 +287,40 @@ def test_only_allowed_service_accounts(
             )
         assert changed.value.status == 403
         undo("kept")
+
+
+def test_the_release_accounts_are_never_lent(
+    crds: list[str], kube: KubeApi, levels: dict[str, str], tmp_path: Path
+) -> None:
+    """In the release's own namespace, the release's ServiceAccounts (operator, gateway, shim,
+    the uninstall hook) are refused even where ``tenancy.serviceAccounts`` allows every account
+    (``"*": ["*"]``): an engine given the operator's token would hold the operator's rights in
+    every served namespace. Any other account stays allowed by the wildcard."""
+    ns = levels["baseline"]
+    values = {"tenancy": {"serviceAccounts": {"*": ["*"]}}, "operator": {"stopBeforeUninstall": True}}
+    rendered = render(require_helm(), tmp_path, values, "--namespace", ns)
+    policy = [d for d in rendered.docs if d["metadata"]["name"].endswith("-workload-pod")]
+    accounts = sorted(d["metadata"]["name"] for d in rendered.of("ServiceAccount"))
+    assert len(accounts) == 4, accounts
+    for account in (*accounts, "lent"):
+        kube.create(
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": ns}}
+        )
+
+    def create(name: str, account: str) -> None:
+        doc = workload({"serviceAccountName": account, "automountServiceAccountToken": True}, name)
+        kube.create({**doc, "metadata": {"name": name, "namespace": ns}})
+
+    def undo(name: str) -> None:
+        kube.delete("sparkrun.dev/v1alpha1", "InferenceWorkload", name, namespace=ns)
+
+    with bound_to(kube, ns, [policy]):
+        for account in accounts:
+            error = first_refusal(functools.partial(create, account=account), undo, account)
+            assert error.status == 403, (account, error)
+            assert f"ServiceAccount {account} is this release's own" in str(error), error
+        create("lent", "lent")
+        undo("lent")
 
 
 # -- the chart: Pod Security labels for watchNamespaces ---------------------------------------

@@ -187,15 +187,53 @@ def _expand(
                     yield Grant(component, scopes, group, resource, verb, names, via, source)
 
 
+#: Labels that add a ClusterRole's rules to a built-in role (admin, edit, view, ...).
+AGGREGATE_TO = "rbac.authorization.k8s.io/aggregate-to-"
+
+
+def _accounts(chart: Rendered) -> dict[tuple[str, str], str]:
+    """The release's ServiceAccounts: (namespace, name) -> their component."""
+    return {
+        (str(d["metadata"].get("namespace")), d["metadata"]["name"]): d["metadata"]["labels"][
+            "app.kubernetes.io/component"
+        ]
+        for d in chart.of("ServiceAccount")
+    }
+
+
+def _holders(binding: Mapping[str, Any], accounts: Mapping[tuple[str, str], str]) -> list[str]:
+    """Who a binding grants to: the component of each subject that is one of the release's
+    ServiceAccounts, anyone else by kind and name (a component no table row names)."""
+    out = []
+    for subject in binding.get("subjects") or []:
+        where = (str(subject.get("namespace")), str(subject.get("name")))
+        if subject.get("kind") == "ServiceAccount" and where in accounts:
+            out.append(accounts[where])
+        else:
+            out.append(f"subject {subject.get('kind')} {where[0]}/{where[1]}")
+    return out
+
+
+def _aggregation(role: Mapping[str, Any], source: str) -> Iterator[Grant]:
+    """A role's aggregation, as grants no row allows: its rules added to built-in roles (every
+    namespace's holders of them get them), or rules that are whatever its selector matches."""
+    labels = (role.get("metadata") or {}).get("labels") or {}
+    for label in sorted(k for k, v in labels.items() if k.startswith(AGGREGATE_TO) and v == "true"):
+        yield from _expand(role.get("rules") or [], label, frozenset({"cluster"}), None, source)
+    if role.get("aggregationRule"):
+        yield Grant("aggregationRule", frozenset({"cluster"}), "*", "*", "*", (), None, source)
+
+
 def grants_of(chart: Rendered, facts: Facts) -> list[Grant]:
-    """Every grant of every component: through each binding, and each role nobody binds (roles
-    for administrators to bind to callers: component ``callers``)."""
+    """Every grant of every component: through each binding (to its subjects, whatever the
+    binding's labels say), and each role nobody binds (roles for administrators to bind to
+    callers: component ``callers``); a bound role's aggregation too."""
     roles = {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d for d in chart.docs}
+    accounts = _accounts(chart)
     bound: set[tuple[str, str | None, str]] = set()
     out: list[Grant] = []
     for binding in chart.of("ClusterRoleBinding") + chart.of("RoleBinding"):
         meta, ref = binding["metadata"], binding["roleRef"]
-        component = meta["labels"]["app.kubernetes.io/component"]
         namespace = meta.get("namespace")
         cluster = binding["kind"] == "ClusterRoleBinding"
         scopes = frozenset({"cluster"}) if cluster else facts.scopes_of(str(namespace))
@@ -203,16 +241,21 @@ def grants_of(chart: Rendered, facts: Facts) -> list[Grant]:
         source = f"{binding['kind']} {namespace or ''}/{meta['name']}"
         if key in roles:
             bound.add(key)
-            out += _expand(roles[key]["rules"], component, scopes, None, source)
+            rules, via = roles[key]["rules"], None
+            out += _aggregation(roles[key], source)
         else:
             assert ref["name"] in BUILTIN, (
                 f"{source} binds {ref['name']}, neither rendered nor a known built-in"
             )
-            out += _expand(BUILTIN[ref["name"]], component, scopes, ref["name"], source)
+            rules, via = BUILTIN[ref["name"]], ref["name"]
+        for component in _holders(binding, accounts):
+            out += _expand(rules, component, scopes, via, source)
     for key, role in roles.items():
         if key[0] in ("ClusterRole", "Role") and key not in bound:
             scopes = frozenset({"cluster"}) if key[0] == "ClusterRole" else facts.scopes_of(str(key[1]))
             out += _expand(role["rules"], "callers", scopes, None, f"unbound {key[0]} {key[2]}")
+            if role.get("aggregationRule"):
+                out += _aggregation({"aggregationRule": role["aggregationRule"]}, f"unbound {key[2]}")
     return out
 
 
@@ -308,7 +351,11 @@ def test_watched_namespaces_leave_nothing_namespaced_cluster_wide(
     (and the release namespace), and no case ever lists Secrets cluster-wide."""
     chart, facts = rendered["apiKeys-watched"]
     grants = grants_of(chart, facts)
-    cluster = {(g.component, g.resource) for g in grants if "cluster" in g.scopes}
+    # NB: "callers" rows are ClusterRoles nobody holds until an administrator binds them per
+    # namespace (sparkrun-tenant, sparkrun-inference): not a component's cluster-wide right.
+    cluster = {
+        (g.component, g.resource) for g in grants if "cluster" in g.scopes and g.component != "callers"
+    }
     for resource in (
         "inferenceworkloads",
         "jobsets",
@@ -385,6 +432,118 @@ def test_the_checker_fails_on_wider_rules(rendered: dict[str, tuple[Rendered, Fa
     nodes = next(r for r in unnamed if "nodes" in r["resources"] and r["component"] == "operator")
     nodes.pop("unavoidable")
     assert row_problems(unnamed)
+
+
+def test_the_checker_fails_on_grants_to_others_and_aggregation(
+    rendered: dict[str, tuple[Rendered, Facts]],
+) -> None:
+    """A binding grants to its subjects, not to the component its label names: a binding of a
+    component's role to a group, a user or another ServiceAccount is reported; so is a bound
+    role that aggregates into the built-in roles (its rules would reach every namespace's
+    viewers, editors or admins) or is itself an aggregated role (its rules are whatever matches)."""
+    rows = load_table()
+    chart, facts = rendered["watched"]
+    assert violations(grants_of(chart, facts), rows, facts) == []
+
+    def widened(change: Callable[[list[dict[str, Any]]], None]) -> list[str]:
+        docs = copy.deepcopy(chart.docs)
+        change(docs)
+        return violations(grants_of(Rendered(docs), facts), rows, facts)
+
+    def binding(docs: list[dict[str, Any]]) -> dict[str, Any]:
+        return next(
+            d for d in docs if d["kind"] == "RoleBinding" and d["metadata"]["name"] == "sparkrun-gateway"
+        )
+
+    def cluster_role(docs: list[dict[str, Any]]) -> dict[str, Any]:
+        return next(
+            d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "sparkrun-operator"
+        )
+
+    def to_everyone(docs: list[dict[str, Any]]) -> None:
+        binding(docs)["subjects"] = [
+            {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "system:authenticated"}
+        ]
+
+    def to_a_tenant_account(docs: list[dict[str, Any]]) -> None:
+        binding(docs)["subjects"].append({"kind": "ServiceAccount", "name": "default", "namespace": "team-a"})
+
+    def to_another_component(docs: list[dict[str, Any]]) -> None:
+        binding(docs)["subjects"][0]["name"] = "sparkrun-shim"
+
+    def aggregated_into_view(docs: list[dict[str, Any]]) -> None:
+        cluster_role(docs)["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] = "true"
+
+    def aggregation_rule(docs: list[dict[str, Any]]) -> None:
+        cluster_role(docs)["aggregationRule"] = {
+            "clusterRoleSelectors": [
+                {"matchLabels": {"rbac.authorization.k8s.io/aggregate-to-admin": "true"}}
+            ]
+        }
+
+    for change in (
+        to_everyone,
+        to_a_tenant_account,
+        to_another_component,
+        aggregated_into_view,
+        aggregation_rule,
+    ):
+        assert widened(change), change.__name__
+
+
+def test_the_operator_applies_engine_policies_but_never_deletes_them(
+    rendered: dict[str, tuple[Rendered, Facts]],
+) -> None:
+    """The engines' NetworkPolicies go with their workload (owner references: the garbage
+    collector deletes them) and the planner never deletes one, so the operator holds no
+    ``delete`` on NetworkPolicies: a compromised operator could otherwise drop every tenant's."""
+    for case in ("defaults", "watched"):
+        chart, facts = rendered[case]
+        verbs = {
+            g.verb
+            for g in grants_of(chart, facts)
+            if g.component == "operator" and g.resource == "networkpolicies"
+        }
+        assert verbs == {"get", "list", "watch", "create", "patch"}, case
+
+
+def account_problems(chart: Rendered) -> list[str]:
+    """Pods that run as another component's ServiceAccount (the table's rows are per component:
+    a gateway running as the operator's account would hold the operator's rows), or as none
+    with a token mounted."""
+    accounts = _accounts(chart)
+    found = []
+    for doc in chart.docs:
+        spec = doc.get("spec") or {}
+        pod = (spec.get("template") or {}).get("spec") if doc["kind"] != "Pod" else spec
+        if not isinstance(pod, dict) or "containers" not in pod:
+            continue
+        meta = doc["metadata"]
+        component = (meta.get("labels") or {}).get("app.kubernetes.io/component")
+        account = pod.get("serviceAccountName")
+        where = f"{doc['kind']} {meta['name']}"
+        if account is None:
+            if pod.get("automountServiceAccountToken") is not False:
+                found.append(f"{where}: the namespace's default account's token is mounted")
+        elif accounts.get((str(meta.get("namespace")), account)) != component:
+            found.append(f"{where} ({component}) runs as {account}")
+    return found
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_pod_runs_as_its_own_components_account(
+    rendered: dict[str, tuple[Rendered, Facts]], case: str
+) -> None:
+    chart, _ = rendered[case]
+    assert account_problems(chart) == []
+    swapped = copy.deepcopy(chart.docs)
+    gateway = next(
+        d for d in swapped if d["kind"] == "Deployment" and d["metadata"]["name"] == "sparkrun-gateway"
+    )
+    gateway["spec"]["template"]["spec"]["serviceAccountName"] = "sparkrun-operator"
+    assert account_problems(Rendered(swapped)) == [
+        "Deployment sparkrun-gateway (gateway) runs as sparkrun-operator"
+    ]
 
 
 def test_gateway_watch_namespaces() -> None:
