@@ -53,7 +53,8 @@ REPO = Path(__file__).resolve().parents[2]
 OWNER_LABEL = "kustomize.toolkit.fluxcd.io/name"
 #: The chart on the testbed: no aggregated APIService (nothing would serve it, and discovery of
 #: every other test would suffer), TLS from a named Secret (a generated CA differs per render),
-#: the fixed-name daemon ClusterRoles left to tests/deploy/test_manifests.py, no helm test pods.
+#: the fixed-name ClusterRoles (daemon, inference, tenant) left to tests/deploy/test_manifests.py,
+#: no helm test pods.
 #: The CRDs come from crds/ instead (the same content, `make verify`): the chart's carry this
 #: release's labels, which other tests' applies of the session's CRDs would conflict with.
 TESTBED_VALUES = [
@@ -61,6 +62,8 @@ TESTBED_VALUES = [
     "--set", "shim.apiService.enabled=false",
     "--set", "shim.tls.existingSecret=gitops-shim-tls",
     "--set", "daemonRoles=false",
+    "--set", "gateway.auth.inferenceRole=false",
+    "--set", "tenancy.tenantRole=false",
     "--skip-tests",
 ]  # fmt: skip
 CLUSTER_KINDS = "clusterrole,clusterrolebinding,validatingadmissionpolicy,validatingadmissionpolicybinding"

@@ -21,8 +21,11 @@ pytestmark = [pytest.mark.testbed, pytest.mark.usefixtures("crds")]
 RELEASE = "chart-it"
 # NB: no uninstall hook here: its Job's pod would be KWOK's, which never completes, and
 # `helm uninstall` would wait for it (e2e/test_helm_pods.py runs the hook on process nodes).
+# NB: the fixed-name ClusterRoles (daemon, inference, tenant roles) are left to
+# tests/deploy/test_manifests.py: another install of the chart in the suite would own them.
 BASE = ["--set", "crds.install=false", "--set", "daemonRoles=false", "--set", "shim.apiService.enabled=false",
-        "--set", "operator.stopBeforeUninstall=false"]  # fmt: skip
+        "--set", "operator.stopBeforeUninstall=false", "--set", "gateway.auth.inferenceRole=false",
+        "--set", "tenancy.tenantRole=false"]  # fmt: skip
 
 
 def _secret_ca(kubectl: Any, namespace: str) -> str:

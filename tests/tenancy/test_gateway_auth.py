@@ -66,12 +66,17 @@ class Tenants:
     kube: KubeApi
 
 
-def _inference_role() -> dict[str, Any]:
-    """The chart's ``sparkrun-inference`` ClusterRole, as ``helm template`` renders it."""
+def _inference_role(suffix: str) -> dict[str, Any]:
+    """The chart's ``sparkrun-inference`` ClusterRole, as ``helm template`` renders it, under a
+    name of this module's own (``sparkrun-inference-<suffix>``): the chart's name is fixed and
+    cluster-wide, and a helm install of the chart elsewhere in the suite must not meet a copy
+    it does not own."""
     argv = [require_helm(), "template", "roles", str(CHART), "--show-only", "templates/inference-roles.yaml"]
     out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120).stdout
-    (role,) = [doc for doc in yaml.safe_load_all(out) if doc]
-    assert role["metadata"]["name"] == "sparkrun-inference"
+    (role,) = [
+        doc for doc in yaml.safe_load_all(out) if doc and doc["metadata"]["name"] == "sparkrun-inference"
+    ]
+    role["metadata"]["name"] = f"sparkrun-inference-{suffix}"
     return dict(role)
 
 
@@ -126,7 +131,7 @@ def _tenant(kube: KubeApi, label: str, suffix: str, engine: HostEngine) -> Tenan
             "roleRef": {
                 "apiGroup": "rbac.authorization.k8s.io",
                 "kind": "ClusterRole",
-                "name": "sparkrun-inference",
+                "name": f"sparkrun-inference-{suffix}",
             },
             "subjects": [{"kind": "ServiceAccount", "name": "app", "namespace": ns}],
         }
@@ -211,12 +216,13 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str]
 def tenants(kube: KubeApi, engines: Callable[[str], HostEngine]) -> Iterator[Tenants]:
     suffix = secrets.token_hex(3)
     engine_a, engine_b = engines(f"model-a-{suffix}"), engines(f"model-b-{suffix}")
-    role = _inference_role()
+    role = _inference_role(suffix)
     kube.apply(role)
     made = Tenants(_tenant(kube, "a", suffix, engine_a), _tenant(kube, "b", suffix, engine_b), kube)
     yield made
     for tenant in (made.a, made.b):
         retry(functools.partial(kube.delete, "v1", "Namespace", tenant.namespace))
+    kube.delete(role["apiVersion"], "ClusterRole", role["metadata"]["name"])
 
 
 class GatewayProc:

@@ -26,6 +26,10 @@ import pytest
 
 from sparkrun_operator.api import namepolicy
 from sparkrun_operator.gateway.kube import KubeConnection, KubeRoutingSource
+from sparkrun_operator.ops.executors import proxy
+from sparkrun_operator.ops.invocation import OperationContext
+from sparkrun_operator.ops.settings import Settings
+from sparkrun_operator.render import keys
 from sparkrun_testbed import plane
 from sparkrun_testbed.kubeapi import ApiError, KubeApi
 from tests.deploy.chart import render, require_helm
@@ -254,3 +258,56 @@ def test_a_squatter_does_not_receive_the_victims_traffic(
         wait_condition(
             kube, squatter_ns, "early-bird", "Routable", "False", reason="NameNotAllowed", timeout=10
         )
+
+
+async def test_the_daemon_api_lists_only_the_names_the_gateway_routes(
+    kube: KubeApi, testbed: plane.Testbed, namespace: str
+) -> None:
+    """``proxy.models`` (the daemon API's view of what the gateway serves) leaves out a name the
+    policy withholds, as the gateway does, and keeps the allowed ones; imperative aliases too."""
+    policy = namepolicy.parse({namespace: ["dx-"]})
+    for workload_name, recipe, served in (("lured", "lure-d", "elsewhere-d"), ("kept", "fine-d", "dx-fine")):
+        kube.apply(_recipe(recipe, namespace, served))
+        kube.create(workload(workload_name, namespace, model=None, recipe={"name": recipe}))
+        kube.request(
+            "PATCH",
+            kube.resource_path(API, "InferenceWorkload", namespace=namespace, name=workload_name) + "/status",
+            json={
+                "status": {
+                    "model": {"name": MODEL, "servedName": served},
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "True",
+                            "reason": "Ready",
+                            "message": "",
+                            "lastTransitionTime": "2026-12-06T00:00:00Z",
+                        }
+                    ],
+                }
+            },
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+    kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": keys.GATEWAY_ALIASES_CONFIG_MAP, "namespace": namespace},
+            "data": {"aliases.json": json.dumps({"dx-alias": "dx-fine", "other-alias": "dx-fine"})},
+        }
+    )
+    conn = KubeConnection(kubeconfig=str(testbed.kubeconfig))
+    try:
+        rest = await conn.kube()
+        listed: dict[str, set[str]] = {}
+        for label, settings in (
+            ("policy", Settings(namespace=namespace, name_policy=policy)),
+            ("open", Settings(namespace=namespace)),
+        ):
+            ctx = OperationContext(rest=rest, settings=settings, principal="tenancy-test")
+            rows = await proxy.models(ctx, {})
+            listed[label] = {row["model_name"] for row in rows}
+    finally:
+        await conn.close()
+    assert listed["policy"] == {"dx-fine", "dx-alias"}
+    assert listed["open"] == {"dx-fine", "elsewhere-d", "dx-alias", "other-alias"}

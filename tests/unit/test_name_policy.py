@@ -163,7 +163,7 @@ def test_the_chart_cel_is_the_rule(helm_bin: str, tmp_path: Path, policy: dict[s
     containers = [d["spec"]["template"]["spec"]["containers"][0] for d in rendered.of("Deployment")]
     flags = [a.split("=", 1)[1] for c in containers for a in c["args"] if a.startswith("--name-prefixes=")]
     rule = namepolicy.parse(policy)
-    assert len(flags) == 2
+    assert len(flags) == 3  # the operator, the gateway and the shim (proxy.models)
     assert all(namepolicy.parse_json(f) == rule for f in flags)
     for _, namespace, name, _ in TABLE:
         allowed = rule.allows(namespace, name)

@@ -19,6 +19,8 @@ import signal
 import sys
 
 from sparkrun_operator import runner
+from sparkrun_operator.api import namepolicy
+from sparkrun_operator.api.namepolicy import NamePolicy
 from sparkrun_operator.client import Client, DaemonError
 from sparkrun_operator.shim.listener import Limits
 from sparkrun_operator.shim.server import ServeOptions, serve
@@ -72,6 +74,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     run.add_argument(
         "--max-streams-per-principal", type=int, default=16, help="concurrent SSE streams per principal (429)"
     )
+    run.add_argument(
+        "--name-prefixes",
+        type=_name_prefixes,
+        default=NamePolicy(),
+        metavar="JSON",
+        help="the operator's and gateway's name policy (the chart's tenancy.names.prefixes): proxy.models "
+        "lists only the names the gateway routes (default {}: every name)",
+    )
     run.set_defaults(func=_serve)
 
     call = commands.add_parser("call", help="run one operation and print its result")
@@ -104,6 +114,7 @@ def _serve(args: argparse.Namespace) -> int:
         limits=Limits(head_timeout=args.head_timeout, max_head_bytes=args.max_head_bytes),
         max_active_jobs=args.max_active_jobs,
         max_streams_per_principal=args.max_streams_per_principal,
+        name_policy=args.name_prefixes,
     )
 
     async def main() -> None:
@@ -135,3 +146,12 @@ def _call(args: argparse.Namespace) -> int:
             return 1
     print(json.dumps(result, indent=2))
     return 0
+
+
+def _name_prefixes(raw: str) -> NamePolicy:
+    """``--name-prefixes``: a :class:`NamePolicy` (a usage error, with the rule's own message,
+    when the map is malformed)."""
+    try:
+        return namepolicy.parse_json(raw)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None

@@ -112,6 +112,7 @@ def daemon_settings(config: OperatorConfig) -> Settings:
     return Settings(
         namespace=config.executor_namespace,
         pod_namespaces=config.served_namespaces,
+        name_policy=config.name_policy,
         tools_image=config.render.tools_image,
         cache_mount_path=config.render.cache_mount_path,
         cache_tool_scheduling=dict(config.cache_tool_scheduling),

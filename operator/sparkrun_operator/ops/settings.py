@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkrun_operator.api.credentials import CredentialEndpoints
+from sparkrun_operator.api.namepolicy import NamePolicy
 from sparkrun_operator.render import keys
 from sparkrun_operator.render.modelcache import DEFAULT_TOOLS_IMAGE
 
@@ -22,6 +23,9 @@ class Settings:
     #: and :attr:`namespace`), each listed on its own so that no cluster-wide pod list is needed;
     #: empty: every namespace (one list).
     pod_namespaces: tuple[str, ...] = ()
+    #: Which model names each namespace may claim (``--name-prefixes``, the chart's
+    #: ``tenancy.names.prefixes``): ``proxy.models`` lists only names the gateway routes.
+    name_policy: NamePolicy = field(default_factory=NamePolicy)
     #: The gateway's Service (``proxy.*`` operations read its state).
     gateway_service: str = keys.GATEWAY_NAME
     gateway_namespace: str | None = None

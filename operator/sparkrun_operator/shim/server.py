@@ -35,6 +35,7 @@ from typing import Any
 
 import uvicorn
 
+from sparkrun_operator.api.namepolicy import NamePolicy
 from sparkrun_operator.k8s.auth import Authenticator, Authorizer, ManagerDirectory, request_header_config
 from sparkrun_operator.k8s.client import DAEMON_API_MANAGER, Kube
 from sparkrun_operator.k8s.daemonjobs import DaemonJobs, JobCache
@@ -60,6 +61,9 @@ class ServeOptions:
     #: The chart's watchNamespaces: GPU occupancy lists pods only there and in ``namespace``
     #: (empty: every namespace).
     watch_namespaces: tuple[str, ...] = ()
+    #: The chart's ``tenancy.names.prefixes`` (``--name-prefixes``): ``proxy.models`` lists only
+    #: the names the gateway routes.
+    name_policy: NamePolicy = field(default_factory=NamePolicy)
     kubeconfig: str | None = None
     context: str | None = None
     host: str = "0.0.0.0"
@@ -100,7 +104,7 @@ async def build(options: ServeOptions, rest: Kube | None = None, *, sync_timeout
         if options.watch_namespaces
         else ()
     )
-    settings = Settings(namespace=options.namespace, pod_namespaces=pods)
+    settings = Settings(namespace=options.namespace, pod_namespaces=pods, name_policy=options.name_policy)
     daemonjobs = DaemonJobs(rest, options.namespace)
     cache = JobCache(daemonjobs)
     try:

@@ -126,12 +126,14 @@ async def _models(ctx: OperationContext) -> list[dict[str, Any]]:
             continue
         entry = endpoint_entry(workload, recipes)
         for name in entry["actual_models"]:
+            if not ctx.settings.name_policy.allows(ctx.namespace, name):
+                continue  # withheld (NameNotAllowed): the gateway neither routes nor lists it
             served[name] = entry
             rows.append(
                 {"model_name": name, "api_base": _gateway_base(ctx), "max_model_len": entry["max_model_len"]}
             )
     for alias, target in sorted(aliases.items()):
-        if target in served and alias not in served:
+        if target in served and alias not in served and ctx.settings.name_policy.allows(ctx.namespace, alias):
             rows.append(
                 {
                     "model_name": alias,
