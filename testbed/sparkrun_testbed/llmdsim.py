@@ -64,6 +64,9 @@ class Options:
     inter_token_latency: str = "0ms"
     max_num_seqs: int = 256  # requests processed at once; the rest wait in its queue
     max_model_len: int = 8192
+    #: The simulator's random seed (tool-call choices, random answers): fixed, so that a run's
+    #: answers are the same on every machine (unset, it seeds from the clock).
+    seed: int = 26
     extra: tuple[str, ...] = ()
 
     def args(self, port: int) -> list[str]:
@@ -73,6 +76,7 @@ class Options:
             *("--inter-token-latency", self.inter_token_latency),
             *("--max-num-seqs", str(self.max_num_seqs), "--max-model-len", str(self.max_model_len)),
             "--force-dummy-tokenizer",
+            *("--seed", str(self.seed)),
             *self.extra,
         ]
 

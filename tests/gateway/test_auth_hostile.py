@@ -33,9 +33,10 @@ from sparkrun_operator.gateway.auth import StaticKeySource
 from sparkrun_operator.gateway.config import GatewaySettings
 from sparkrun_operator.gateway.errors import GatewayError
 from sparkrun_operator.gateway.identity import KubeIdentity
-from sparkrun_operator.gateway.routing import RoutingTable, TablePublisher, Workload
+from sparkrun_operator.gateway.routing import Workload
 from sparkrun_operator.k8s.auth import SourceLimiter
 from sparkrun_operator.k8s.client import Kube
+from tests.gateway.fixed_source import FixedSource
 
 CREDENTIAL_ID = "authentication.kubernetes.io/credential-id"
 
@@ -57,26 +58,6 @@ class MintingApi(ReviewApi):
             "extra": {CREDENTIAL_ID: [f"JTI={serial}"]},
         }
         return web.json_response({**doc, "status": {"authenticated": True, "user": info}}, status=201)
-
-
-class _Source:
-    """A routing source over fixed workloads."""
-
-    def __init__(self, workloads: list[Workload]) -> None:
-        self.publisher = TablePublisher()
-        self.publisher.publish(workloads)
-
-    def snapshot(self) -> RoutingTable:
-        return self.publisher.snapshot()
-
-    async def wait_changed(self, version: int) -> RoutingTable:
-        return await self.publisher.wait_changed(version)
-
-    async def start(self) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
 
 
 class Clock:
@@ -177,7 +158,7 @@ async def test_a_client_chosen_request_id_reaches_the_engine_unique_per_request(
     url, seen = engine
     shared = Workload(namespace="shared", name="shared", served_name="shared", endpoints=(url,))
     keys = StaticKeySource.from_mapping({"sk-a": ["shared"], "sk-b": ["shared"]})
-    gw = Gateway(_Source([shared]), keys=keys)
+    gw = Gateway(FixedSource([shared]), keys=keys)
     await gw.startup()
     transport = httpx.ASGITransport(app=gw, client=("10.0.0.1", 1234))  # type: ignore[arg-type]
     body = {"model": "shared", "messages": [{"role": "user", "content": "hi"}]}
@@ -239,7 +220,7 @@ async def test_one_tenant_with_many_keys_cannot_fill_the_gateway(
     mine = Workload(namespace="team-m", name="m", served_name="m", endpoints=(url,))
     theirs = Workload(namespace="team-v", name="v", served_name="v", endpoints=(url,))
     settings = GatewaySettings(max_in_flight=4, max_in_flight_per_key=2)
-    gw = Gateway(_Source([mine, theirs]), settings=settings, keys=StaticKeySource.from_file(keys))
+    gw = Gateway(FixedSource([mine, theirs]), settings=settings, keys=StaticKeySource.from_file(keys))
     await gw.startup()
     transport = httpx.ASGITransport(app=gw, client=("10.0.0.1", 1234))  # type: ignore[arg-type]
 

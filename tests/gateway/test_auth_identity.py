@@ -22,10 +22,11 @@ from bench.gateway_reviewapi import ReviewApi, kubeconfig
 from sparkrun_operator.gateway.app import Gateway, _RequestIds
 from sparkrun_operator.gateway.errors import GatewayError
 from sparkrun_operator.gateway.identity import KubeIdentity
-from sparkrun_operator.gateway.routing import RoutingTable, TablePublisher, Workload
+from sparkrun_operator.gateway.routing import Workload
 from sparkrun_operator.gateway.server import build
 from sparkrun_operator.k8s.auth import SourceLimiter
 from sparkrun_operator.k8s.client import Kube
+from tests.gateway.fixed_source import FixedSource
 
 TOKENS = {"tok-a": "alice", "tok-b": "bob"}
 GRANTS: dict[str, list[tuple[str, str]]] = {"alice": [("team-a", "")], "bob": [("team-b", "llama")]}
@@ -37,26 +38,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class Source:
-    """A routing source over fixed workloads (no file, no watch)."""
-
-    def __init__(self, workloads: list[Workload]) -> None:
-        self.publisher = TablePublisher()
-        self.publisher.publish(workloads)
-
-    def snapshot(self) -> RoutingTable:
-        return self.publisher.snapshot()
-
-    async def wait_changed(self, version: int) -> RoutingTable:
-        return await self.publisher.wait_changed(version)
-
-    async def start(self) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
 
 
 WORKLOADS = [
@@ -182,7 +163,7 @@ async def test_a_listing_asks_per_namespace_then_per_workload_only_where_denied(
 
 @pytest.fixture
 async def gateway(kube: Kube) -> AsyncIterator[httpx.AsyncClient]:
-    gw = Gateway(Source(WORKLOADS), identity=KubeIdentity(kube))
+    gw = Gateway(FixedSource(WORKLOADS), identity=KubeIdentity(kube))
     await gw.startup()
     transport = httpx.ASGITransport(app=gw, client=("10.0.0.1", 1234))  # type: ignore[arg-type]
     async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:

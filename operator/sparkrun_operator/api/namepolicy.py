@@ -23,6 +23,7 @@ cannot make every admission expensive; :func:`parse` says what is wrong.
 
 from __future__ import annotations
 
+import argparse
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -163,3 +164,12 @@ def parse_json(text: str) -> NamePolicy:
     except safeload.DocumentError as error:
         raise ValueError(str(error)) from None
     return parse(decoded)
+
+
+def flag(text: str) -> NamePolicy:
+    """``--name-prefixes`` of the operator, the gateway and the shim: :func:`parse_json`, a usage
+    error (``argparse.ArgumentTypeError``, with the rule's own message) when the map is malformed."""
+    try:
+        return parse_json(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None

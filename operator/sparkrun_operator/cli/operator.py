@@ -95,7 +95,7 @@ def _name_flags(runner: argparse.ArgumentParser) -> None:
     """The name policy (issue 26): which model names each namespace may claim."""
     runner.add_argument(
         "--name-prefixes",
-        type=_name_prefixes,
+        type=namepolicy.flag,
         default=NamePolicy(),
         metavar="JSON",
         help="model names each namespace may claim, by prefix, e.g. "
@@ -218,13 +218,6 @@ def _credential_endpoints(raw: str) -> CredentialEndpoints:
     try:
         return CredentialEndpoints.parse(json.loads(raw))
     except ValueError as error:  # NB: json.JSONDecodeError is a ValueError
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def _name_prefixes(raw: str) -> NamePolicy:
-    try:
-        return namepolicy.parse_json(raw)
-    except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 

@@ -76,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     run.add_argument(
         "--name-prefixes",
-        type=_name_prefixes,
+        type=namepolicy.flag,
         default=NamePolicy(),
         metavar="JSON",
         help="the operator's and gateway's name policy (the chart's tenancy.names.prefixes): proxy.models "
@@ -146,12 +146,3 @@ def _call(args: argparse.Namespace) -> int:
             return 1
     print(json.dumps(result, indent=2))
     return 0
-
-
-def _name_prefixes(raw: str) -> NamePolicy:
-    """``--name-prefixes``: a :class:`NamePolicy` (a usage error, with the rule's own message,
-    when the map is malformed)."""
-    try:
-        return namepolicy.parse_json(raw)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None

@@ -206,18 +206,11 @@ def uvicorn_config(
     )
 
 
-def _name_prefixes(raw: str) -> NamePolicy:
-    try:
-        return namepolicy.parse_json(raw)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
 def _name_flags(p: argparse.ArgumentParser) -> None:
     """The name policy (issue 26): which model names each namespace may claim."""
     p.add_argument(
         "--name-prefixes",
-        type=_name_prefixes,
+        type=namepolicy.flag,
         default=NamePolicy(),
         metavar="JSON",
         help="with --kubernetes: model names each namespace may claim, by prefix, e.g. "
