@@ -32,6 +32,7 @@ from sparkrun_operator.ops.settings import Settings
 from sparkrun_operator.render import keys
 from sparkrun_testbed import plane
 from sparkrun_testbed.kubeapi import ApiError, KubeApi
+from tests.conftest import Kubectl
 from tests.deploy.chart import render, require_helm
 from tests.gateway.conftest import StartGateway, start_gateway
 from tests.operator.admission import bound_to, first_refusal, refused
@@ -44,6 +45,7 @@ from tests.operator.conftest import (
     wait_condition,
     workload,
 )
+from tests.operator.test_served_names import _columns
 from tests.operator.test_workload_process import ON_PROCESS_NODES
 
 __all__ = ["netns_network", "operator_factory", "start_gateway"]  # fixtures of their own areas
@@ -178,6 +180,7 @@ class _ClosingSource(KubeRoutingSource):
 
 def test_a_squatter_does_not_receive_the_victims_traffic(
     kube: KubeApi,
+    kubectl: Kubectl,
     testbed: plane.Testbed,
     namespace: str,
     second_namespace: str,
@@ -210,6 +213,9 @@ def test_a_squatter_does_not_receive_the_victims_traffic(
         assert f"'{wanted}' may not be claimed from namespace {squatter_ns}" in message
         assert "names starting with 'sq-'" in message
         assert held["status"]["model"]["servedName"] == wanted  # what its engine would serve
+        # kubectl says so beside the name: served by its engine, not routed to it
+        shown = _columns(kubectl, squatter_ns, "early-bird")
+        assert (shown["SERVED"], shown["ROUTABLE"]) == (wanted, "False")
 
         # A, later: its workload serving the name is routed, the older squatter notwithstanding
         time.sleep(1.1)  # creationTimestamp has one-second resolution

@@ -104,6 +104,13 @@ INFERENCE_WORKLOAD = Kind(
         # model and served name; Served is what clients send as 'model'.
         PrinterColumn("Model", ".status.model.name", description="The model the engine loads"),
         PrinterColumn("Served", ".status.model.servedName", description="The name clients send as 'model'"),
+        # NB: False when a name is lost to an older claim (NameConflict) or withheld by the name
+        # policy (NameNotAllowed): Served is then what the engine serves, not what routes to it.
+        PrinterColumn(
+            "Routable",
+            '.status.conditions[?(@.type=="Routable")].status',
+            description="Whether the gateway routes every name the workload claims",
+        ),
         PrinterColumn("State", ".spec.state", priority=1),
         PrinterColumn("Nodes", ".spec.topology.nodes", "integer", "Nodes per replica", priority=1),
         AGE_COLUMN,
