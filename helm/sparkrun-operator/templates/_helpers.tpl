@@ -163,3 +163,29 @@ counts as one when watchNamespaces is empty), as a JSON list; [] means every nam
 {{- end -}}
 {{- toJson (uniq $list) -}}
 {{- end -}}
+
+{{- /* The engines' policies: the operator makes one per InferenceWorkload (render/networkpolicy.py),
+letting in only the workload's own pods, this release's gateway, operator and shim, the
+namespace's benchmark runners and networkPolicy.engines.extraIngress. This is the operator's
+--engine-network-policy (templates/operator/deployment.yaml); empty when they are off. The
+deprecated engine* values fold in (NOTES.txt says so). */}}
+{{- define "sparkrun.enginePolicy" -}}
+{{- $np := .Values.networkPolicy -}}
+{{- $engines := $np.engines | default dict -}}
+{{- if and $np.enabled $engines.enabled -}}
+{{- $components := list "operator" -}}
+{{- if .Values.gateway.enabled }}{{ $components = append $components "gateway" }}{{ end -}}
+{{- if .Values.shim.enabled }}{{ $components = append $components "shim" }}{{ end -}}
+{{- $extra := concat ($engines.extraIngress | default list) ($np.engineExtraIngress | default list) -}}
+{{- $doc := dict "releaseNamespace" .Release.Namespace "components" (sortAlpha $components) -}}
+{{- if $extra }}{{ $_ := set $doc "extraIngress" $extra }}{{ end -}}
+{{- $_ := set $doc "releaseLabels" (dict "app.kubernetes.io/name" "sparkrun-operator" "app.kubernetes.io/instance" .Release.Name) -}}
+{{- if or $engines.restrictEgress $np.engineRestrictEgress -}}
+{{- $cidrs := $np.engineEgressCIDRs | default $engines.egressCIDRs -}}
+{{- $ports := $np.engineEgressPorts | default $engines.egressPorts -}}
+{{- $dns := dict "namespace" $np.dns.namespace "podLabels" $np.dns.podLabels -}}
+{{- $_ := set $doc "egress" (dict "dns" $dns "cidrs" $cidrs "ports" $ports) -}}
+{{- end -}}
+{{- toJson $doc -}}
+{{- end -}}
+{{- end -}}

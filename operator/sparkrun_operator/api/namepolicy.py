@@ -138,6 +138,10 @@ def _prefixes(key: str, raw: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
+OPEN = NamePolicy()
+"""The empty map: any namespace may claim any name (the default, ADR 0019's rule)."""
+
+
 def parse(raw: Any) -> NamePolicy:
     """The policy of a decoded JSON value (``{namespace: [prefix, ...]}``); :class:`ValueError`
     says what is wrong (values quoted, cut)."""

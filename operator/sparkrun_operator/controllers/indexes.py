@@ -36,6 +36,7 @@ from typing import Any, Final
 
 import kopf
 
+from sparkrun_operator.api import namepolicy
 from sparkrun_operator.api.namepolicy import NamePolicy
 from sparkrun_operator.api.resources import (
     INFERENCE_BENCHMARK,
@@ -56,7 +57,6 @@ OURS: Final = {keys.LABEL_WORKLOAD: kopf.PRESENT}
 BENCHMARK_ID: Final = (INFERENCE_BENCHMARK.group, INFERENCE_BENCHMARK.version, INFERENCE_BENCHMARK.plural)
 #: A rollout gate's InferenceBenchmarks carry the workload they gate.
 GATES: Final = {keys.LABEL_GATE_WORKLOAD: kopf.PRESENT}
-_NO_POLICY: Final = NamePolicy()
 NAMES: Final = (
     "iw_jobsets",
     "iw_pods",
@@ -78,7 +78,10 @@ def pick(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def register(
-    registry: kopf.OperatorRegistry, *, name_policy: NamePolicy = _NO_POLICY, network_policies: bool = False
+    registry: kopf.OperatorRegistry,
+    *,
+    name_policy: NamePolicy = namepolicy.OPEN,
+    network_policies: bool = False,
 ) -> None:
     """Register every index on ``registry`` (once per operator). ``iw_names`` holds only the
     names ``name_policy`` lets each workload's namespace claim (``--name-prefixes``);
@@ -163,7 +166,7 @@ def _register_policies(registry: kopf.OperatorRegistry) -> None:
         return {key: str((meta.get("annotations") or {}).get(networkpolicy.ANNOTATION_POLICY_HASH, ""))}
 
 
-def claim_of(body: Any, name_policy: NamePolicy = _NO_POLICY) -> names.Claim | None:
+def claim_of(body: Any, name_policy: NamePolicy = namepolicy.OPEN) -> names.Claim | None:
     """The names a workload claims, as the gateway sees them (none while it is being deleted;
     without the names ``name_policy`` withholds)."""
     if (body.get("metadata") or {}).get("deletionTimestamp"):

@@ -56,11 +56,8 @@ class Admission:
         self.keys = keys
         self.identity = identity
         self.wakes = wakes
-        per_tenant = settings.max_in_flight_per_tenant
         self.in_flight = InFlight(
-            settings.max_in_flight,
-            settings.max_in_flight_per_key,
-            per_tenant if per_tenant is not None else max(1, settings.max_in_flight // 2),
+            settings.max_in_flight, settings.max_in_flight_per_key, settings.tenant_limit
         )
         self.bodies = ByteBudget(settings.max_buffered_body_bytes)
 

@@ -56,3 +56,9 @@ class GatewaySettings:
     max_upstream_body_bytes: int = 64 * 1024 * 1024
     """Largest non-streamed upstream body the gateway buffers on OpenAI routes (then 502)."""
     version: str = "0.1.0"
+
+    @property
+    def tenant_limit(self) -> int:
+        """:attr:`max_in_flight_per_tenant`, its default resolved."""
+        per_tenant = self.max_in_flight_per_tenant
+        return per_tenant if per_tenant is not None else max(1, self.max_in_flight // 2)

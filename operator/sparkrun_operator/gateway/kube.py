@@ -28,6 +28,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from sparkrun_operator import safeload
+from sparkrun_operator.api import namepolicy
 from sparkrun_operator.api.namepolicy import NamePolicy
 from sparkrun_operator.api.resources import INFERENCE_WORKLOAD
 from sparkrun_operator.gateway.auth import DigestTable, Grant
@@ -51,7 +52,6 @@ FIELD_MANAGER = GATEWAY_MANAGER
 #: ``aliases.json`` = {"alias": "target model name"}, applied to workloads of its namespace.
 ALIASES_CONFIG_MAP = keys.GATEWAY_ALIASES_CONFIG_MAP
 ALIASES_KEY = "aliases.json"
-_NO_POLICY = NamePolicy()
 
 
 def _condition_true(status: dict[str, Any], type_: str) -> bool:
@@ -89,7 +89,7 @@ def ready_endpoints(slices: Iterable[dict[str, Any]]) -> tuple[str, ...]:
 
 
 def workload_entry(
-    obj: dict[str, Any], slices: Iterable[dict[str, Any]], policy: NamePolicy = _NO_POLICY
+    obj: dict[str, Any], slices: Iterable[dict[str, Any]], policy: NamePolicy = namepolicy.OPEN
 ) -> Workload | None:
     """The routing entry of one InferenceWorkload and its Service's EndpointSlices; ``None`` for
     a workload without names yet (a recipe the operator has not resolved: no ``status.model``).
@@ -147,7 +147,7 @@ def imperative_aliases(config_maps: Iterable[dict[str, Any]]) -> dict[str, dict[
 
 
 def _with_imperative(
-    entries: list[Workload], aliases: dict[str, dict[str, str]], policy: NamePolicy = _NO_POLICY
+    entries: list[Workload], aliases: dict[str, dict[str, str]], policy: NamePolicy = namepolicy.OPEN
 ) -> list[Workload]:
     """Add the imperative aliases. A declared name (any namespace) always beats one, so the
     operator, which sees only declared names, reports the same owners as the gateway routes;
@@ -188,7 +188,7 @@ def build_entries(
     workloads: Iterable[dict[str, Any]],
     slices: Iterable[dict[str, Any]],
     aliases: dict[str, dict[str, str]] | None = None,
-    policy: NamePolicy = _NO_POLICY,
+    policy: NamePolicy = namepolicy.OPEN,
 ) -> list[Workload]:
     """Routing entries for ``workloads``, each with the slices of its Service and, from
     ``aliases`` (``{namespace: {alias: target}}``), the imperative aliases naming it; names
@@ -285,7 +285,7 @@ class KubeRoutingSource:
         conn: Kube | KubeConnection,
         *,
         namespace: str | Iterable[str] | None = None,
-        name_policy: NamePolicy = _NO_POLICY,
+        name_policy: NamePolicy = namepolicy.OPEN,
     ) -> None:
         self._conn = conn
         self._namespaces = namespaces_of(namespace)

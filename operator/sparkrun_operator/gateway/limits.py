@@ -25,10 +25,10 @@ RETRY_AFTER = 1.0
 class InFlight:
     """Counts of inference requests in flight, in all, per key and per tenant."""
 
-    def __init__(self, limit: int, per_key: int, per_tenant: int | None = None) -> None:
+    def __init__(self, limit: int, per_key: int, per_tenant: int) -> None:
         self.limit = limit
         self.per_key = per_key
-        self.per_tenant = per_tenant if per_tenant is not None else limit
+        self.per_tenant = per_tenant
         self.total = 0
         self._by_key: dict[str, int] = {}
         self._by_tenant: dict[str, int] = {}

@@ -343,10 +343,10 @@ def auth_mode(ns: argparse.Namespace) -> str:
     return mode
 
 
-def _identity(ns: argparse.Namespace, conn: Any = None) -> KubeIdentity | None:
-    """The Kubernetes identity of ``--auth=kubernetes`` on ``conn`` (the gateway's
+def _identity(ns: argparse.Namespace, mode: str, conn: Any = None) -> KubeIdentity | None:
+    """The Kubernetes identity of ``--auth=kubernetes`` (``mode``) on ``conn`` (the gateway's
     ``KubeConnection``; a new one from ``--kubeconfig`` when routes come from a file)."""
-    if auth_mode(ns) != "kubernetes":
+    if mode != "kubernetes":
         return None
     from .identity import KubeIdentity
 
@@ -368,7 +368,7 @@ def _identity(ns: argparse.Namespace, conn: Any = None) -> KubeIdentity | None:
 def build(argv: Sequence[str]) -> tuple[Gateway, argparse.Namespace]:
     """The gateway a command line describes (not started)."""
     ns = _parser().parse_args(list(argv))
-    auth_mode(ns)
+    mode = auth_mode(ns)
     settings = GatewaySettings(
         max_body_bytes=ns.max_body_bytes,
         header_timeout=ns.header_timeout,
@@ -404,13 +404,13 @@ def build(argv: Sequence[str]) -> tuple[Gateway, argparse.Namespace]:
                 settings=settings,
                 waker=KubeWaker(conn),
                 keys=MergedKeySource(*sources) if sources else None,
-                identity=_identity(ns, conn),
+                identity=_identity(ns, mode, conn),
             ),
             ns,
         )
     keys = StaticKeySource.from_file(ns.keys) if ns.keys else None
     source = StaticRoutingSource(ns.routes, poll_interval=ns.poll_interval)
-    identity = _identity(ns)
+    identity = _identity(ns, mode)
     return Gateway(source, settings=settings, keys=keys, identity=identity), ns
 
 

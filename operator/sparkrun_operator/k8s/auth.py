@@ -4,7 +4,7 @@
 - :class:`Authorizer`: permissions through ``SubjectAccessReview`` on group ``sparkrun.dev``,
   resource ``daemonoperations``, verbs ``read``, ``operate``, ``admin``, ``answer-secret``;
 - :class:`AccessReviewer`: any ``SubjectAccessReview`` (resource or non-resource attributes),
-  cached per (user digest, attributes) and rate-limited per user (the gateway's workload checks);
+  cached per (user principal, attributes) and rate-limited per user (the gateway's workload checks);
 - :class:`ManagerDirectory`: a principal's workload manager identity, from the annotation
   ``sparkrun.dev/manager`` of its ServiceAccount (``daemon`` otherwise);
 - :func:`request_header_config`: the front-proxy (aggregation layer) settings the apiserver
@@ -83,32 +83,24 @@ class UserInfo:
     extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     key: str = field(init=False, repr=False, compare=False)
-    digest: str = field(init=False, repr=False, compare=False)
-    """The SHA-256 (hex) of :attr:`key`: a short cache key for per-user decisions."""
     principal: str = field(init=False, repr=False, compare=False)
-    """:attr:`digest` without the ``extra`` that only binds one token (:data:`PER_CREDENTIAL`):
-    the same for every token of a ServiceAccount, so its pods share their decisions."""
+    """The SHA-256 (hex) of :attr:`key` without the ``extra`` that only binds one token
+    (:data:`PER_CREDENTIAL`): a short cache key for per-user decisions, the same for every token
+    of a ServiceAccount, so its pods share their decisions."""
+    service_account: tuple[str, str] | None = field(init=False, repr=False, compare=False)
+    """``(namespace, name)`` when the user is a ServiceAccount (read on every gateway request:
+    matched once)."""
 
     def __post_init__(self) -> None:
         # A stable cache key for everything that authorization depends on (computed once:
         # every authorization decision looks it up).
         extra = sorted((k, tuple(v)) for k, v in self.extra.items())
-        key = json.dumps([self.username, self.uid, sorted(self.groups), extra])
-        object.__setattr__(self, "key", key)
-        object.__setattr__(self, "digest", _sha256(key))
+        object.__setattr__(self, "key", json.dumps([self.username, self.uid, sorted(self.groups), extra]))
         lasting = [(k, v) for k, v in extra if k not in PER_CREDENTIAL]
-        principal = (
-            self.digest
-            if len(lasting) == len(extra)
-            else _sha256(json.dumps([self.username, self.uid, sorted(self.groups), lasting]))
-        )
+        principal = _sha256(json.dumps([self.username, self.uid, sorted(self.groups), lasting]))
         object.__setattr__(self, "principal", principal)
-
-    @property
-    def service_account(self) -> tuple[str, str] | None:
-        """``(namespace, name)`` when the user is a ServiceAccount."""
         found = _SA_USER.match(self.username)
-        return (found.group(1), found.group(2)) if found else None
+        object.__setattr__(self, "service_account", (found.group(1), found.group(2)) if found else None)
 
 
 class TtlCache(Generic[K, V]):
@@ -266,7 +258,7 @@ class Authenticator:
 
         Raises :class:`ReviewsThrottled` when ``source`` has used up its TokenReviews.
         """
-        digest = hashlib.sha256(token.encode()).hexdigest()
+        digest = _sha256(token)
         known = self.cache.peek(digest)
         if known is not None:
             self.cache.hits += 1

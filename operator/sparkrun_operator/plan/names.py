@@ -33,10 +33,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sparkrun_operator.api import namepolicy
 from sparkrun_operator.api.namepolicy import NamePolicy
 from sparkrun_operator.plan import served
-
-_NO_POLICY = NamePolicy()
 
 _LAST = dt.datetime.max.replace(tzinfo=dt.UTC)
 
@@ -109,7 +108,7 @@ def _time(value: Any) -> dt.datetime | None:
 
 
 def claim_of(
-    obj: Mapping[str, Any], names: served.Served | None = None, *, policy: NamePolicy = _NO_POLICY
+    obj: Mapping[str, Any], names: served.Served | None = None, *, policy: NamePolicy = namepolicy.OPEN
 ) -> Claim | None:
     """The claim of a raw InferenceWorkload (``None`` without a name, or without names yet:
     :func:`~sparkrun_operator.plan.served.of_workload`, or ``names`` when the caller has them
@@ -136,7 +135,7 @@ def claim_for(
     name: str,
     created: dt.datetime | None,
     names: served.Served,
-    policy: NamePolicy = _NO_POLICY,
+    policy: NamePolicy = namepolicy.OPEN,
 ) -> Claim:
     """The claim of the workload ``namespace/name`` serving ``names`` (the planner's own claim,
     from the names it has just resolved), the names ``policy`` refuses ``namespace`` withheld."""
