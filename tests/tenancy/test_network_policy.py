@@ -37,7 +37,7 @@ from sparkrun_operator.render import benchmark, keys, networkpolicy
 from sparkrun_operator.render.workload import ServingInputs, render_jobset
 from sparkrun_testbed.kubeapi import KubeApi
 from tests.deploy.chart import NAMESPACE, REPO, Rendered, render, require_helm
-from tests.operator.conftest import API, OperatorProcess, operator_factory, workload
+from tests.operator.conftest import API, OperatorProcess, operator_factory, wait_condition, workload
 from tests.unit.plan.served_obs import observation
 
 __all__ = ["operator_factory"]  # the fixture, for the testbed test
@@ -447,6 +447,16 @@ def test_operator_creates_the_policy_and_it_goes_with_the_workload(
     policy = {k: found[k] for k in ("apiVersion", "kind", "metadata", "spec")}
     queries = [(operator, target, ENGINE_PORT, "TCP"), (stranger, target, ENGINE_PORT, "TCP")]
     assert w.allowed(netpol_eval, [policy], queries) == [True, False]
+    # deleted by someone else: put back by the next pass at once, not at the drift timer (60 s
+    # here): meanwhile no policy selects the engines and they accept every connection
+    wait_condition(kube, namespace, name, "Ready", timeout=120)  # quiet: no pod events poke it
+    kube.delete("networking.k8s.io/v1", "NetworkPolicy", f"{name}-engine", namespace=namespace)
+    back = kube.wait(
+        lambda: kube.get("networking.k8s.io/v1", "NetworkPolicy", f"{name}-engine", namespace=namespace),
+        timeout=20,
+        what="the deleted NetworkPolicy put back",
+    )
+    assert back["metadata"]["uid"] != found["metadata"]["uid"]
     kube.delete(API, "InferenceWorkload", name, namespace=namespace)
     kube.wait(
         lambda: (

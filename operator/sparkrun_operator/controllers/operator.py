@@ -131,7 +131,9 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     indexes.register(
         registry, name_policy=config.name_policy, network_policies=config.engine_policy is not None
     )
-    workload.register(registry, drift_seconds=config.drift_seconds)
+    workload.register(
+        registry, drift_seconds=config.drift_seconds, network_policies=config.engine_policy is not None
+    )
     cluster.register(registry, drift_seconds=config.drift_seconds)
     recipe.register(registry)
     daemonjob.register(registry, settings=daemon_settings(config))

@@ -486,9 +486,14 @@ def _ready_of(status: InferenceWorkloadStatus) -> str:
 # -- registration ----------------------------------------------------------------------------
 
 
-def register(registry: kopf.OperatorRegistry, *, drift_seconds: float) -> None:
-    """Register the workload controller's handlers on ``registry`` (the indexes are elsewhere)."""
-    workload_pokes.register(registry, workload_id=WORKLOAD_ID, drift_seconds=drift_seconds)
+def register(
+    registry: kopf.OperatorRegistry, *, drift_seconds: float, network_policies: bool = False
+) -> None:
+    """Register the workload controller's handlers on ``registry`` (the indexes are elsewhere;
+    ``network_policies``: the engines' NetworkPolicies are the operator's, ``--engine-network-policy``)."""
+    workload_pokes.register(
+        registry, workload_id=WORKLOAD_ID, drift_seconds=drift_seconds, network_policies=network_policies
+    )
     _register_daemon(registry)
 
 

@@ -51,11 +51,32 @@ def requested(meta: Mapping[str, Any]) -> tuple[int, str | None]:
 
 
 def register(
-    registry: kopf.OperatorRegistry, *, workload_id: tuple[str, str, str], drift_seconds: float
+    registry: kopf.OperatorRegistry,
+    *,
+    workload_id: tuple[str, str, str],
+    drift_seconds: float,
+    network_policies: bool = False,
 ) -> None:
-    """Register the pokes of the workload controller on ``registry``."""
+    """Register the pokes of the workload controller on ``registry`` (with ``network_policies``,
+    its engines' NetworkPolicies are watched too)."""
     _register_own_pokes(registry, workload_id=workload_id, drift_seconds=drift_seconds)
+    if network_policies:
+        _register_policy_pokes(registry)
     _register_dependency_pokes(registry)
+
+
+def _register_policy_pokes(registry: kopf.OperatorRegistry) -> None:
+    """A change to a workload's engine NetworkPolicy (deleted, or edited by someone else) is put
+    right by the next full pass at once: while it is missing no policy selects the engines, so
+    they accept every connection; the drift timer alone would leave that for minutes."""
+
+    @kopf.on.event(
+        "networking.k8s.io", "v1", "networkpolicies", id="iw-policy-changed", labels=OURS, registry=registry
+    )
+    async def iw_policy_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
+        key = observe.workload_key(body)
+        if key:
+            memo.ctx.triggers.poke(full_key(*key))
 
 
 def _register_own_pokes(
