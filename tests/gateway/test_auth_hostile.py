@@ -118,7 +118,7 @@ async def test_minting_tokens_gives_a_user_no_new_access_review_budget(api: Mint
     assert caught.value.status == 429
     minted = await identity.authenticate("mallory.2", source="10.1.0.2")
     assert minted.username == first.username
-    assert minted.digest != first.digest  # another credential id: another cache key ...
+    assert minted.key != first.key  # another credential id: another identity ...
     with pytest.raises(GatewayError) as again:
         await identity.may_use(minted, "team-a", "three")  # ... but the same user's budget
     assert again.value.status == 429
@@ -180,16 +180,19 @@ async def test_a_client_chosen_request_id_reaches_the_engine_unique_per_request(
 
 
 @pytest.fixture
-async def stalling_engine() -> AsyncIterator[tuple[str, asyncio.Event, asyncio.Event]]:
+async def stalling_engine() -> AsyncIterator[tuple[str, asyncio.Event, asyncio.Event, asyncio.Event]]:
     """A tenant's engine that holds every request until released (as a hostile one would, for
-    the gateway's whole read timeout); the second event is set once two requests arrived."""
-    release, two = asyncio.Event(), asyncio.Event()
+    the gateway's whole read timeout); the second event is set once two requests arrived, the
+    third once a request for model ``v`` (the victim's) arrived."""
+    release, two, victim = asyncio.Event(), asyncio.Event(), asyncio.Event()
     arrived: list[web.Request] = []
 
     async def chat(request: web.Request) -> web.Response:
         arrived.append(request)
         if len(arrived) >= 2:
             two.set()
+        if (await request.json()).get("model") == "v":
+            victim.set()
         await release.wait()
         return web.json_response({"id": "x", "object": "chat.completion", "choices": []})
 
@@ -199,18 +202,18 @@ async def stalling_engine() -> AsyncIterator[tuple[str, asyncio.Event, asyncio.E
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    yield f"http://127.0.0.1:{runner.addresses[0][1]}", release, two
+    yield f"http://127.0.0.1:{runner.addresses[0][1]}", release, two, victim
     release.set()
     await runner.cleanup()
 
 
 async def test_one_tenant_with_many_keys_cannot_fill_the_gateway(
-    stalling_engine: tuple[str, asyncio.Event, asyncio.Event], tmp_path: Path
+    stalling_engine: tuple[str, asyncio.Event, asyncio.Event, asyncio.Event], tmp_path: Path
 ) -> None:
     """Whoever may create Secrets in a namespace issues it keys (and ServiceAccounts, callers):
     the per-key cap does not bound a tenant. Its requests to its own stalling engine must not
     take every slot of the gateway (``max_in_flight``) from the other tenants."""
-    url, release, two = stalling_engine
+    url, release, two, victim_arrived = stalling_engine
     keys = tmp_path / "keys.yaml"
     keys.write_text(
         "keys:\n"
@@ -231,14 +234,19 @@ async def test_one_tenant_with_many_keys_cannot_fill_the_gateway(
     try:
         async with httpx.AsyncClient(transport=transport, base_url="http://gw", timeout=30) as client:
             held = [asyncio.ensure_future(chat("m", f"sk-m{i % 4}")) for i in range(4)]
+            # Without a per-tenant cap all four reach the engine and none is answered: this times out.
             async with asyncio.timeout(20):
                 await two.wait()
-            await asyncio.sleep(0.2)  # the other two would have reached the engine by now
+                pending: set[asyncio.Future[httpx.Response]] = set(held)
+                while len(held) - len(pending) < 2:
+                    _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             refused = [t.result() for t in held if t.done()]
             assert [r.status_code for r in refused] == [429, 429]  # the tenant's cap, not the gateway's
             assert "team-m" not in refused[0].text  # the answer names no namespace
             victim = asyncio.ensure_future(chat("v", "sk-v"))
-            await asyncio.sleep(0.2)
+            async with asyncio.timeout(20):
+                await victim_arrived.wait()  # admitted and at the engine, beside the tenant's two
+            assert not victim.done()
             release.set()
             assert (await victim).status_code == 200
             assert sorted(r.status_code for r in await asyncio.gather(*held)) == [200, 200, 429, 429]

@@ -29,7 +29,9 @@ from sparkrun_operator.k8s.client import Kube
 from tests.gateway.fixed_source import FixedSource
 
 TOKENS = {"tok-a": "alice", "tok-b": "bob"}
-GRANTS: dict[str, list[tuple[str, str]]] = {"alice": [("team-a", "")], "bob": [("team-b", "llama")]}
+#: bob may use one workload of team-b, granted by its name ("llama-deploy"), not by the name it
+#: serves ("llama"): a review naming the served name would be denied.
+GRANTS: dict[str, list[tuple[str, str]]] = {"alice": [("team-a", "")], "bob": [("team-b", "llama-deploy")]}
 
 
 class Clock:
@@ -42,7 +44,7 @@ class Clock:
 
 WORKLOADS = [
     Workload(namespace="team-a", name="qwen", served_name="qwen", state="Stopped"),
-    Workload(namespace="team-b", name="llama", served_name="llama", state="Stopped"),
+    Workload(namespace="team-b", name="llama-deploy", served_name="llama", state="Stopped"),
     Workload(namespace="team-b", name="other", served_name="other", state="Stopped"),
 ]
 
@@ -103,18 +105,18 @@ async def test_decisions_are_cached_per_user_and_workload_with_ttl_and_bound(
     clock = Clock()
     identity.reviewer.cache.clock = clock
     bob = await identity.authenticate("tok-b", source="x")
-    assert await identity.may_use(bob, "team-b", "llama")
+    assert await identity.may_use(bob, "team-b", "llama-deploy")
     assert not await identity.may_use(bob, "team-b", "other")
-    assert await identity.may_use(bob, "team-b", "llama")
+    assert await identity.may_use(bob, "team-b", "llama-deploy")
     assert api.reviews["access"] == 2
     clock.now += 6.0  # the denial expired, the grant did not
     assert not await identity.may_use(bob, "team-b", "other")
-    assert await identity.may_use(bob, "team-b", "llama")
+    assert await identity.may_use(bob, "team-b", "llama-deploy")
     assert api.reviews["access"] == 3
     # A third decision evicts the oldest of two entries (llama's allow, refreshed least recently).
     assert not await identity.may_use(bob, "team-a", "qwen")
     assert api.reviews["access"] == 4
-    assert await identity.may_use(bob, "team-b", "llama")
+    assert await identity.may_use(bob, "team-b", "llama-deploy")
     assert api.reviews["access"] == 5
 
 
@@ -158,7 +160,8 @@ async def test_a_listing_asks_per_namespace_then_per_workload_only_where_denied(
     bob = await identity.authenticate("tok-b", source="x")
     assert await identity.usable(alice, WORKLOADS) == {"team-a/qwen"}
     assert api.reviews["access"] == 4  # two namespaces, then team-b's two workloads
-    assert await identity.usable(bob, WORKLOADS) == {"team-b/llama"}
+    assert await identity.usable(bob, WORKLOADS) == {"team-b/llama-deploy"}
+    assert not await identity.may_use(bob, "team-b", "llama")  # the served name is no grant
 
 
 @pytest.fixture
@@ -203,6 +206,13 @@ async def test_the_wire_answers_401_404_and_503_in_each_family(
     assert "Authentication is unavailable" in tags.json()["error"]
     assert (await gateway.get("/metrics", headers=_bearer("tok-b"))).status_code == 503
     assert (await gateway.get("/healthz")).status_code == 200  # public, no review
+
+
+async def test_a_grant_names_the_workload_not_its_served_name(gateway: httpx.AsyncClient) -> None:
+    """The SubjectAccessReview names the workload (``llama-deploy``), not the model it serves."""
+    models = await gateway.get("/v1/models", headers=_bearer("tok-b"))
+    assert models.status_code == 200, models.text
+    assert [m["id"] for m in models.json()["data"]] == ["llama"]
 
 
 def test_request_ids_are_distinct_and_not_predictable_from_earlier_ids() -> None:

@@ -243,6 +243,13 @@ def test_a_squatter_does_not_receive_the_victims_traffic(
             time.sleep(0.1)
         assert entry.key == f"{victim_ns}/assistant"
         assert entry.endpoints == (endpoint,)
+        # the squatter is in the table (its namespace synced), with no name routed to it
+        squatter_key, deadline = f"{squatter_ns}/early-bird", time.monotonic() + 30
+        while not any(w.key == squatter_key for w in source.snapshot().workloads):
+            assert time.monotonic() < deadline, f"{squatter_key} not listed: {source.snapshot()}"
+            time.sleep(0.1)
+        squatter = next(w for w in source.snapshot().workloads if w.key == squatter_key)
+        assert squatter.names == (), squatter
         assert all(w.names == () for w in source.snapshot().workloads if w.namespace == squatter_ns)
 
         answer = httpx.post(

@@ -247,10 +247,18 @@ def test_the_crd_refuses(
 # -- the chart's ServiceAccount policy --------------------------------------------------------
 
 
-def test_only_allowed_service_accounts(
-    crds: list[str], kube: KubeApi, levels: dict[str, str], tmp_path: Path
-) -> None:
-    ns = levels["baseline"]
+@pytest.fixture
+def own_ns(testbed: Testbed, kube: KubeApi) -> Iterator[str]:
+    """A baseline namespace of this test's own: ``bound_to`` names its policy ``<policy>-<ns>``, so
+    two tests binding ``-workload-pod`` (with different parameters) to one namespace would share the
+    name, and the second's first probe could meet the first's stale policy."""
+    name = _namespace(kube, "psa-sa", "baseline")
+    yield name
+    kube.delete("v1", "Namespace", name)
+
+
+def test_only_allowed_service_accounts(crds: list[str], kube: KubeApi, own_ns: str, tmp_path: Path) -> None:
+    ns = own_ns
     kube.create(
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "engine", "namespace": ns}}
     )
@@ -290,13 +298,13 @@ def test_only_allowed_service_accounts(
 
 
 def test_the_release_accounts_are_never_lent(
-    crds: list[str], kube: KubeApi, levels: dict[str, str], tmp_path: Path
+    crds: list[str], kube: KubeApi, own_ns: str, tmp_path: Path
 ) -> None:
     """In the release's own namespace, the release's ServiceAccounts (operator, gateway, shim,
     the uninstall hook) are refused even where ``tenancy.serviceAccounts`` allows every account
     (``"*": ["*"]``): an engine given the operator's token would hold the operator's rights in
     every served namespace. Any other account stays allowed by the wildcard."""
-    ns = levels["baseline"]
+    ns = own_ns
     values = {"tenancy": {"serviceAccounts": {"*": ["*"]}}, "operator": {"stopBeforeUninstall": True}}
     rendered = render(require_helm(), tmp_path, values, "--namespace", ns)
     policy = [d for d in rendered.docs if d["metadata"]["name"].endswith("-workload-pod")]

@@ -112,6 +112,28 @@ def _until_in_effect(kube: KubeApi, namespace: str) -> None:
     )
 
 
+def _until_allowed(as_a: KubeApi, namespace: str) -> None:
+    """The tenant's RoleBinding is in effect (RBAC's authorizer caches: right after the binding
+    is created, the tenant's first call may still be refused): asked as the tenant."""
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {
+            "resourceAttributes": {
+                "group": "sparkrun.dev",
+                "resource": "inferenceworkloads",
+                "verb": "create",
+                "namespace": namespace,
+            }
+        },
+    }
+    as_a.wait(
+        lambda: as_a.create(review)["status"].get("allowed", False),
+        timeout=30,
+        what=f"the tenant's RoleBinding in {namespace}",
+    )
+
+
 @pytest.fixture
 def tenants(testbed: Testbed, kube: KubeApi, tmp_path: Path) -> Iterator[Tenants]:
     suffix = secrets.token_hex(3)
@@ -120,32 +142,35 @@ def tenants(testbed: Testbed, kube: KubeApi, tmp_path: Path) -> Iterator[Tenants
     role = next(
         d for d in rendered.docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "sparkrun-tenant"
     )
-    for ns in (a, b):
-        kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-        kube.wait(
-            lambda ns=ns: kube.get("v1", "ServiceAccount", "default", namespace=ns), timeout=30, what="SA"
-        )
     # NB: the chart's name is fixed and cluster-wide: applied under a name of this test's own, so
     # a helm install of the chart elsewhere in the suite never meets a copy it does not own.
     role = copy.deepcopy(role)
     role["metadata"]["name"] = f"sparkrun-tenant-{suffix}"
-    kube.apply(role)
-    for ns in (a, b):
-        _bind(kube, ns, "author", role["metadata"]["name"])
-    kube.create(
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "engine", "namespace": a}}
-    )
     policies = [_policies(rendered.docs, "-workload-names"), _policies(rendered.docs, "-workload-pod")]
-    token = retry(lambda: service_account_token(kube, a, "author"))
-    as_a = KubeApi(server=testbed.server, ca_pem=testbed.ca_pem, token=token)
+    as_a: KubeApi | None = None
     try:
+        for ns in (a, b):
+            kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+            kube.wait(
+                lambda ns=ns: kube.get("v1", "ServiceAccount", "default", namespace=ns), timeout=30, what="SA"
+            )
+        kube.apply(role)
+        for ns in (a, b):
+            _bind(kube, ns, "author", role["metadata"]["name"])
+        kube.create(
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "engine", "namespace": a}}
+        )
+        token = retry(lambda: service_account_token(kube, a, "author"))
+        as_a = KubeApi(server=testbed.server, ca_pem=testbed.ca_pem, token=token)
+        _until_allowed(as_a, a)
         with contextlib.ExitStack() as stack:
             for ns in (a, b):
                 stack.enter_context(bound_to(kube, ns, policies))
             _until_in_effect(kube, a)
             yield Tenants(a, b, as_a)
     finally:
-        as_a.close()
+        if as_a is not None:
+            as_a.close()
         for ns in (a, b):
             kube.delete("v1", "Namespace", ns)
         kube.delete(RBAC, "ClusterRole", role["metadata"]["name"])
