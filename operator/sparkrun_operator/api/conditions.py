@@ -28,6 +28,8 @@ PROMOTED: Final = "Promoted"
 REASON_ALL_REPLICAS_READY: Final = "AllReplicasReady"
 REASON_REPLICAS_NOT_READY: Final = "ReplicasNotReady"
 REASON_STOPPED: Final = "Stopped"
+#: Zero replicas because the idle policy or the autoscaler took them (not the user's Stopped).
+REASON_SCALED_TO_ZERO: Final = "ScaledToZero"
 REASON_ASLEEP: Final = "Asleep"
 REASON_WAITING_FOR_CACHE: Final = "WaitingForCache"
 REASON_NO_REPLICAS: Final = "NoReplicasDesired"
@@ -96,6 +98,7 @@ WORKLOAD_PHASES: Final = (
     "Updating",
     "Degraded",
     "Sleeping",
+    "ScaledToZero",
     "Stopped",
     "Failed",
 )

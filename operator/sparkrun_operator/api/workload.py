@@ -19,6 +19,7 @@ from sparkrun_operator.api.meta import (
     Toleration,
 )
 from sparkrun_operator.api.podoverride import PodOverride
+from sparkrun_operator.api.scaling import AutoscalingSpec, IdleSpec, ScalingStatus
 from sparkrun_operator.api.servedname import ServedName
 
 DEFAULT_ENGINE_IMAGE = "vllm/vllm-openai:v0.33.0"
@@ -29,7 +30,7 @@ MAX_GPUS_PER_NODE = 16
 
 WorkloadState = Literal["Running", "Sleeping", "Stopped"]
 WorkloadPhase = Literal[
-    "Pending", "Starting", "Running", "Updating", "Degraded", "Sleeping", "Stopped", "Failed"
+    "Pending", "Starting", "Running", "Updating", "Degraded", "Sleeping", "ScaledToZero", "Stopped", "Failed"
 ]
 
 
@@ -340,6 +341,18 @@ class InferenceWorkloadSpec(KubeModel):
                 "manager is immutable once set",
                 field_path=".manager",
             ),
+            cel.rule(
+                "!has(self.idle) || !has(self.idle.sleepAfterSeconds) || self.engine.enableSleepMode",
+                "idle.sleepAfterSeconds needs engine.enableSleepMode: true",
+                field_path=".idle.sleepAfterSeconds",
+            ),
+            cel.rule(
+                "!has(self.idle) || !has(self.idle.zeroAfterSeconds) || !has(self.autoscaling) || "
+                "(self.autoscaling.mode == 'Operator' && self.autoscaling.minReplicas == 0)",
+                "idle.zeroAfterSeconds with autoscaling needs autoscaling.mode Operator and minReplicas 0 "
+                "(in External mode the external autoscaler owns replicas: use its own scale to zero)",
+                field_path=".idle.zeroAfterSeconds",
+            ),
         )
     )
 
@@ -351,7 +364,11 @@ class InferenceWorkloadSpec(KubeModel):
     )
     topology: TopologySpec = Field(default_factory=TopologySpec, description="Nodes and GPUs per replica.")
     replicas: int = Field(
-        default=1, description="Number of independent serving replicas (scale subresource).", ge=0, le=1000
+        default=1,
+        description="Number of independent serving replicas (scale subresource). With autoscaling or "
+        "idle set, the autoscaler writes it (field manager sparkrun-autoscaler): leave it out of Git.",
+        ge=0,
+        le=1000,
     )
     cluster: str | None = Field(
         default=None,
@@ -379,6 +396,16 @@ class InferenceWorkloadSpec(KubeModel):
         "reconcile). Immutable once set.",
         min_length=1,
         max_length=253,
+    )
+    autoscaling: AutoscalingSpec | None = Field(
+        default=None,
+        description="Replicas follow the engines' load (queue and KV-cache use per replica), or an HPA/KEDA "
+        "drives them (mode External). docs/autoscaling.md.",
+    )
+    idle: IdleSpec | None = Field(
+        default=None,
+        description="Sleep, then go to zero replicas, when no request arrives for a while; a request wakes "
+        "the workload again (held at the gateway meanwhile). docs/autoscaling.md.",
     )
     pod: PodOverride | None = Field(
         default=None,
@@ -483,3 +510,8 @@ class InferenceWorkloadStatus(KubeModel):
         default=None, description="sparkrun intent id of the serving configuration."
     )
     recipe_revision: str | None = Field(default=None, description="Revision of the Recipe being served.")
+    scaling: ScalingStatus | None = Field(
+        default=None,
+        description="Autoscaling and idle decisions, the idle clock and measured wake times (with "
+        "spec.autoscaling or spec.idle, or once a wake was measured).",
+    )

@@ -61,6 +61,7 @@ LOG_TAIL_BYTES: Final = 64 * 1024
 #: Field managers of the project's processes (one per process; ADR 0013).
 OPERATOR_MANAGER: Final = keys.FIELD_MANAGER
 GATEWAY_MANAGER: Final = keys.GATEWAY_MANAGER
+AUTOSCALER_MANAGER: Final = keys.AUTOSCALER_MANAGER
 DAEMON_API_MANAGER: Final = keys.DAEMON_API_MANAGER
 
 

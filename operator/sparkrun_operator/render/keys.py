@@ -39,6 +39,9 @@ LABEL_KUEUE_QUEUE: Final = "kueue.x-k8s.io/queue-name"
 FIELD_MANAGER: Final = "sparkrun-operator"
 #: The gateway's writes (the wake patch of ``spec.state``).
 GATEWAY_MANAGER: Final = "sparkrun-gateway"
+#: The operator's autoscaler and idle policy: ``spec.replicas`` and ``spec.state`` of workloads
+#: with ``spec.autoscaling`` or ``spec.idle`` (ADR 0045), as an HPA writes a Deployment's replicas.
+AUTOSCALER_MANAGER: Final = "sparkrun-autoscaler"
 #: The daemon API's writes: the shim's DaemonJobs and the operations its executor runs.
 DAEMON_API_MANAGER: Final = "sparkrun-daemon-api"
 #: ``app.kubernetes.io/managed-by`` of objects the shim itself creates (DaemonJobs, tombstones).

@@ -16,6 +16,7 @@ from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
 from sparkrun_operator.api.meta import Condition, LabelSelector, Toleration, set_condition
 from sparkrun_operator.api.namepolicy import NamePolicy
 from sparkrun_operator.api.recipe import RecipeSpec
+from sparkrun_operator.api.scaling import ScalingDecision
 from sparkrun_operator.api.workload import FailureRecord, InferenceWorkloadSpec, InferenceWorkloadStatus
 from sparkrun_operator.plan.names import Claim
 from sparkrun_operator.recipe.resolve import EffectiveSpec
@@ -207,6 +208,25 @@ class Observation:
     engine_policy: EnginePolicy | None = None
     #: The hash annotation of the workload's NetworkPolicy as it exists (``None``: absent).
     network_policy: str | None = None
+    #: What this operator's autoscaler last decided and saw for the workload (ADR 0045;
+    #: ``controllers/autoscale.py``); ``None``: nothing since this process started (the
+    #: planner then carries ``status.scaling`` over).
+    scaling: ScalingView | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScalingView:
+    """The autoscaler's news for the planner, which alone writes ``status.scaling``."""
+
+    #: The newest decision it wrote to the spec (``None``: none yet in this process).
+    decision: ScalingDecision | None = None
+    #: Since when every replica has been idle (``None``: busy now).
+    idle_since: dt.datetime | None = None
+    #: Whether the autoscaler has scraped since this process started (else ``idle_since`` is
+    #: unknown and the planner keeps the status' own).
+    scraped: bool = False
+    #: The replicas to come back to, set when it took the workload to zero.
+    resume_replicas: int | None = None
 
 
 # -- actions ------------------------------------------------------------------------------
