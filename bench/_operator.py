@@ -1,11 +1,12 @@
 """Helpers of the operator benchmarks: a testbed, the operator process, an async API client,
-watches that timestamp events, and the apiserver's request counters."""
+watches that timestamp events, the apiserver's request counters and the operator's metrics."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -34,14 +35,17 @@ JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets"
 SERVICES = "/api/v1/namespaces/{ns}/services"
 
 
-def start_testbed(workdir: Path, *, nodes: int, gpus: int = 8) -> plane.Testbed:
-    """A fresh testbed with ``nodes`` KWOK GPU nodes and the project's CRDs."""
+def start_testbed(workdir: Path, *, nodes: int, gpus: int = 8, pod_cidr: str | None = None) -> plane.Testbed:
+    """A fresh testbed with ``nodes`` KWOK GPU nodes and the project's CRDs; KWOK gives pods
+    addresses of ``pod_cidr`` (the testbed's default when ``None``)."""
     bins = binaries.locate(REPO).check()
     options = plane.Options(
         topology=Topology(pools=(NodePool(count=nodes, gpus=gpus),)),
         crd_dirs=(REPO / "crds",),
         timeout=600.0,
     )
+    if pod_cidr:
+        options = dataclasses.replace(options, pod_cidr=pod_cidr)
     return plane.Testbed.start(workdir / "testbed", bins, options)
 
 
@@ -223,4 +227,81 @@ async def direct_calls(http: httpx.AsyncClient, name: str, namespace: str) -> No
         f"{path}/status",
         json={"status": decided.status.model_dump(by_alias=True, exclude_none=True, mode="json")},
         headers={"Content-Type": "application/merge-patch+json"},
+    )
+
+
+async def operator_passes(port: int) -> dict[str, float]:
+    """Count and mean duration of the operator's InferenceWorkload passes, from its /metrics."""
+    async with httpx.AsyncClient() as local:
+        text = (await local.get(f"http://127.0.0.1:{port}/metrics", timeout=10)).text
+    values = {}
+    for name in ("count", "sum"):
+        pattern = rf'^sparkrun_operator_reconcile_seconds_{name}{{kind="InferenceWorkload"}} (\S+)$'
+        match = re.search(pattern, text, re.M)
+        values[name] = float(match.group(1)) if match else float("nan")
+    return {"passes": values["count"], "mean_s": values["sum"] / values["count"] if values["count"] else 0.0}
+
+
+def _histogram(text: str, name: str, **labels: str) -> dict[str, float]:
+    """Count, mean and an upper bound of the p50/p99 (bucket edges) of one histogram series."""
+    want = [f'{k}="{v}"' for k, v in labels.items()]
+    buckets: list[tuple[float, float]] = []
+    total = count = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name) or not all(part in line for part in want):
+            continue
+        value = float(line.rsplit(" ", 1)[1])
+        if line.startswith(f"{name}_bucket"):
+            edge = re.search(r'le="([^"]+)"', line)
+            if edge:
+                buckets.append((float(edge.group(1)), value))
+        elif line.startswith(f"{name}_sum"):
+            total = value
+        elif line.startswith(f"{name}_count"):
+            count = value
+    buckets.sort()
+
+    def quantile(q: float) -> float:
+        return next((edge for edge, seen in buckets if seen >= q * count), float("nan"))
+
+    return {
+        "n": count,
+        "mean": total / count if count else float("nan"),
+        "p50_le": quantile(0.5),
+        "p99_le": quantile(0.99),
+    }
+
+
+async def operator_lanes(port: int) -> dict[str, Any]:
+    """Where a status write's time went inside the operator: the status lane's queueing and
+    writes (by urgency), its pass counts, and the event loop's lag (CPU saturation)."""
+    async with httpx.AsyncClient() as local:
+        text = (await local.get(f"http://127.0.0.1:{port}/metrics", timeout=10)).text
+    out: dict[str, Any] = {"loop_lag_s": _histogram(text, "sparkrun_operator_loop_lag_seconds")}
+    for generation in ("0", "1", "2"):
+        out[f"gc_pause_gen{generation}_s"] = _histogram(
+            text, "sparkrun_operator_gc_pause_seconds", generation=generation
+        )
+    for stage in ("queued", "write", "poked"):
+        for urgent in ("true", "false"):
+            out[f"status_{stage}_urgent_{urgent}_s"] = _histogram(
+                text, "sparkrun_operator_status_lane_seconds", stage=stage, urgent=urgent
+            )
+    for wrote in ("true", "false"):
+        match = re.search(
+            rf'^sparkrun_operator_status_passes_total{{kind="InferenceWorkload",wrote="{wrote}"}} (\S+)$',
+            text,
+            re.M,
+        )
+        out[f"status_passes_wrote_{wrote}"] = float(match.group(1)) if match else 0.0
+    return out
+
+
+async def throttled(http: httpx.AsyncClient) -> float:
+    """Requests the apiserver answered 429 (Too Many Requests) so far, all clients."""
+    text = (await http.get("/metrics")).text
+    return sum(
+        float(value)
+        for labels, value in re.findall(r"^apiserver_request_total\{([^}]*)\} (\S+)$", text, re.M)
+        if 'code="429"' in labels
     )

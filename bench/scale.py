@@ -15,7 +15,14 @@ scheduler and marked Running/Ready by KWOK):
   creates a ConfigMap and times seeing it through its watch (one write and one watch event,
   under the same load: what the operator's own readiness write cannot beat).
 
-Run: ``python -m bench.scale [--workloads 1000 --nodes 250]``.
+- with ``--autoscaling``, every workload has ``spec.autoscaling`` (Operator mode, 1-2 replicas,
+  4 waiting requests per replica, a scrape every 15 s), and the operator's scrapes of every
+  leader's ``/metrics`` are answered on this machine (``bench/_scrapes.py``: the testbed's pods
+  get addresses of a CIDR routed to loopback, one process answers them in vLLM's layout and
+  counts the scrapes per second); ``--compare`` runs without, then with it, each on a fresh
+  testbed, and prints the two side by side.
+
+Run: ``python -m bench.scale [--workloads 1000 --nodes 250] [--autoscaling | --compare]``.
 """
 
 from __future__ import annotations
@@ -24,7 +31,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -42,11 +48,15 @@ from bench._operator import (
     client,
     diff_counts,
     direct_calls,
+    operator_lanes,
+    operator_passes,
     start_testbed,
+    throttled,
     watching,
     workload,
     write_counts,
 )
+from bench._scrapes import AUTOSCALING, POD_CIDR, ScrapeTargets, local_route, summary
 
 OPERATOR_RESOURCES = ("inferenceworkloads", "services", "jobsets")
 #: ``--probe``: the workload a probe object stands for.
@@ -179,83 +189,6 @@ async def sample_lag(lags: list[float], stop: asyncio.Event, period: float = 0.1
         lags.append(max(0.0, loop.time() - start - period))
 
 
-async def operator_passes(port: int) -> dict[str, float]:
-    """Count and mean duration of the operator's InferenceWorkload passes, from its /metrics."""
-    async with httpx.AsyncClient() as local:
-        text = (await local.get(f"http://127.0.0.1:{port}/metrics", timeout=10)).text
-    values = {}
-    for name in ("count", "sum"):
-        pattern = rf'^sparkrun_operator_reconcile_seconds_{name}{{kind="InferenceWorkload"}} (\S+)$'
-        match = re.search(pattern, text, re.M)
-        values[name] = float(match.group(1)) if match else float("nan")
-    return {"passes": values["count"], "mean_s": values["sum"] / values["count"] if values["count"] else 0.0}
-
-
-def _histogram(text: str, name: str, **labels: str) -> dict[str, float]:
-    """Count, mean and an upper bound of the p50/p99 (bucket edges) of one histogram series."""
-    want = [f'{k}="{v}"' for k, v in labels.items()]
-    buckets: list[tuple[float, float]] = []
-    total = count = 0.0
-    for line in text.splitlines():
-        if not line.startswith(name) or not all(part in line for part in want):
-            continue
-        value = float(line.rsplit(" ", 1)[1])
-        if line.startswith(f"{name}_bucket"):
-            edge = re.search(r'le="([^"]+)"', line)
-            if edge:
-                buckets.append((float(edge.group(1)), value))
-        elif line.startswith(f"{name}_sum"):
-            total = value
-        elif line.startswith(f"{name}_count"):
-            count = value
-    buckets.sort()
-
-    def quantile(q: float) -> float:
-        return next((edge for edge, seen in buckets if seen >= q * count), float("nan"))
-
-    return {
-        "n": count,
-        "mean": total / count if count else float("nan"),
-        "p50_le": quantile(0.5),
-        "p99_le": quantile(0.99),
-    }
-
-
-async def operator_lanes(port: int) -> dict[str, Any]:
-    """Where a status write's time went inside the operator: the status lane's queueing and
-    writes (by urgency), its pass counts, and the event loop's lag (CPU saturation)."""
-    async with httpx.AsyncClient() as local:
-        text = (await local.get(f"http://127.0.0.1:{port}/metrics", timeout=10)).text
-    out: dict[str, Any] = {"loop_lag_s": _histogram(text, "sparkrun_operator_loop_lag_seconds")}
-    for generation in ("0", "1", "2"):
-        out[f"gc_pause_gen{generation}_s"] = _histogram(
-            text, "sparkrun_operator_gc_pause_seconds", generation=generation
-        )
-    for stage in ("queued", "write", "poked"):
-        for urgent in ("true", "false"):
-            out[f"status_{stage}_urgent_{urgent}_s"] = _histogram(
-                text, "sparkrun_operator_status_lane_seconds", stage=stage, urgent=urgent
-            )
-    for wrote in ("true", "false"):
-        match = re.search(
-            rf'^sparkrun_operator_status_passes_total{{kind="InferenceWorkload",wrote="{wrote}"}} (\S+)$',
-            text,
-            re.M,
-        )
-        out[f"status_passes_wrote_{wrote}"] = float(match.group(1)) if match else 0.0
-    return out
-
-
-async def throttled(http: httpx.AsyncClient) -> float:
-    """Requests the apiserver answered 429 (Too Many Requests) so far, all clients."""
-    text = (await http.get("/metrics")).text
-    return sum(
-        float(value)
-        for labels, value in re.findall(r"^apiserver_request_total\{([^}]*)\} (\S+)$", text, re.M)
-        if 'code="429"' in labels
-    )
-
-
 def per_object(counts: dict[tuple[str, str, str], float], n: int) -> dict[str, float]:
     out: dict[str, float] = {}
     for (resource, sub, verb), value in sorted(counts.items()):
@@ -263,9 +196,18 @@ def per_object(counts: dict[tuple[str, str, str], float], n: int) -> dict[str, f
     return out
 
 
-async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+async def run(
+    args: argparse.Namespace,
+    workdir: Path,
+    *,
+    autoscaling: bool = False,
+    targets: ScrapeTargets | None = None,
+) -> dict[str, Any]:
+    """One run; with ``autoscaling``, every workload has :data:`AUTOSCALING`; with ``targets``,
+    the testbed's pods get addresses of :data:`POD_CIDR`, where ``targets`` answers the scrapes."""
     t0 = time.perf_counter()
-    tb = start_testbed(workdir, nodes=args.nodes)
+    tb = start_testbed(workdir, nodes=args.nodes, pod_cidr=POD_CIDR if targets else None)
+    spec = {"autoscaling": AUTOSCALING} if autoscaling else {}
     testbed_up = time.perf_counter() - t0
     print(f"testbed with {args.nodes} nodes up in {testbed_up:.1f} s", flush=True)
     operator: Operator | None = None
@@ -314,7 +256,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             async with watching(http, watched, readiness):
                 # the single-object cost, on the same testbed, operator warm
                 start = time.perf_counter()
-                await call(http, "POST", path, json=workload("single", "scale"))
+                await call(http, "POST", path, json=workload("single", "scale", **spec))
                 assert await readiness.wait(1, 120), "the single workload never became Ready"
                 single = readiness.ready["single"] - start
                 print(f"single workload create -> Ready: {single:.2f} s", flush=True)
@@ -332,13 +274,14 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
                 async def create(i: int) -> None:
                     async with gate:
-                        await call(http, "POST", path, json=workload(f"w{i:04d}", "scale"))
+                        await call(http, "POST", path, json=workload(f"w{i:04d}", "scale", **spec))
 
-                start = time.perf_counter()
+                start, wall_start = time.perf_counter(), time.time()
                 await asyncio.gather(*(create(i) for i in range(args.workloads)))
                 created = time.perf_counter() - start
                 print(f"{args.workloads} workloads created in {created:.1f} s", flush=True)
                 converged = await readiness.wait(args.workloads + 1, args.patience)
+                wall_converged = time.time()
                 took = (max(readiness.ready.values()) - start) if converged else float("nan")
                 done = len(readiness.ready) - 1
                 print(f"converged: {converged} ({done}/{args.workloads} Ready) in {took:.1f} s", flush=True)
@@ -350,6 +293,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 await asyncio.sleep(5)  # late follow-up events of the last objects
                 idle_before = await write_counts(http)
                 idle_cpu_before = operator.cpu_seconds()
+                wall_idle = time.time()
                 await asyncio.sleep(args.idle_seconds)
                 idle_after = await write_counts(http)
                 idle_cpu = operator.cpu_seconds() - idle_cpu_before
@@ -381,8 +325,18 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 if (k[0] in OPERATOR_RESOURCES and k[1] != "status")
                 or k[:2] == ("inferenceworkloads", "status")
             }
+            if targets is not None:
+                result["scrapes"] = summary(
+                    await asyncio.to_thread(targets.stats),
+                    start=wall_start,
+                    converged=wall_converged,
+                    idle=(wall_idle, wall_idle + args.idle_seconds),
+                    ready=len(readiness.ready),
+                    cpu_s=targets.cpu_seconds(),
+                )
             result.update(
                 {
+                    "autoscaling": autoscaling,
                     "single_s": single,
                     "created_s": created,
                     "converged": converged,
@@ -482,46 +436,11 @@ async def run_direct(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__)
-    parser.add_argument("--workloads", type=int, default=1000)
-    parser.add_argument("--nodes", type=int, default=250)
-    parser.add_argument("--patience", type=float, default=600.0, help="give up converging after this")
-    parser.add_argument("--idle-seconds", type=float, default=60.0)
-    parser.add_argument(
-        "--probe",
-        action="store_true",
-        help="on each leader pod Ready, also create a ConfigMap and time seeing it: the floor "
-        "of pod Ready -> workload Ready (one write and one watch event) under the same load",
-    )
-    parser.add_argument(
-        "--direct",
-        action="store_true",
-        help="no operator: this process makes the operator's calls itself (the physical limit)",
-    )
-    parser.add_argument(
-        "operator_args",
-        nargs="*",
-        help="extra 'operator run' flags (after --), e.g. --max-concurrent-passes 32",
-    )
-    args = parser.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="bench-scale-"))
-    try:
-        if args.direct:
-            result = asyncio.run(run_direct(args, workdir))
-            path = _common.write_json(
-                "scale-direct",
-                {"inputs": vars(args), "environment": _common.environment(), "result": result},
-            )
-            print(json.dumps(result))
-            print(f"wrote {path}")
-            return 0
-        result = asyncio.run(run(args, workdir))
-    except httpx.HTTPError as error:
-        print(f"failed: {error}")
-        return 1
+def report(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """The human table of one run."""
     print()
-    print(f"workloads {args.workloads} on {args.nodes} nodes x 8 GPUs")
+    mode = "with" if result["autoscaling"] else "without"
+    print(f"workloads {args.workloads} on {args.nodes} nodes x 8 GPUs, {mode} autoscaling")
     print(f"converge: {result['converge_s']:.1f} s (N x single: {result['n_times_single_s']:.1f} s)")
     print(f"every JobSet created after {result['all_jobsets_s']:.1f} s")
     lag = result["ready_lag_s"]
@@ -555,6 +474,107 @@ def main() -> int:
         print(f"  {key}: {value:.2f}")
     idle = result["idle_writes_operator_resources"]
     print(f"idle {args.idle_seconds:.0f} s: writes to operator resources {idle}")
+    if scrapes := result.get("scrapes"):
+        print(
+            f"scrapes: {scrapes['scrapes']} of {scrapes['pods_scraped']} pods; per second "
+            f"{scrapes['per_s_converging']:.1f} converging, {scrapes['per_s_idle']:.1f} idle "
+            f"(every Ready engine each interval: {scrapes['expected_per_s_idle']:.1f}); "
+            f"the scrape targets' CPU so far {scrapes['targets_cpu_s']:.1f} s"
+        )
+
+
+def run_modes(args: argparse.Namespace, workdir: Path, modes: list[bool]) -> list[dict[str, Any]]:
+    """A run per mode (``autoscaling`` or not), each on a fresh testbed; when any scrapes, every
+    run's pods get addresses of :data:`POD_CIDR`, routed to one set of scrape targets."""
+    with contextlib.ExitStack() as stack:
+        targets = None
+        if any(modes):
+            stack.enter_context(local_route(POD_CIDR))
+            targets = ScrapeTargets(workdir / "scrapes.log")
+            stack.callback(targets.stop)
+        results = []
+        for i, autoscaling in enumerate(modes):
+            (workdir / f"run-{i}").mkdir()
+            results.append(
+                asyncio.run(run(args, workdir / f"run-{i}", autoscaling=autoscaling, targets=targets))
+            )
+        return results
+
+
+def side_by_side(without: dict[str, Any], with_: dict[str, Any]) -> None:
+    """``--compare``: the figures autoscaling could move, without and with it."""
+    rows: list[tuple[str, Callable[[dict[str, Any]], float]]] = [
+        ("converge (s)", lambda r: r["converge_s"]),
+        ("pod Ready -> Ready p50 (s)", lambda r: r["ready_lag_s"]["p50"]),
+        ("pod Ready -> Ready p99 (s)", lambda r: r["ready_lag_s"]["p99"]),
+        ("operator CPU converging (s)", lambda r: r["operator_cpu_s_converging"]),
+        ("operator CPU idle (s)", lambda r: r["operator_cpu_s_idle"]),
+        ("operator peak RSS (MiB)", lambda r: r["operator_peak_rss_mib"]),
+        ("operator writes per object", lambda r: r["operator_writes_total_per_object"]),
+        ("scrapes per second, idle", lambda r: (r.get("scrapes") or {}).get("per_s_idle", 0.0)),
+    ]
+    print()
+    print(f"{'':32} {'without':>10} {'with':>10}  autoscaling")
+    for label, value in rows:
+        print(f"{label:32} {value(without):10.2f} {value(with_):10.2f}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__)
+    parser.add_argument("--workloads", type=int, default=1000)
+    parser.add_argument("--nodes", type=int, default=250)
+    parser.add_argument("--patience", type=float, default=600.0, help="give up converging after this")
+    parser.add_argument("--idle-seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--probe",
+        action="store_true",
+        help="on each leader pod Ready, also create a ConfigMap and time seeing it: the floor "
+        "of pod Ready -> workload Ready (one write and one watch event) under the same load",
+    )
+    parser.add_argument(
+        "--direct",
+        action="store_true",
+        help="no operator: this process makes the operator's calls itself (the physical limit)",
+    )
+    parser.add_argument(
+        "--autoscaling",
+        action="store_true",
+        help="every workload with spec.autoscaling (Operator mode, 1-2 replicas, 4 waiting per replica, "
+        "a scrape every 15 s); the scrapes are answered on this machine (bench/_scrapes.py: needs root "
+        "and port 8000)",
+    )
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="run without, then with --autoscaling, each on a fresh testbed, and print them side by side",
+    )
+    parser.add_argument(
+        "operator_args",
+        nargs="*",
+        help="extra 'operator run' flags (after --), e.g. --max-concurrent-passes 32",
+    )
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    try:
+        if args.direct:
+            result = asyncio.run(run_direct(args, workdir))
+            path = _common.write_json(
+                "scale-direct",
+                {"inputs": vars(args), "environment": _common.environment(), "result": result},
+            )
+            print(json.dumps(result))
+            print(f"wrote {path}")
+            return 0
+        modes = [False, True] if args.compare else [args.autoscaling]
+        results = run_modes(args, workdir, modes)
+    except (httpx.HTTPError, RuntimeError) as error:
+        print(f"failed: {error}")
+        return 1
+    for result in results:
+        report(args, result)
+    if args.compare:
+        side_by_side(*results)
+    result = results[0] if len(results) == 1 else {"without": results[0], "with": results[1]}
     path = _common.write_json(
         "scale",
         {
@@ -564,14 +584,8 @@ def main() -> int:
         },
     )
     print(f"wrote {path}")
-    print(
-        json.dumps(
-            {
-                k: result[k]
-                for k in ("converge_s", "operator_peak_rss_mib", "operator_writes_total_per_object")
-            }
-        )
-    )
+    keys = ("converge_s", "operator_peak_rss_mib", "operator_writes_total_per_object")
+    print(json.dumps([{k: r[k] for k in keys} for r in results]))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The few engine endpoints the operator calls (``/is_sleeping``, ``/sleep``, ``/wake_up``).
+"""The few engine endpoints the operator calls (``/is_sleeping``, ``/sleep``, ``/wake_up``, ``/metrics``).
 
 Every answer is read up to a cap and within a deadline (a tenant's engine may answer anything).
 """
@@ -12,6 +12,7 @@ import logging
 import httpx
 
 from sparkrun_operator.errors import SparkrunError
+from sparkrun_operator.plan.enginemetrics import EngineLoad, parse
 
 #: ``GET /is_sleeping``: the most of the answer read (vLLM's ``{"is_sleeping": false}`` is 22
 #: bytes), and the deadline of the whole probe, connecting included (a pass waits for it).
@@ -22,6 +23,12 @@ IS_SLEEPING_SECONDS = 2.0
 #: ``POST /sleep``, ``POST /wake_up``: the most of the answer read (only its status and an
 #: excerpt for the log matter); their deadline is the operator's engine timeout (10 s).
 ENGINE_ANSWER_MAX_BYTES = 4 * 1024
+
+#: ``GET /metrics``: the most of the answer read (a vLLM engine's is some tens of KB, most of it
+#: histogram buckets) and the deadline of the whole scrape, connecting included.
+METRICS_MAX_BYTES = 2 * 1024 * 1024
+
+METRICS_SECONDS = 2.0
 
 log = logging.getLogger("sparkrun.operator.engine")
 
@@ -63,7 +70,7 @@ async def read_bounded(
 class Engine:
     """Calls to a leader's vLLM server (dev-mode endpoints included), each bounded in size and
     time (:data:`IS_SLEEPING_MAX_BYTES`, :data:`IS_SLEEPING_SECONDS`,
-    :data:`ENGINE_ANSWER_MAX_BYTES`, ``timeout``)."""
+    :data:`ENGINE_ANSWER_MAX_BYTES`, :data:`METRICS_MAX_BYTES`, :data:`METRICS_SECONDS`, ``timeout``)."""
 
     def __init__(self, http: httpx.AsyncClient, *, timeout: float) -> None:
         self.http = http
@@ -106,3 +113,23 @@ class Engine:
             excerpt = body[:200].decode("utf-8", "replace")
             return f"{action} on {url} answered {status}: {excerpt!r}"
         return None
+
+    async def load(self, url: str) -> EngineLoad | None:
+        """``GET /metrics``: the engine's queue, running requests, KV-cache use and request count
+        (``plan/enginemetrics.py``); ``None`` when it cannot say (down, an answer over its bounds,
+        not 200, or without vLLM's queue gauges)."""
+        deadline = min(self.timeout, METRICS_SECONDS)
+        try:
+            status, body = await read_bounded(
+                self.http, "GET", f"{url}/metrics", limit=METRICS_MAX_BYTES, deadline=deadline
+            )
+        except EngineAnswerRefused as refused:
+            log.warning("engine %s: load unknown: /metrics %s", url, refused)
+            return None
+        except httpx.HTTPError as error:
+            log.debug("engine %s: load unknown: %s: %s", url, type(error).__name__, error)
+            return None
+        if status != 200:
+            log.debug("engine %s: load unknown: /metrics answered %d", url, status)
+            return None
+        return parse(body)

@@ -19,6 +19,15 @@ Contract (what a client can rely on):
   vLLM's metric names, ``/sleep``, ``/wake_up``, ``/is_sleeping``, ``/version``. Errors use vLLM's
   ``ErrorResponse`` body ``{"error": {"message", "type", "param", "code"}}``; an unknown model is
   404 ``The model `X` does not exist.``.
+- Load, as vLLM reports it (``_scheduler.py``): at most ``--max-num-seqs`` requests run at once,
+  and a request runs only when its prompt fits in the KV cache beside the running ones'; the rest
+  wait in arrival order. ``/metrics`` has ``vllm:num_requests_running``,
+  ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc`` (tokens of running requests over the
+  KV-cache size), ``vllm:request_success_total{finished_reason=stop|length|abort}``. A cold start
+  is ``SPARKRUN_ENGINE_LOAD_SECONDS`` (``/health`` answers 503 until then), a wake from sleep
+  (level 1: ``--enable-sleep-mode``, ``POST /sleep?level=1``) ``SPARKRUN_ENGINE_WAKE_SECONDS``;
+  ``SPARKRUN_ENGINE_TOKEN_SECONDS`` sets how fast a slot frees, so a steady request rate above
+  ``max-num-seqs / (tokens x TOKEN_SECONDS)`` builds a queue.
 - Tokens are deterministic: the same prompt (and request ``seed``, and ``SPARKRUN_ENGINE_SEED``)
   always yields the same words. A prompt "token" is a word or a punctuation mark.
 - Tools: when a chat request offers tools (and ``tool_choice`` is not ``"none"``) and its last
@@ -40,6 +49,7 @@ Stand-in knobs (environment; seconds unless said otherwise):
 ``SPARKRUN_ENGINE_OUTPUT_TOKENS``      16         tokens of a natural answer (``finish_reason: stop``)
 ``SPARKRUN_ENGINE_EMBED_DIM``          32         embedding dimensionality
 ``SPARKRUN_ENGINE_WAKE_SECONDS``       0          time ``/wake_up`` takes
+``SPARKRUN_ENGINE_KV_CACHE_TOKENS``    0          KV-cache size in tokens (0: max-num-seqs x max-model-len)
 ``SPARKRUN_ENGINE_HEARTBEAT_SECONDS``  1          rank heartbeat interval (loss after 5 missed)
 ``SPARKRUN_ENGINE_JOIN_TIMEOUT``       600        how long a worker retries reaching the leader
 ``SPARKRUN_ENGINE_MASTER_BIND``        0.0.0.0    address the leader's rendezvous port binds

@@ -21,6 +21,7 @@ class Knobs:
     output_tokens: int = 16
     embed_dim: int = 32
     wake_seconds: float = 0.0
+    kv_cache_tokens: int = 0
     heartbeat_seconds: float = 1.0
     join_timeout: float = 600.0
     master_bind: str = "0.0.0.0"
@@ -50,6 +51,7 @@ class Knobs:
             output_tokens=max(1, int(num("OUTPUT_TOKENS", 16))),
             embed_dim=max(1, int(num("EMBED_DIM", 32))),
             wake_seconds=num("WAKE_SECONDS", 0.0),
+            kv_cache_tokens=int(num("KV_CACHE_TOKENS", 0)),
             heartbeat_seconds=max(0.05, num("HEARTBEAT_SECONDS", 1.0)),
             join_timeout=num("JOIN_TIMEOUT", 600.0),
             master_bind=env.get("SPARKRUN_ENGINE_MASTER_BIND") or "0.0.0.0",

@@ -17,6 +17,7 @@ from ._args import Knobs, ServeArgs
 from ._http import SSE_TYPE, BadRequest, Conn, Request, dumps
 from ._metrics import Stats
 from ._model import chat_prompt, count_tokens, embed, generate_words, tool_call
+from ._scheduler import Scheduler
 
 log = logging.getLogger("sparkrun.engine")
 _T = TypeVar("_T")
@@ -33,7 +34,8 @@ class Engine:
         self.sleeping = False
         self.sleep_level = 0
         self.created = int(time.time())
-        self._slots = asyncio.Semaphore(args.max_num_seqs)
+        kv_tokens = knobs.kv_cache_tokens or max(1, args.max_num_seqs * args.max_model_len)
+        self.scheduler = Scheduler(self.stats, max_num_seqs=args.max_num_seqs, kv_cache_tokens=kv_tokens)
         self._routes: dict[tuple[str, str], Callable[[Request, Conn], Awaitable[None]]] = {
             ("GET", "/health"): self._health,
             ("GET", "/ping"): self._health,
@@ -166,8 +168,7 @@ class Engine:
         """Prometheus exposition of the engine's state, with vLLM's metric and label names."""
         s = self.stats
         lbl = f'engine="0",model_name="{self.served_name}"'
-        capacity = self.args.max_model_len * self.args.max_num_seqs
-        kv = min(1.0, s.running_tokens / capacity) if capacity else 0.0
+        kv = self.scheduler.kv_cache_usage
         lines = [
             "# HELP vllm:num_requests_running Number of requests in model execution batches.",
             "# TYPE vllm:num_requests_running gauge",
@@ -232,14 +233,10 @@ class Engine:
     async def _generate(self, conn: Conn, prompt_tokens: int, words: list[str]) -> AsyncGenerator[str, None]:
         """Yield tokens on the simulated schedule; accounts metrics and aborts on disconnect."""
         s = self.stats
-        s.waiting += 1
         start = time.monotonic()
-        try:
-            await self._slots.acquire()
-        finally:
-            s.waiting -= 1
-        s.running += 1
-        s.running_tokens += prompt_tokens
+        if not await self.scheduler.enter(prompt_tokens, lambda: conn.gone):  # a slot, KV-cache room
+            s.finished["abort"] += 1  # the client left while waiting
+            return
         s.prompt_tokens += prompt_tokens
         produced = 0
         finished = "abort"
@@ -261,9 +258,7 @@ class Engine:
                 yield word
             finished = "done"
         finally:
-            s.running -= 1
-            s.running_tokens -= prompt_tokens + produced
-            self._slots.release()
+            self.scheduler.leave(prompt_tokens + produced)
             if finished == "abort":
                 s.finished["abort"] += 1
             else:
