@@ -49,6 +49,7 @@ __all__ = [
     "BENCH_PLAN",
     "MANIFEST",
     "MAX_DEPTH",
+    "MODEL_CONFIG",
     "OVERRIDE_VALUE",
     "RECIPE",
     "REQUEST_BODY",
@@ -119,6 +120,9 @@ ALIAS_STATE: Final = Bounds("alias ConfigMap value", 1 * MIB, 16)
 #: One JSON event line of a tool Job's log (``plan/logtail.py``: the cache tool and downloader
 #: print one per line; a ``resolve`` event carries a whole manifest).
 TOOL_EVENT: Final = Bounds("tool event", 8 * MIB, 32)
+#: A model's ``config.json`` read from a cache volume (``runtime/modelshape.py``): real ones are
+#: a few KiB and nest 3 or 4 levels (``text_config`` -> ``rope_scaling``).
+MODEL_CONFIG: Final = Bounds("model config.json", 1 * MIB, 16)
 
 _ANCHORS_REFUSED: Final = "anchors and aliases are not allowed"
 

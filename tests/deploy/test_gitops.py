@@ -11,6 +11,14 @@
    as their own field managers; re-applying Git reverts nothing and the library reports no
    drift. When Git does set ``spec.state``, the library reports the runtime change as drift and
    its apply reverts it: the documented consequence.
+3. ``spec.replicas`` and ``spec.state`` under ``spec.autoscaling`` and ``spec.idle`` (ADR 0045):
+   Git omits both; the autoscaler's scale-up and the idle policy's scale to zero (its merge
+   patch as ``sparkrun-autoscaler``) and the gateway's wake from zero (``KubeWaker``, as
+   ``sparkrun-gateway``) are no drift, re-applying Git changes nothing, and the operator
+   measures the wake (``status.scaling.wakeSeconds.zero``). Git that pins ``spec.replicas``
+   reverts each of them (the reason the docs leave it out). In ``External`` mode an HPA, in
+   Git too, scales through ``/scale``, which records no field manager on a custom resource
+   (kubernetes#131892): no drift either.
 
 The chart gets its own release and namespace (``gitops-<hex>``); its CRDs are the session's
 (identical, ``make verify``) and stay; its cluster-scoped objects are deleted afterwards.
@@ -29,11 +37,15 @@ from typing import Any
 import pytest
 import yaml
 
+from sparkrun_operator.api.scaling import ScalingFigures
+from sparkrun_operator.api.workload import InferenceWorkloadSpec
+from sparkrun_operator.controllers import autoscale
 from sparkrun_operator.gateway.kube import KubeRoutingSource, KubeWaker
-from sparkrun_operator.k8s.client import DAEMON_API_MANAGER, GATEWAY_MANAGER, Kube
+from sparkrun_operator.k8s.client import AUTOSCALER_MANAGER, DAEMON_API_MANAGER, GATEWAY_MANAGER, Kube
 from sparkrun_operator.ops.executors.workloads import lifecycle
 from sparkrun_operator.ops.invocation import OperationContext
 from sparkrun_operator.ops.settings import Settings
+from sparkrun_operator.plan.autoscale import Decision
 from sparkrun_testbed import plane
 from sparkrun_testbed.kubeapi import KubeApi
 from tests.deploy.chart import CHART, helm, helm_binary
@@ -46,7 +58,7 @@ from tests.deploy.gitops import (
     drift_of,
     ssa_check_binary,
 )
-from tests.operator.conftest import API, OperatorProcess
+from tests.operator.conftest import API, OperatorProcess, wait_condition
 
 pytestmark = [pytest.mark.testbed, pytest.mark.usefixtures("crds")]
 REPO = Path(__file__).resolve().parents[2]
@@ -324,3 +336,218 @@ async def test_runtime_state_and_gitops_do_not_fight(
     healed = flux.apply(pinned, namespace=namespace)
     assert actions(healed)[subject] == "configured"
     assert _state_owners(kube, namespace) == ("Running", {FLUX_MANAGER}), "the sleep was reverted"
+
+
+# -- spec.replicas and spec.state under autoscaling and idle (ADR 0045) ---------------------------
+
+ELASTIC = "elastic"
+#: Windows and cooldown so long that nothing the operator itself may decide interferes.
+QUIET = {"scrapeIntervalSeconds": 300, "scaleUpWindowSeconds": 3600, "cooldownSeconds": 86_400}
+
+
+def _elastic(replicas: int | None = None) -> list[dict[str, Any]]:
+    """The workload as Git holds it: autoscaling and an idle policy, no spec.replicas and no
+    spec.state (docs/autoscaling.md, "GitOps"); ``replicas`` pins it (the documented fight)."""
+    spec: dict[str, Any] = {
+        "model": {"name": "Qwen/Qwen3-0.6B"},
+        "autoscaling": {"minReplicas": 0, "maxReplicas": 4, "target": {"waitingPerReplica": 4}, **QUIET},
+        "idle": {"zeroAfterSeconds": 600},
+    }
+    if replicas is not None:
+        spec["replicas"] = replicas
+    return [{"apiVersion": API, "kind": "InferenceWorkload", "metadata": {"name": ELASTIC}, "spec": spec}]
+
+
+def _owners(kube: KubeApi, namespace: str, name: str, field: str) -> tuple[Any, set[str]]:
+    """``spec.<field>`` of the live workload and the managers that own it (any subresource)."""
+    live = kube.get(API, "InferenceWorkload", name, namespace=namespace)
+    assert live is not None
+    owners = {
+        m["manager"]
+        for m in live["metadata"].get("managedFields") or []
+        if f"f:{field}" in ((m.get("fieldsV1") or {}).get("f:spec") or {})
+    }
+    return live["spec"].get(field), owners
+
+
+async def _autoscaler_writes(
+    api: Any, kube: KubeApi, namespace: str, action: Any, to: int, state: Any = "Running"
+) -> None:
+    """A decision written as the operator's autoscaler writes it: its merge patch (only the fields
+    it changes, the resourceVersion it decided on as a precondition) as ``sparkrun-autoscaler``."""
+    live = kube.get(API, "InferenceWorkload", ELASTIC, namespace=namespace)
+    assert live is not None
+    spec = InferenceWorkloadSpec.model_validate(live["spec"])
+    decision = Decision(
+        action=action,
+        from_replicas=spec.replicas,
+        to_replicas=to,
+        state=state,
+        message="the gitops test",
+        figures=ScalingFigures(),
+        resume_replicas=spec.replicas if to == 0 else None,
+    )
+    # NB: the autoscaler's own patch (act() itself posts a kopf Event: it needs a running operator)
+    patch = autoscale.patch_of(decision, spec, live["metadata"]["resourceVersion"])
+    rest = Kube(api, field_manager=AUTOSCALER_MANAGER, owns_api=False)
+    await rest.merge_patch(autoscale.WORKLOADS, ELASTIC, patch, namespace)
+
+
+async def _gateway_wakes_from_zero(api: Any, namespace: str) -> None:
+    """What the gateway does for a request to a model at zero replicas: its routing source sees
+    the workload resting at zero, its waker sets replicas back (and state Running)."""
+    rest = Kube(api, field_manager=GATEWAY_MANAGER, owns_api=False)
+    source = KubeRoutingSource(rest, namespace=namespace)
+    await source.start()
+    try:
+        async with asyncio.timeout(30):
+            table = source.snapshot()
+            while (found := table.lookup("Qwen/Qwen3-0.6B")) is None or found.resting != "Zero":
+                table = await source.wait_changed(table.version)
+        await KubeWaker(rest).wake(found)
+    finally:
+        await source.close()
+
+
+def _no_drift(flux: Flux, kubectl: Any, git: list[dict[str, Any]], namespace: str) -> None:
+    """Flux's diff reports nothing, its apply changes nothing, ``kubectl diff`` agrees."""
+    report = flux.diff(git, namespace=namespace)
+    assert report["drifted"] == [], drift_of(report)
+    assert set(actions(flux.apply(git, namespace=namespace)).values()) == {"unchanged"}
+    diffed = _kubectl_diff(kubectl, _as_applied(git, flux.owner, namespace))
+    assert diffed.returncode == 0, diffed.stdout[-6000:] + diffed.stderr
+
+
+async def test_autoscaler_idle_and_wake_do_not_fight_git(
+    flux: Flux,
+    kube: KubeApi,
+    kubectl: Any,
+    k8s_api: Any,
+    namespace: str,
+    drained: Callable[..., OperatorProcess],
+) -> None:
+    drained(namespace)
+    git = _elastic()
+    flux.apply(git, namespace=namespace)
+    wait_condition(kube, namespace, ELASTIC, "Ready", timeout=90)
+    assert _owners(kube, namespace, ELASTIC, "replicas") == (1, set()), "the CRD default, no manager"
+
+    # load: the autoscaler scales up
+    await _autoscaler_writes(k8s_api, kube, namespace, "ScaleUp", 3)
+    assert _owners(kube, namespace, ELASTIC, "replicas") == (3, {AUTOSCALER_MANAGER})
+    _no_drift(flux, kubectl, git, namespace)
+    assert _owners(kube, namespace, ELASTIC, "replicas")[0] == 3, "re-applying Git must not scale it"
+
+    # idle: the idle policy takes it to zero replicas, state Running (not Stopped, not Sleeping)
+    await _autoscaler_writes(k8s_api, kube, namespace, "ScaleToZero", 0)
+    assert _owners(kube, namespace, ELASTIC, "replicas") == (0, {AUTOSCALER_MANAGER})
+    obj = wait_condition(
+        kube,
+        namespace,
+        ELASTIC,
+        "Ready",
+        "False",
+        reason="ScaledToZero",
+        timeout=60,
+        extra=lambda o: o["status"].get("replicas") == 0,  # every JobSet gone: a cold start follows
+    )
+    assert (obj["spec"]["state"], obj["status"]["phase"]) == ("Running", "ScaledToZero")
+    _no_drift(flux, kubectl, git, namespace)
+    assert _owners(kube, namespace, ELASTIC, "replicas")[0] == 0, "re-applying Git must not wake it"
+
+    # a request: the gateway wakes it from zero; the operator measures the wake
+    await _gateway_wakes_from_zero(k8s_api, namespace)
+    replicas, owners = _owners(kube, namespace, ELASTIC, "replicas")
+    assert (replicas, owners) == (1, {GATEWAY_MANAGER}), "max(1, minReplicas): no resumeReplicas recorded"
+    _no_drift(flux, kubectl, git, namespace)
+    obj = wait_condition(
+        kube,
+        namespace,
+        ELASTIC,
+        "Ready",
+        timeout=90,
+        extra=lambda o: bool(((o["status"].get("scaling") or {}).get("wakeSeconds") or {}).get("zero")),
+    )
+    scaling = obj["status"]["scaling"]
+    assert "wake" not in scaling, scaling
+    assert 0 <= scaling["wakeSeconds"]["zero"][0] < 90, scaling
+    print(f"[gitops] wake from zero measured by the operator: {scaling['wakeSeconds']['zero'][0]} s")
+
+    # Git that pins spec.replicas fights every one of them: drift, and its apply reverts them.
+    pinned = _elastic(replicas=3)
+    subject = f"InferenceWorkload/{namespace}/{ELASTIC}"
+    report = flux.diff(pinned, namespace=namespace)
+    assert drift_of(report) == {subject: [{"op": "replace", "path": "/spec/replicas", "value": 3}]}
+    assert actions(flux.apply(pinned, namespace=namespace))[subject] == "configured"
+    assert _owners(kube, namespace, ELASTIC, "replicas") == (3, {FLUX_MANAGER}), "the wake was reverted"
+    await _autoscaler_writes(k8s_api, kube, namespace, "ScaleToZero", 0)
+    report = flux.diff(pinned, namespace=namespace, fail_on_drift=True)
+    assert report["rc"] == 2
+    assert drift_of(report) == {subject: [{"op": "replace", "path": "/spec/replicas", "value": 3}]}
+    diffed = _kubectl_diff(kubectl, _as_applied(pinned, flux.owner, namespace))
+    assert diffed.returncode == 1, diffed.stdout + diffed.stderr  # kubectl sees the same drift
+    changed = [line.replace(" ", "") for line in diffed.stdout.splitlines() if "replicas:" in line]
+    assert "+replicas:3" in changed, diffed.stdout
+    assert "-replicas:0" in changed, diffed.stdout
+    assert actions(flux.apply(pinned, namespace=namespace))[subject] == "configured"
+    assert _owners(kube, namespace, ELASTIC, "replicas") == (3, {FLUX_MANAGER}), "the idle policy reverted"
+
+
+def _hpa(minimum: int) -> dict[str, Any]:
+    """An HPA on the workload's scale subresource, on the metric the operator exports (the
+    testbed has no external metrics API: below ``minReplicas`` it scales without a metric)."""
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "external"},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": API, "kind": "InferenceWorkload", "name": "external"},
+            "minReplicas": minimum,
+            "maxReplicas": 4,
+            "metrics": [
+                {
+                    "type": "External",
+                    "external": {
+                        "metric": {"name": "sparkrun_workload_load_per_replica"},
+                        "target": {"type": "AverageValue", "averageValue": "4"},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def test_an_hpa_in_external_mode_does_not_fight_git(
+    flux: Flux, kube: KubeApi, kubectl: Any, namespace: str
+) -> None:
+    """``External`` mode: the HPA (in Git too) writes spec.replicas through ``/scale``. The
+    apiserver records no field manager for it (what docs/autoscaling.md tells Argo CD users), so
+    nothing owns the field and Git, which leaves it out, does not fight the HPA."""
+    workload = {
+        "apiVersion": API,
+        "kind": "InferenceWorkload",
+        "metadata": {"name": "external"},
+        "spec": {
+            "model": {"name": "Qwen/Qwen3-0.6B"},
+            "autoscaling": {"mode": "External", "minReplicas": 1, "maxReplicas": 4},
+        },
+    }
+    git = [workload, _hpa(minimum=2)]
+    flux.apply(git, namespace=namespace)
+
+    def scaled() -> dict[str, Any] | None:
+        live = kube.get(API, "InferenceWorkload", "external", namespace=namespace)
+        return live if live is not None and live["spec"].get("replicas") == 2 else None
+
+    live = kube.wait(scaled, timeout=90, what="the HPA's scale to its minReplicas 2")
+    entries = [
+        (m["manager"], m.get("operation"), m.get("subresource"))
+        for m in live["metadata"]["managedFields"]
+        if "f:replicas" in ((m.get("fieldsV1") or {}).get("f:spec") or {})
+    ]
+    print(f"[gitops] spec.replicas written by the HPA (replicas {live['spec']['replicas']}): {entries}")
+    # kubernetes#131892: a write through a custom resource's /scale records no managedFields
+    # entry (an explicit fieldManager neither): no manager to name, and none that owns the field
+    assert entries == [], "the apiserver now records /scale writes: update docs/autoscaling.md, GitOps"
+    _no_drift(flux, kubectl, git, namespace)
+    assert _owners(kube, namespace, "external", "replicas")[0] == 2, "re-applying Git must not undo the HPA"

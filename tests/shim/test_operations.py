@@ -149,6 +149,25 @@ def test_every_enabled_operation_runs(daemon: Daemon) -> None:
         assert run("workloads.status", guarded, who="reader")["state"] == "ready"
         run("workloads.sleep", guarded, who="operator", error="Conflict")  # started without sleep mode
         assert run("workloads.wake", guarded, who="operator")["state"] == "ready"
+        # The idle policy's zero replicas (as the autoscaler leaves them, ADR 0045): reported as
+        # such, and workloads.wake brings the replicas back, as a request through the gateway does.
+        path = daemon.kube.resource_path(
+            API, "InferenceWorkload", namespace=daemon.namespace, name="qwen3-8b-vllm"
+        )
+        daemon.kube.request(
+            "PATCH",
+            path,
+            json={"spec": {"idle": {"zeroAfterSeconds": 3600}, "replicas": 0}},
+            headers={"content-type": "application/merge-patch+json"},
+        )
+        assert run("workloads.status", guarded, who="reader")["state"] == "scaled_to_zero"
+        assert "wake" in run("workloads.status", guarded, who="reader")["actions"]
+        assert run("workloads.wake", guarded, who="operator")["state"] == "ready"
+        woken = daemon.kube.get(API, "InferenceWorkload", "qwen3-8b-vllm", namespace=daemon.namespace)
+        assert woken is not None
+        assert woken["spec"]["replicas"] == 1
+        owners = {f["manager"] for f in woken["metadata"]["managedFields"] if "f:replicas" in str(f)}
+        assert "sparkrun-daemon-api" in owners
         assert (
             run("workloads.reconcile", {**guarded, "acknowledge_effects": True})["workload_id"] == workload_id
         )

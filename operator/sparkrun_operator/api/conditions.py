@@ -47,6 +47,8 @@ REASON_WAITING_FOR_REPLICA: Final = "WaitingForReplica"
 # Scheduled
 REASON_INSUFFICIENT_GPU: Final = "InsufficientGPU"
 REASON_NO_FITTING_NODES: Final = "NoFittingNodes"
+#: No candidate node has the per-GPU memory a replica needs (plan/fit.py); no JobSet is created.
+REASON_INSUFFICIENT_GPU_MEMORY: Final = "InsufficientGPUMemory"
 REASON_CLUSTER_NOT_FOUND: Final = "ClusterNotFound"
 REASON_PODS_PENDING: Final = "PodsPending"
 REASON_ALL_PODS_SCHEDULED: Final = "AllPodsScheduled"

@@ -9,6 +9,7 @@ from pydantic import ConfigDict, Field
 
 from sparkrun_operator.api import bounds, cel
 from sparkrun_operator.api.meta import DNS_SUBDOMAIN, Condition, KubeModel, Quantity, SecretKeyRef, Toleration
+from sparkrun_operator.api.modelshape import ModelShape
 
 CachePhase = Literal["Pending", "Resolving", "Downloading", "Verifying", "Ready", "Failed"]
 AccessMode = Literal["ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"]
@@ -183,6 +184,12 @@ class ModelCacheStatus(KubeModel):
         default=None, description="Full commit SHA the revision resolved to.", pattern=r"^[0-9a-f]{40}$"
     )
     manifest: CacheManifest | None = Field(default=None, description="Files of the resolved revision.")
+    model_shape: ModelShape | None = Field(
+        default=None,
+        description="What the download Job read of the revision's config.json (layers, KV heads, head "
+        "size, dtype, context length) and the weight files' size: the memory fit check of workloads "
+        "using this cache. Unset or partial: unknown (never blocks).",
+    )
     progress: CacheProgress | None = Field(default=None, description="Download progress.")
     missing: list[str] = Field(default_factory=list, description="Files not present.", max_length=1000)
     invalid: list[str] = Field(

@@ -85,6 +85,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="where model caches are mounted in download and engine pods: HF_HOME (%(default)s)",
     )
     _cache_flags(runner)
+    _autoscaling_flags(runner)
     _lane_flags(runner)
     _name_flags(runner)
     runner.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -123,6 +124,19 @@ def _lane_flags(runner: argparse.ArgumentParser) -> None:
         type=float,
         default=OperatorConfig.status_settle_seconds,
         help="how long a status change other than readiness settles before it is written (%(default)s)",
+    )
+
+
+def _autoscaling_flags(runner: argparse.ArgumentParser) -> None:
+    """What the autoscaler exports for an HPA or KEDA (ADR 0045)."""
+    runner.add_argument(
+        "--load-metric-workloads",
+        type=int,
+        default=2000,
+        metavar="N",
+        help="the most workloads in autoscaling mode External whose sparkrun_workload_load_per_replica "
+        "the operator exports at /metrics (%(default)s; later ones are not exported and "
+        "sparkrun_operator_load_exports_refused counts them)",
     )
 
 
@@ -294,6 +308,7 @@ def _run(args: argparse.Namespace) -> int:
             served_namespaces=tuple(args.namespace),
             engine_policy=args.engine_network_policy,
             name_policy=args.name_prefixes,
+            load_metric_workloads=max(0, args.load_metric_workloads),
             status_settle_seconds=args.status_settle_seconds,
             max_concurrent_writes=args.max_concurrent_writes,
             api_connections=max(32, 2 * args.max_concurrent_passes + args.max_concurrent_writes),

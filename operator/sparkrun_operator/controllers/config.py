@@ -65,3 +65,7 @@ class OperatorConfig:
     engine_policy: EnginePolicy | None = None
     #: ``--name-prefixes``: which model names each namespace may claim (api/namepolicy.py).
     name_policy: NamePolicy = field(default_factory=NamePolicy)
+    #: ``--load-metric-workloads``: the most workloads (External autoscaling mode) whose
+    #: ``sparkrun_workload_load_per_replica`` series the operator exports; later ones are not
+    #: exported (``sparkrun_operator_load_exports_refused`` counts them).
+    load_metric_workloads: int = 2000

@@ -18,6 +18,7 @@ from sparkrun_operator.controllers.metrics import Metrics
 from sparkrun_operator.controllers.triggers import Triggers
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.plan.names import Claim
+from sparkrun_operator.plan.workload.model import ScalingView
 
 
 @dataclass(kw_only=True)
@@ -41,9 +42,16 @@ class Memo:
         default_factory=dict
     )
 
+    #: Workloads whose last full pass found no candidate node with the GPU memory they need
+    #: (``Scheduled=False``, ``InsufficientGPUMemory``): a Node event re-plans them.
+    memory_waiting: set[tuple[str, str]] = field(default_factory=set)
+
     #: Workload key -> the model names it claimed at its last event, so that a change (or a
     #: deletion) re-plans every workload that shares a name with it (``Routable``).
     claims: dict[tuple[str, str], Claim] = field(default_factory=dict)
+    #: Workload key -> the autoscaler's news for the planner (``controllers/autoscale.py``): its
+    #: last decision and the idle clock, folded into ``status.scaling`` by the next full pass.
+    scaling: dict[tuple[str, str], ScalingView] = field(default_factory=dict)
 
     def jitter(self, seconds: float) -> float:
         """``seconds`` +-10%, so that many objects' timers do not fire in lockstep."""

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Hashable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+log = logging.getLogger("sparkrun.operator.metrics")
 
 
 class Metrics:
@@ -65,6 +68,22 @@ class Metrics:
             ["kind", "ready"],
             registry=self.registry,
         )
+        self.load_per_replica = Gauge(
+            "sparkrun_workload_load_per_replica",
+            "Load per replica of a workload in autoscaling mode External, from its engines' /metrics "
+            "(signal waiting: vllm:num_requests_waiting summed and divided by the replicas scraped; "
+            "kv_cache_usage: mean vllm:kv_cache_usage_perc, 0-1), for an HPA or KEDA.",
+            ["namespace", "workload", "signal"],
+            registry=self.registry,
+        )
+        self.load_exports_refused = Gauge(
+            "sparkrun_operator_load_exports_refused",
+            "Workloads in autoscaling mode External whose load is not exported: over "
+            "--load-metric-workloads.",
+            registry=self.registry,
+        )
+        self._loads: dict[tuple[str, str], set[str]] = {}
+        self._refused: set[tuple[str, str]] = set()
         self._ready: dict[tuple[str, Hashable], str] = {}
         self._ready_counts: dict[tuple[str, str], int] = {}
 
@@ -87,6 +106,50 @@ class Metrics:
             if (kind, value) not in self._ready_counts:
                 self._ready_counts[(kind, value)] = 0
                 self.objects.labels(kind=kind, ready=value).set(0)
+
+    def export_load(
+        self, key: tuple[str, str], *, waiting: float, kv_cache_usage: float | None, cap: int
+    ) -> bool:
+        """Set ``key``'s ``sparkrun_workload_load_per_replica`` series (no ``kv_cache_usage``
+        series when the engines do not report it); ``False`` when ``cap`` workloads are exported
+        already and ``key`` is not one of them (it is then counted as refused)."""
+        namespace, name = key
+        signals = self._loads.get(key)
+        if signals is None:
+            if len(self._loads) >= cap:
+                if key not in self._refused:
+                    self._refused.add(key)
+                    self.load_exports_refused.set(len(self._refused))
+                    log.warning(
+                        "workload %s/%s: load not exported: %d workloads are (--load-metric-workloads)",
+                        namespace,
+                        name,
+                        cap,
+                    )
+                return False
+            signals = self._loads[key] = set()
+            if key in self._refused:
+                self._refused.discard(key)
+                self.load_exports_refused.set(len(self._refused))
+        values = {"waiting": waiting, "kv_cache_usage": kv_cache_usage}
+        for signal, value in values.items():
+            if value is None:
+                if signal in signals:
+                    signals.discard(signal)
+                    self.load_per_replica.remove(namespace, name, signal)
+                continue
+            signals.add(signal)
+            self.load_per_replica.labels(namespace=namespace, workload=name, signal=signal).set(value)
+        return True
+
+    def forget_load(self, key: tuple[str, str]) -> None:
+        """Remove ``key``'s ``sparkrun_workload_load_per_replica`` series (it left External mode,
+        answers no more, or is gone)."""
+        if key in self._refused:
+            self._refused.discard(key)
+            self.load_exports_refused.set(len(self._refused))
+        for signal in self._loads.pop(key, set()):
+            self.load_per_replica.remove(key[0], key[1], signal)
 
     def count_write(self, verb: str, _path: str) -> None:
         self.api_writes.labels(verb=verb).inc()

@@ -31,7 +31,16 @@ import kopf
 from prometheus_client import start_http_server
 
 from sparkrun_operator.api.resources import RECIPE
-from sparkrun_operator.controllers import benchmark, cluster, daemonjob, indexes, modelcache, recipe, workload
+from sparkrun_operator.controllers import (
+    autoscale,
+    benchmark,
+    cluster,
+    daemonjob,
+    indexes,
+    modelcache,
+    recipe,
+    workload,
+)
 from sparkrun_operator.controllers.collector import collect_when_quiet
 from sparkrun_operator.controllers.config import OperatorConfig
 from sparkrun_operator.controllers.diffbase import ChangeHandledKindsDiffBase
@@ -134,6 +143,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     workload.register(
         registry, drift_seconds=config.drift_seconds, network_policies=config.engine_policy is not None
     )
+    autoscale.register(registry)
     cluster.register(registry, drift_seconds=config.drift_seconds)
     recipe.register(registry)
     daemonjob.register(registry, settings=daemon_settings(config))

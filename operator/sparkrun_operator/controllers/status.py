@@ -50,8 +50,21 @@ def status_patch(current: Mapping[str, Any] | None, desired: BaseModel) -> dict[
         normalised = None
     if normalised == wire:
         return None
-    patch: dict[str, Any] = dict(wire)
-    for key in current or {}:
+    patch: dict[str, Any] = _nulling(current or {}, wire)
+    return patch
+
+
+def _nulling(current: Mapping[str, Any], wire: dict[str, Any]) -> dict[str, Any]:
+    """``wire`` with ``None`` for every key of ``current`` it lacks, at every depth where both
+    hold an object: a merge patch merges nested objects, so a field that went away inside one
+    (``status.scaling.wake`` once a wake ended) stays unless it is nulled."""
+    patch: dict[str, Any] = {}
+    for key, value in wire.items():
+        before = current.get(key)
+        patch[key] = (
+            _nulling(before, value) if isinstance(before, Mapping) and isinstance(value, dict) else value
+        )
+    for key in current:
         if key not in wire:
             patch[key] = None
     return patch

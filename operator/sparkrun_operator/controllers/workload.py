@@ -177,6 +177,7 @@ def observation(
         spec=spec,
         status=status,
         now=now,
+        clock=dt.datetime.now(dt.UTC),
         created=observe.parse_time(meta.get("creationTimestamp")),
         recipe=recipe,
         cache=cache,
@@ -190,6 +191,7 @@ def observation(
         network_policy=observe.first(indices.get("iw_policies"), key),
         asleep=asleep,
         options=ctx.config.render,
+        scaling=ctx.scaling.get(key),
     )
 
 
@@ -370,6 +372,7 @@ async def reconcile(
         obs = looked.obs
         refused = await execute(ctx, p, namespace=obs.namespace)
         expectations.record(p)
+        workload_pokes.record_memory_wait(ctx, (obs.namespace, obs.name), p.status)
         status = finalize(p.status, refused=refused, generation=obs.generation, now=obs.now)
         ctx.reconciled[(obs.namespace, obs.name)] = looked.requested
         events = [Event(type=e.type, reason=e.reason, message=e.message) for e in p.events]
@@ -425,6 +428,7 @@ def prepare_status(
     observed_at = time.monotonic()
     obs = observation(ctx=ctx, body=body, indices=indices, now=utcnow(), asleep=writes.asleep)
     p = plan(obs)
+    workload_pokes.record_memory_wait(ctx, key, p.status)
     # NB: the full lane is only poked when it has something to do: most child events (a pod
     # scheduled, running, Ready) only change the status, written here (ADR 0030).
     if not p.idle or p.events or p.requeue_after is not None or obs.spec.engine.enable_sleep_mode:

@@ -9,6 +9,8 @@
   when the plan has something for it (ADR 0030); a rollout gate's InferenceBenchmark pokes the
   full lane;
 - the Recipe, ModelCache and InferenceCluster it uses (``ctx.dependencies``) poke its full lane;
+- a Node event pokes the full lane of the workloads whose last pass found no node with the GPU
+  memory they need (``ctx.memory_waiting``; plan/fit.py): a bigger node, or a label, clears it;
 - the ``iw-drift`` timer pokes every workload's full lane periodically.
 """
 
@@ -19,6 +21,8 @@ from typing import Any
 
 import kopf
 
+from sparkrun_operator.api import conditions as c
+from sparkrun_operator.api.workload import InferenceWorkloadStatus
 from sparkrun_operator.controllers import indexes
 from sparkrun_operator.controllers.indexes import (
     BENCHMARK_ID,
@@ -91,6 +95,8 @@ def _register_own_pokes(
         ctx: Memo = memo.ctx
         meta = body.get("metadata") or {}
         poke_rivals(ctx, (namespace or "", name), None if type == "DELETED" else body, kwargs.get("iw_names"))
+        if type == "DELETED":
+            ctx.memory_waiting.discard((namespace or "", name))
         # NB: the operator's own status writes come back as events too; a pass for those
         # would find nothing to do. Only a new generation (a spec change), a requested
         # reconcile (``workloads.reconcile``'s annotation) or a deletion counts.
@@ -152,8 +158,29 @@ def poke_rivals(ctx: Memo, key: tuple[str, str], body: kopf.Body | None, index: 
                 ctx.triggers.poke(full_key(rival.namespace, rival.name))
 
 
+def record_memory_wait(ctx: Memo, key: tuple[str, str], status: InferenceWorkloadStatus) -> None:
+    """Remember whether a full pass left the workload waiting for a node with more GPU memory
+    (``Scheduled=False``, ``InsufficientGPUMemory``), so that a Node event re-plans it."""
+    reason = c.REASON_INSUFFICIENT_GPU_MEMORY
+    waiting = any(
+        cond.type == c.SCHEDULED and cond.status == "False" and cond.reason == reason
+        for cond in status.conditions
+    )
+    if waiting:
+        ctx.memory_waiting.add(key)
+    else:
+        ctx.memory_waiting.discard(key)
+
+
 def _register_dependency_pokes(registry: kopf.OperatorRegistry) -> None:
-    """Pokes of the workloads that use a changed Recipe, ModelCache or InferenceCluster."""
+    """Pokes of the workloads that use a changed Recipe, ModelCache or InferenceCluster, and of
+    the workloads waiting for GPU memory on any Node change (a node joins, or is labelled)."""
+
+    @kopf.on.event("", "v1", "nodes", id="iw-node-changed", registry=registry)
+    async def iw_node_changed(*, memo: Any, **_: Any) -> None:
+        ctx: Memo = memo.ctx
+        for ns, wl in list(ctx.memory_waiting):
+            ctx.triggers.poke(full_key(ns, wl))
 
     def _poke_dependents(ctx: Memo, *, namespace: str | None, slot: int, name: str) -> None:
         for (ns, wl), deps in list(ctx.dependencies.items()):

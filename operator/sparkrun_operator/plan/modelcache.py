@@ -3,7 +3,8 @@
 Pure (time is passed in) and the only author of ``ModelCache.status``. Phases: ``Pending``
 (waiting for the claim or the pod to be placed), ``Resolving`` / ``Downloading`` /
 ``Verifying`` (what the downloader last reported in its pod log), ``Ready`` (the Job succeeded:
-every file verified, ``resolvedRevision`` and the manifest summary from its result line) or
+every file verified, ``resolvedRevision``, the manifest summary and the model's shape
+(``modelShape``, checked again here) from its result line) or
 ``Failed`` (the Job failed: the reason from the downloader's exit code, the message from its
 error line, both actionable). One Job at a time per cache, named after a hash of what it
 downloads, so a new one is made only when that changes (or when a failed one is deleted to
@@ -31,6 +32,7 @@ from sparkrun_operator.api.modelcache import (
     ModelCacheSpec,
     ModelCacheStatus,
 )
+from sparkrun_operator.api.modelshape import shape_from_event
 from sparkrun_operator.plan.logtail import last_event
 from sparkrun_operator.render import modelcache as render
 
@@ -179,6 +181,7 @@ def _carry(obs: CacheObservation) -> ModelCacheStatus:
         phase=prev.phase,
         resolved_revision=prev.resolved_revision,
         manifest=prev.manifest,
+        model_shape=prev.model_shape,
         progress=prev.progress,
         claims=sorted(obs.claims),
         claim_name=render.claim_name(obs.name, obs.spec),
@@ -335,6 +338,9 @@ def _apply_event(status: ModelCacheStatus, event: Mapping[str, Any]) -> None:
                 files_total=files,
                 eta_seconds=0,
             )
+        shape = shape_from_event(event.get("shape"))
+        if shape is not None:
+            status.model_shape = shape
 
 
 def _count(value: Any) -> int | None:

@@ -18,10 +18,11 @@ from typing import Any, Final
 from sparkrun_operator.api.benchmark import ScenarioResult
 from sparkrun_operator.api.cluster import InferenceClusterSpec
 from sparkrun_operator.api.meta import LabelSelector
+from sparkrun_operator.api.modelshape import ModelShape, shape_from_event
 from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.api.workload import FailureRecord
 from sparkrun_operator.plan import cluster as cluster_plan
-from sparkrun_operator.plan import served
+from sparkrun_operator.plan import fit, served
 from sparkrun_operator.plan.cluster import ClusterRef, ObservedGpuPod, ObservedNode
 from sparkrun_operator.plan.workload import (
     NodeCapacity,
@@ -398,7 +399,23 @@ def cache_from(obj: Obj | None, *, name: str) -> ObservedCache:
         resolved_revision=status.get("resolvedRevision") or None,
         node_name=status.get("nodeName") or None,
         access_modes=tuple(str(m) for m in status.get("accessModes") or ()),
+        total_bytes=_total_bytes(status.get("manifest")),
+        shape=shape_from_event(_snake(status.get("modelShape"))),
     )
+
+
+def _total_bytes(manifest: Any) -> int | None:
+    """``status.manifest.totalBytes`` when it is a positive whole number."""
+    value = manifest.get("totalBytes") if isinstance(manifest, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _snake(shape: Any) -> Any:
+    """``status.modelShape`` (camelCase) with the field names of the downloader's ``shape``."""
+    if not isinstance(shape, Mapping):
+        return None
+    fields = ModelShape.model_fields
+    return {name: shape[info.alias] for name, info in fields.items() if info.alias in shape}
 
 
 def cluster_from(obj: Obj) -> tuple[ObservedCluster, ClusterRef] | None:
@@ -520,6 +537,7 @@ def capacity(
                 schedulable=node.ready and not node.unschedulable,
                 allocatable=allocatable,
                 free=free,
+                gpu_labels=fit.gpu_labels(node.labels),
             )
         )
     return tuple(out)

@@ -40,7 +40,7 @@ from huggingface_hub.utils._paths import filter_repo_objects
 from huggingface_hub.utils.tqdm import disable_progress_bars
 
 from sparkrun_operator.api.clip import MESSAGE_MAX, clip
-from sparkrun_operator.runtime import hferrors, hubanswer
+from sparkrun_operator.runtime import hferrors, hubanswer, modelshape
 from sparkrun_operator.runtime.downloadcli import allowed_token, daemon_manifest, parser
 from sparkrun_operator.runtime.hfcache import (
     LEVELS,
@@ -559,7 +559,10 @@ def run(argv: Sequence[str] | None = None) -> int:
             Path(args.root), source, token=sent, verify=args.verify, workers=args.workers, reporter=reporter
         )
         if args.command == "download":
-            body = downloader.download().to_json()
+            result = downloader.download()
+            listed = downloader.layout.load_manifest(result.commit)
+            files = [(f.path, f.size) for f in listed.files] if listed is not None else []
+            body = result.to_json() | modelshape.shape_of(Path(result.snapshot), files)
         elif args.command == "resolve":
             manifest = downloader.resolve()
             kept = set(select_files([f.path for f in manifest.files], args.selection))

@@ -27,7 +27,8 @@ Rules (``docs/resources/inferenceworkload.md``, "What runs" and "Changing it"):
 cluster: may block) -> ``identity`` (ids, the serving revision) -> ``rolloutgate`` (the
 benchmark a gated rollout waits for, and its verdict) -> ``children`` (Service,
 JobSets) -> ``sleep`` (engine sleep/wake calls) -> ``counts``, ``scheduled`` and ``conditions``
-(the status). :func:`status_only` runs the same stages for the status alone;
+(the status) -> ``scaling`` (``status.scaling``: the autoscaler's news, the measured wakes; it
+reads the conditions just set). :func:`status_only` runs the same stages for the status alone;
 :func:`finalize` folds what the apiserver refused into the status to write.
 """
 
@@ -41,6 +42,7 @@ from sparkrun_operator.plan.workload import (
     gates,
     identity,
     rolloutgate,
+    scaling,
     scheduled,
     sleep,
 )
@@ -103,7 +105,12 @@ def plan(obs: Observation) -> Plan:
     engines = sleep.plan_engines(obs, out, found.effective)
     counted = counts.count(obs, status, revision=out.revision)
     scheduled.scheduled(
-        cond=cond, obs=obs, counted=counted, inputs=inputs, cluster_problem=found.cluster_problem
+        cond=cond,
+        obs=obs,
+        counted=counted,
+        inputs=inputs,
+        cluster_problem=found.cluster_problem,
+        memory_problem=found.memory_problem,
     )
     conditions.report(
         obs=obs,
@@ -115,6 +122,7 @@ def plan(obs: Observation) -> Plan:
         sleep=engines,
         gate=verdict,
     )
+    scaling.track(obs, status)
     return out
 
 
@@ -137,4 +145,5 @@ def _carried(obs: Observation) -> InferenceWorkloadStatus:
         recipe_revision=prev.recipe_revision,
         startup=list(prev.startup),
         last_failure=prev.last_failure,
+        scaling=prev.scaling.model_copy(deep=True) if prev.scaling is not None else None,
     )

@@ -247,8 +247,16 @@ def _ready(
         )
         return "Sleeping"
     if desired == 0:
-        cond.set(c.READY, False, c.REASON_NO_REPLICAS, "spec.replicas is 0")
-        return "Stopped"
+        # zero replicas is not the user's Stopped: where the idle policy (or an autoscaler floor
+        # of 0) may take it there, a request wakes it (ADR 0045; the gateway's rule, gateway/kube.py)
+        if (spec.idle is not None and spec.idle.zero_after_seconds is not None) or (
+            spec.autoscaling is not None and spec.autoscaling.min_replicas == 0
+        ):
+            message = "scaled to zero by the idle policy: a request wakes it"
+            cond.set(c.READY, False, c.REASON_SCALED_TO_ZERO, message)
+        else:
+            cond.set(c.READY, False, c.REASON_NO_REPLICAS, "spec.replicas is 0")
+        return "ScaledToZero"
     if ready >= desired and not sleep.expected:
         cond.set(c.READY, True, c.REASON_ALL_REPLICAS_READY, f"{ready} of {desired} replicas Ready")
         return "Updating" if rolling else "Running"

@@ -2,7 +2,9 @@
 
 Each gate sets its own condition (``RecipeResolved``, ``CacheReady``) and may block: while
 blocked, nothing new is created (running JobSets are kept). The first block found is the one
-reported as the Ready/Progressing reason.
+reported as the Ready/Progressing reason. The last gate, GPU memory (``plan/fit.py``), runs only
+when nothing else blocks: a replica too large for every candidate node gets no JobSet, and
+``Scheduled`` says what it needs and what the nodes have.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from dataclasses import dataclass
 from sparkrun_operator.api import conditions as c
 from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.api.workload import InferenceWorkloadStatus, StartupEvent
-from sparkrun_operator.plan.workload.model import Conditions, Observation
+from sparkrun_operator.plan import fit
+from sparkrun_operator.plan.workload.model import Conditions, Observation, ObservedCache
 from sparkrun_operator.recipe.resolve import EffectiveSpec, Resolution, resolve
 from sparkrun_operator.render import names
 from sparkrun_operator.render.workload import CacheMount, Placement
@@ -31,6 +34,8 @@ class Gates:
     placement: Placement | None = None
     #: Why the named (or default) cluster cannot be used (the Scheduled condition says it).
     cluster_problem: str | None = None
+    #: Why no candidate node has the GPU memory a replica needs (``Scheduled`` says it).
+    memory_problem: str | None = None
 
 
 def check(obs: Observation, cond: Conditions, status: InferenceWorkloadStatus) -> Gates:
@@ -48,12 +53,46 @@ def check(obs: Observation, cond: Conditions, status: InferenceWorkloadStatus) -
     blocked = blocked or cache_block
     if cluster_problem is not None:
         blocked = blocked or (c.REASON_CLUSTER_NOT_FOUND, cluster_problem)
+    memory_problem = _memory(obs, effective) if blocked is None else None
+    if memory_problem is not None:
+        blocked = (c.REASON_INSUFFICIENT_GPU_MEMORY, memory_problem)
     return Gates(
         blocked=blocked,
         effective=effective,
         cache=cache,
         placement=placement,
         cluster_problem=cluster_problem,
+        memory_problem=memory_problem,
+    )
+
+
+def _memory(obs: Observation, effective: EffectiveSpec | None) -> str | None:
+    """Why no candidate node has the per-GPU memory a replica needs (``plan/fit.py``), else
+    ``None`` (it fits, or too little is known to say: unknowns never block). Checked while there
+    is something to place (replicas wanted, not Stopped) and the candidates are observed."""
+    if effective is None or obs.capacity is None or obs.spec.state == "Stopped" or obs.spec.replicas == 0:
+        return None
+    verdict = fit.check(
+        fit_need(effective, obs.cache),
+        [fit.CandidateNode(name=n.name, gpus=n.gpu_labels, allocatable=n.allocatable) for n in obs.capacity],
+        nodes=effective.topology.nodes,
+        tensor_parallel=effective.topology.tensor_parallel,
+        pipeline_parallel=effective.topology.pipeline_parallel,
+        where=f"nodes of InferenceCluster {obs.cluster.name!r}" if obs.cluster else "the candidate nodes",
+    )
+    return verdict.message if verdict.fits is False else None
+
+
+def fit_need(effective: EffectiveSpec, cache: ObservedCache | None) -> fit.Need:
+    """The per-GPU need of one replica of ``effective`` served from ``cache`` (``plan/fit.py``)."""
+    ready = cache is not None and cache.exists and cache.ready
+    return fit.need(
+        shape=cache.shape if ready and cache is not None else None,
+        total_bytes=cache.total_bytes if ready and cache is not None else None,
+        tensor_parallel=effective.topology.tensor_parallel,
+        pipeline_parallel=effective.topology.pipeline_parallel,
+        max_model_len=effective.max_model_len,
+        utilization=effective.gpu_memory_utilization,
     )
 
 

@@ -14,10 +14,12 @@ from typing import Any, Final, Literal
 from sparkrun_operator.api.benchmark import ScenarioResult
 from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
 from sparkrun_operator.api.meta import Condition, LabelSelector, Toleration, set_condition
+from sparkrun_operator.api.modelshape import ModelShape
 from sparkrun_operator.api.namepolicy import NamePolicy
 from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.api.scaling import ScalingDecision
 from sparkrun_operator.api.workload import FailureRecord, InferenceWorkloadSpec, InferenceWorkloadStatus
+from sparkrun_operator.plan.fit import GpuLabels
 from sparkrun_operator.plan.names import Claim
 from sparkrun_operator.recipe.resolve import EffectiveSpec
 from sparkrun_operator.render.networkpolicy import EnginePolicy
@@ -110,6 +112,9 @@ class ObservedCache:
     #: The only node the files are reachable from (node-local volume, or a ReadWriteOnce claim).
     node_name: str | None = None
     access_modes: tuple[str, ...] = ()
+    #: ``status.manifest.totalBytes`` and ``status.modelShape`` (``None``: unknown): the memory fit.
+    total_bytes: int | None = None
+    shape: ModelShape | None = None
 
     @property
     def single_node(self) -> bool:
@@ -129,6 +134,8 @@ class NodeCapacity:
     #: ``None`` when not counted: the planner needs free GPUs only to explain an unschedulable
     #: pod, and counting them walks every GPU pod of every candidate node.
     free: int | None = 0
+    #: The node's GPU feature discovery labels (per-GPU memory, product, count): the memory fit.
+    gpu_labels: GpuLabels = field(default_factory=GpuLabels)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,6 +219,10 @@ class Observation:
     #: ``controllers/autoscale.py``); ``None``: nothing since this process started (the
     #: planner then carries ``status.scaling`` over).
     scaling: ScalingView | None = None
+    #: Now with sub-second precision, for the wake times it measures (``obs.now`` is whole
+    #: seconds, as conditions store time; a wake from Sleeping takes a few seconds). ``None``:
+    #: ``obs.now``.
+    clock: dt.datetime | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -42,6 +42,7 @@ def scheduled(
     counted: Sequence[ObservedJobSet],
     inputs: ServingInputs | None,
     cluster_problem: str | None,
+    memory_problem: str | None = None,
 ) -> None:
     """Set ``Scheduled``."""
     spec = obs.spec
@@ -50,6 +51,9 @@ def scheduled(
         return
     if spec.state == "Stopped":
         cond.set(c.SCHEDULED, False, c.REASON_STOPPED, "state is Stopped: no pods to schedule")
+        return
+    if memory_problem is not None:
+        cond.set(c.SCHEDULED, False, c.REASON_INSUFFICIENT_GPU_MEMORY, memory_problem)
         return
     ask = _Ask(
         gpus=inputs.spec.topology.gpus_per_node if inputs is not None else spec.topology.gpus_per_node,

@@ -9,6 +9,7 @@ from typing import Any
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.executors.endpoints import endpoint_entry, recipe_specs, served_model, sweep
 from sparkrun_operator.ops.invocation import OperationContext
+from sparkrun_operator.plan import wake as wakeup
 
 INVENTORY_LIMIT = 256
 
@@ -22,6 +23,8 @@ def state(workload: Mapping[str, Any]) -> str:
         return "sleeping"
     if kube.is_ready(workload):
         return "ready"
+    if wakeup.resting_of(dict(workload)) == "Zero":
+        return "scaled_to_zero"
     phase = str(status.get("phase") or "Pending").lower()
     return {"running": "ready", "degraded": "degraded", "failed": "failed"}.get(phase, "starting")
 
@@ -33,6 +36,8 @@ def workload_row(workload: Mapping[str, Any], manager: str) -> dict[str, Any]:
     actions = ["status", "stop", "reconcile"]
     if (spec.get("engine") or {}).get("enableSleepMode"):
         actions[1:1] = ["sleep", "wake"]
+    elif wakeup.idle_zero(dict(spec)):
+        actions[1:1] = ["wake"]
     return {
         "workload_id": kube.workload_id_of(workload),
         "cluster_name": spec.get("cluster"),

@@ -8,10 +8,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from sparkrun_operator.k8s.errors import KubeInvalid
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.errors import Conflict, DaemonError, NotFound, OperationTimeout
 from sparkrun_operator.ops.executors.workloads.inventory import state, workload_row
 from sparkrun_operator.ops.invocation import OperationContext
+from sparkrun_operator.plan import wake as wakeup
 from sparkrun_operator.render import keys
 
 
@@ -127,11 +129,29 @@ async def sleep(ctx: OperationContext, args: dict[str, Any]) -> Any:
 
 
 async def wake(ctx: OperationContext, args: dict[str, Any]) -> Any:
+    """Sleeping, Stopped or at the idle policy's zero replicas: serve again (the gateway's rule,
+    ``plan/wake.py``: from zero, replicas back to the resume count, written once)."""
     workload = await guarded(ctx, args, owner=True)
     name = workload["metadata"]["name"]
-    await ctx.rest.merge_patch(kube.WORKLOADS, name, {"spec": {"state": "Running"}}, ctx.namespace)
+    if not (wakeup.resting_of(workload) == "Zero" and await _from_zero(ctx, workload)):
+        await ctx.rest.merge_patch(kube.WORKLOADS, name, wakeup.STATE_RUNNING, ctx.namespace)
     woken = await wait_for(ctx, name, until="ready", limit=ctx.settings.ready_timeout)
     return workload_row(woken, ctx.manager)
+
+
+async def _from_zero(ctx: OperationContext, workload: Mapping[str, Any]) -> bool:
+    """Replicas back from the idle policy's zero; ``False`` when something else scaled it first."""
+    name = workload["metadata"]["name"]
+    try:
+        await ctx.rest.request(
+            "PATCH",
+            kube.WORKLOADS.path(ctx.namespace, name),
+            body=wakeup.from_zero(wakeup.resume_replicas(dict(workload))),
+            content_type="application/json-patch+json",
+        )
+    except KubeInvalid:
+        return False
+    return True
 
 
 async def reconcile(ctx: OperationContext, args: dict[str, Any]) -> Any:

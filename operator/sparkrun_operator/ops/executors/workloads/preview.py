@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sparkrun_operator.ops.executors.workloads import placement
 from sparkrun_operator.ops.executors.workloads.request import plan_request
 from sparkrun_operator.ops.invocation import OperationContext
 
@@ -11,15 +12,17 @@ from sparkrun_operator.ops.invocation import OperationContext
 async def plan(ctx: OperationContext, args: dict[str, Any]) -> Any:
     planned = await plan_request(ctx, args)
     effective = planned["effective"]
+    placed, assessment = await placement.assess(ctx, effective, planned["hosts"], planned["cluster"])
     return {
         "candidate_hosts": planned["hosts"],
         "host_list": planned["hosts"][: effective.topology.nodes],
         "is_solo": effective.topology.nodes == 1,
-        "placement": None,
+        "placement": placed,
         "notes": [
             f"InferenceWorkload {planned['name']} in namespace {ctx.namespace}; the scheduler picks "
             f"{effective.topology.nodes} node(s) with {effective.topology.gpus_per_node} GPU(s) each",
             "The final workload id's placement token derives from the object's uid, known after creation",
+            placement.NOTE,
             *planned["issues"],
         ],
         "scheduler_selector": planned["cluster"],
@@ -30,7 +33,7 @@ async def plan(ctx: OperationContext, args: dict[str, Any]) -> Any:
         "host_hardware": {},
         "override_resolution": dict(args.get("overrides") or {}),
         "offline": None,
-        "hardware_assessment": None,
+        "hardware_assessment": assessment,
         "hardware_reported": False,
         "recipe_fingerprint": effective.recipe_revision or "",
         "recipe": args["recipe"],
