@@ -10,8 +10,10 @@
   ``No instance found``): in listings, in resolution, and so for a wake, which only a resolved
   request starts.
 - **Resolution**: a model name or alias resolves in the routing snapshot (a dict lookup) to a
-  workload with the endpoint's capability (400 otherwise); a Sleeping/Stopped workload is woken
-  (:mod:`.wake`) and the request held until it routes.
+  workload with the endpoint's capability (400 otherwise); a resting workload (Sleeping, Stopped,
+  zero replicas of the idle policy) is woken (:mod:`.wake`) and the request held until it routes,
+  as is one that is starting (Running, replicas asked for, no ready endpoint yet); a workload the
+  user scaled to 0 replicas is not served (404).
 
 A service below the route handlers: it knows requests (:class:`~.request.Ctx`) and workloads,
 never a handler or the application.
@@ -152,7 +154,8 @@ class Admission:
         return True
 
     async def admit(self, ctx: Ctx, model: Any, capability: str) -> Workload:
-        """Resolve ``model`` to a routable workload with ``capability``, waking it if needed."""
+        """Resolve ``model`` to a routable workload with ``capability``, waking it or waiting for it
+        (bounded by the wake deadline; the request counts in flight meanwhile) if needed."""
         if not isinstance(model, str) or not model:
             raise bad_request("'model' is required and must be a non-empty string", param="model")
         workload = await self.granted(ctx, model)
@@ -164,6 +167,6 @@ class Admission:
             raise lacks_capability(model, nice)
         if workload.routable:
             return workload
-        if workload.state == "Running":
+        if not workload.wakeable:  # NB: the user's own replicas: 0 (or a file's unplaced entry)
             raise no_instance(model)
         return await self.wakes.ready(workload, model)

@@ -6,7 +6,9 @@
   leader addresses). Endpoints are addresses of pods, not ClusterIPs, so the gateway balances
   across replicas itself.
 - :class:`KubeWaker` wakes a Sleeping or Stopped workload by setting ``spec.state: Running``
-  (a merge patch as field manager ``sparkrun-gateway``, ADR 0011; the operator does the rest).
+  (a merge patch as field manager ``sparkrun-gateway``, ADR 0011; the operator does the rest),
+  and one the idle policy took to zero replicas by also setting ``spec.replicas`` to its resume
+  count (a JSON patch that first tests that ``spec.replicas`` is still 0, ADR 0045).
 - :class:`SecretKeySource` serves API keys from Secrets labelled ``sparkrun.dev/gateway-key``:
   ``data.key`` is the key; ``data.models`` (optional) a comma- or newline-separated allowlist,
   ``*`` or absent for every model. A key grants at most the workloads of its Secret's own
@@ -14,7 +16,10 @@
 
 Routing state of a workload: ``spec.state`` when it is not Running; while the engine is still
 asleep after a wake (condition ``Sleeping=True``) it stays ``Sleeping``, so held requests are
-released only once the engine is awake and a leader is ready.
+released only once the engine is awake and a leader is ready. Zero replicas count as resting
+(a request wakes them) only when the idle policy or an autoscaler floor of 0 put them there
+(``spec.idle.zeroAfterSeconds``, ``spec.autoscaling.minReplicas: 0``); the user's own
+``replicas: 0`` is not served.
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import datetime as dt
 import itertools
 import logging
+import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -31,13 +38,23 @@ from sparkrun_operator import safeload
 from sparkrun_operator.api import namepolicy
 from sparkrun_operator.api.namepolicy import NamePolicy
 from sparkrun_operator.api.resources import INFERENCE_WORKLOAD
+from sparkrun_operator.api.scaling import WAKE_HISTORY
 from sparkrun_operator.gateway.auth import DigestTable, Grant
-from sparkrun_operator.gateway.routing import RoutingTable, State, TablePublisher, Workload
+from sparkrun_operator.gateway.routing import (
+    RoutingTable,
+    State,
+    TablePublisher,
+    WakeHistory,
+    Workload,
+)
+from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.client import GATEWAY_MANAGER, Kube
 from sparkrun_operator.k8s.informer import Informer, drop_managed_fields
 from sparkrun_operator.k8s.resources import CONFIG_MAPS, ENDPOINT_SLICES, SECRETS, Resource, resource_of
+from sparkrun_operator.plan import wake
 from sparkrun_operator.plan.names import claim_of
 from sparkrun_operator.plan.served import of_workload
+from sparkrun_operator.plan.wake import Resting
 from sparkrun_operator.render import keys
 
 log = logging.getLogger("sparkrun.gateway.kube")
@@ -65,6 +82,49 @@ def routing_state(obj: dict[str, Any]) -> State:
     if desired in ("Sleeping", "Stopped"):
         return "Sleeping" if desired == "Sleeping" else "Stopped"
     return "Sleeping" if _condition_true(status, "Sleeping") else "Running"
+
+
+def _seconds_list(raw: Any) -> tuple[float, ...]:
+    """The last :data:`WAKE_HISTORY` finite, non-negative seconds of ``raw`` (at most a day each)."""
+    if not isinstance(raw, list):
+        return ()
+    kept = [
+        float(v)
+        for v in raw[-WAKE_HISTORY:]
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and 0 <= v <= 86_400
+    ]
+    return tuple(kept)
+
+
+def wake_history(obj: dict[str, Any]) -> WakeHistory:
+    """``status.scaling.wakeSeconds`` (bounded: a status is data, not trusted for size)."""
+    seconds = ((obj.get("status") or {}).get("scaling") or {}).get("wakeSeconds") or {}
+    if not isinstance(seconds, dict):
+        return WakeHistory()
+    return WakeHistory(
+        sleeping=_seconds_list(seconds.get("sleeping")),
+        zero=_seconds_list(seconds.get("zero")),
+        stopped=_seconds_list(seconds.get("stopped")),
+    )
+
+
+def wake_under_way(obj: dict[str, Any]) -> tuple[Resting | None, dt.datetime | None]:
+    """``status.scaling.wake``: where the wake the operator saw begin started from, and when."""
+    wake = ((obj.get("status") or {}).get("scaling") or {}).get("wake") or {}
+    if not isinstance(wake, dict):
+        return None, None
+    kind = wake.get("from")
+    since: dt.datetime | None = None
+    raw = wake.get("since")
+    if isinstance(raw, str) and len(raw) <= 64:
+        try:
+            since = dt.datetime.fromisoformat(raw)
+        except ValueError:
+            since = None
+        if since is not None and since.tzinfo is None:
+            since = since.replace(tzinfo=dt.UTC)
+    resting: Resting | None = kind if kind in ("Sleeping", "Zero", "Stopped") else None
+    return resting, since
 
 
 def ready_endpoints(slices: Iterable[dict[str, Any]]) -> tuple[str, ...]:
@@ -103,6 +163,7 @@ def workload_entry(
     claim = claim_of(obj, served, policy=policy) if served is not None else None
     if served is None or claim is None:
         return None
+    wake_from, wake_since = wake_under_way(obj)
     return Workload(
         namespace=claim.namespace,
         name=claim.name,
@@ -117,6 +178,12 @@ def workload_entry(
         connect_timeout=_seconds(spec, "connectTimeoutSeconds"),
         read_timeout=_seconds(spec, "readTimeoutSeconds"),
         total_timeout=_seconds(spec, "totalTimeoutSeconds"),
+        resting=wake.resting_of(obj),
+        replicas=wake.bounded_count(spec.get("replicas", 1), 0),
+        resume_replicas=wake.resume_replicas(obj),
+        wake_history=wake_history(obj),
+        wake_from=wake_from,
+        wake_since=wake_since,
     )
 
 
@@ -352,17 +419,32 @@ class KubeRoutingSource:
 
 
 class KubeWaker:
-    """Wakes a workload by setting ``spec.state: Running``."""
+    """Wakes a workload by setting ``spec.state: Running`` and, from zero, ``spec.replicas``."""
 
     def __init__(self, conn: Kube | KubeConnection) -> None:
         self.conn = conn
 
     async def wake(self, workload: Workload) -> None:
-        log.info("waking %s (%s)", workload.key, workload.state)
+        log.info("waking %s (%s)", workload.key, workload.resting or workload.state)
         kube = await _kube_of(self.conn)
-        await kube.merge_patch(
-            WORKLOADS, workload.name, {"spec": {"state": "Running"}}, namespace=workload.namespace
-        )
+        if workload.resting == "Zero" and await self._from_zero(kube, workload):
+            return
+        await kube.merge_patch(WORKLOADS, workload.name, wake.STATE_RUNNING, namespace=workload.namespace)
+
+    async def _from_zero(self, kube: Kube, workload: Workload) -> bool:
+        """Replicas back to the resume count, only while they are still 0 (a JSON patch whose
+        ``test`` fails, 422, when something else scaled it meanwhile: then only the state is set)."""
+        try:
+            await kube.request(
+                "PATCH",
+                WORKLOADS.path(workload.namespace, workload.name),
+                body=wake.from_zero(workload.resume_replicas),
+                content_type="application/json-patch+json",
+            )
+        except errors.KubeInvalid as error:
+            log.info("%s is no longer at zero replicas (%s); setting its state only", workload.key, error)
+            return False
+        return True
 
 
 def _decode(secret: dict[str, Any], field: str) -> str | None:

@@ -41,16 +41,32 @@ import yaml
 from sparkrun_operator.errors import SparkrunError
 from sparkrun_operator.plan.names import Claim, owners
 from sparkrun_operator.plan.served import EMBEDDING, TEXT_GENERATION
+from sparkrun_operator.plan.wake import Resting
 
 log = logging.getLogger("sparkrun.gateway.routing")
 
 State = Literal["Running", "Sleeping", "Stopped"]
 STATES: tuple[State, ...] = ("Running", "Sleeping", "Stopped")
+#: Why a workload that a request may wake is not serving: its engine asleep, zero replicas left
+#: by the idle policy (or an autoscaler with ``minReplicas: 0``), or the user's ``state: Stopped``.
 CAPABILITIES = (TEXT_GENERATION, EMBEDDING)
 
 
 class RoutingError(SparkrunError):
     """A routing document that cannot be used (names the offending entry)."""
+
+
+@dataclass(frozen=True)
+class WakeHistory:
+    """Measured seconds from a wake's start to Ready, the last few per kind of wake
+    (``status.scaling.wakeSeconds``, oldest first); the held requests' ``Retry-After`` comes from them."""
+
+    sleeping: tuple[float, ...] = ()
+    zero: tuple[float, ...] = ()
+    stopped: tuple[float, ...] = ()
+
+    def of(self, kind: Resting) -> tuple[float, ...]:
+        return {"Sleeping": self.sleeping, "Zero": self.zero, "Stopped": self.stopped}[kind]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +89,18 @@ class Workload:
     #: Names the workload serves that its namespace may not claim (the name policy,
     #: ``--name-prefixes``): never routed to it, never among :attr:`names`.
     withheld: frozenset[str] = frozenset()
+    #: Why it does not serve and a request may wake it (``None``: it serves, or is coming up, or
+    #: is off for good: zero replicas the user asked for).
+    resting: Resting | None = None
+    #: ``spec.replicas`` (``None``: the source does not know, as in a routing file).
+    replicas: int | None = None
+    #: Replicas a wake from zero asks for (``status.scaling.resumeReplicas``, else the floor).
+    resume_replicas: int = 1
+    #: The measured wakes of this workload (:class:`WakeHistory`).
+    wake_history: WakeHistory = field(default_factory=WakeHistory, compare=False)
+    #: The wake under way as the operator saw it begin (``status.scaling.wake``), if any.
+    wake_from: Resting | None = None
+    wake_since: dt.datetime | None = field(default=None, compare=False)
 
     @property
     def key(self) -> str:
@@ -89,6 +117,17 @@ class Workload:
     def routable(self) -> bool:
         """Running with at least one ready endpoint."""
         return self.state == "Running" and bool(self.endpoints)
+
+    @property
+    def starting(self) -> bool:
+        """Asked to run, with replicas, and not routable yet (no ready endpoint, or the engine not
+        awake yet): coming up, so a request waits for it without a wake of its own."""
+        return self.resting is None and bool(self.replicas) and not self.routable
+
+    @property
+    def wakeable(self) -> bool:
+        """A request for it is held until it routes: it rests (a wake brings it back) or it is starting."""
+        return not self.routable and (self.resting is not None or self.starting)
 
     def claim(self) -> Claim:
         return Claim(
@@ -242,6 +281,7 @@ def parse_workload(raw: Any, index: int) -> Workload:
         served_name=served,
         aliases=_str_list(raw.get("aliases"), f"{where}.aliases"),
         state=state,
+        resting=None if state == "Running" else state,
         capabilities=frozenset(caps),
         endpoints=endpoints,
         prefix_affinity=bool(raw.get("prefixAffinity", False)),

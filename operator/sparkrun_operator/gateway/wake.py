@@ -1,29 +1,66 @@
-"""Wake-on-request: hold requests for a Sleeping/Stopped workload until it is routable.
+"""Wake-on-request: hold requests for a workload that is not routable yet but will be.
 
-The gateway calls a pluggable :class:`Waker` (the Kubernetes one sets the workload's
-``spec.state`` to Running) and then waits for the routing source to show the workload Running
-with a ready endpoint. Concurrent requests for the same workload share one wake: one ``wake()``
-call, one wait. Every request waits at most ``timeout`` seconds, and so does the shared wake
-itself: when it runs out, every request it holds is answered (503 with ``Retry-After``) and the
-next request starts a fresh wake. While it waits, the wake calls the waker again when the
-workload went back to Sleeping/Stopped after it had been Running, and also every ``repatch``
-back-off while it stays Sleeping/Stopped (the patch did not take, or something undid it). A waker
-that fails answers every held request at once.
+Held: a workload that rests (Sleeping, Stopped, or zero replicas left by the idle policy) and one
+that is starting (Running with replicas asked for, no ready endpoint yet: a wake someone else
+began, or a fresh rollout). The gateway calls a pluggable :class:`Waker` for a resting workload
+(the Kubernetes one sets ``spec.state`` to Running and, from zero, ``spec.replicas``; a starting
+one needs no call) and then waits for the routing source to show it routable. Concurrent requests
+for the same workload share one wake: at most one ``wake()`` call, one wait. Every request waits
+at most ``timeout`` seconds, and so does the shared wake itself: when it runs out, every request
+it holds is answered (503 with ``Retry-After``) and the next request starts a fresh wake. A
+workload that never becomes ready (an engine that crash-loops) is held to that deadline too.
+
+``Retry-After`` comes from the workload's own measured wakes of the same kind
+(``status.scaling.wakeSeconds``, :func:`typical`) less the seconds this wake has run; without
+any history it is the fixed back-off of before. While it waits, the wake calls the waker again
+when the workload went back to resting after it had come up, and also every ``repatch`` back-off
+while it stays resting (the patch did not take, or something undid it). A waker that fails
+answers every held request at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import functools
 import logging
-from collections.abc import Callable
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
+from ..plan.wake import Resting
 from ..retry import Attempts, Backoff
-from .errors import GatewayError, clip
+from .errors import GatewayError, clip, no_instance
 from .routing import RoutingSource, Workload
 
 log = logging.getLogger("sparkrun.gateway.wake")
+
+
+def typical(samples: Sequence[float]) -> float | None:
+    """The wake time to expect from the measured ones (oldest first): the median of three or
+    more, so one outlier (a first cold start that pulled an image) does not move it; with fewer,
+    the latest, which reflects the nodes as they are now. ``None`` without any."""
+    if not samples:
+        return None
+    if len(samples) < 3:
+        return float(samples[-1])
+    return float(statistics.median(samples))
+
+
+def retry_after(estimate: float, elapsed: float) -> float:
+    """Seconds a client should wait before it asks again: what the wake should still need, at least 1."""
+    return float(max(1, math.ceil(estimate - elapsed)))
+
+
+@dataclass
+class _Pending:
+    """One shared wake: its task, when it began (loop time) and from where."""
+
+    task: asyncio.Task[Workload]
+    started: float
+    kind: Resting | None
 
 
 class Waker(Protocol):
@@ -56,32 +93,62 @@ class WakeCoordinator:
         self.timeout = timeout
         self.on_wake = on_wake
         self.repatch = repatch or Backoff(initial=5.0, maximum=30.0)
-        self._pending: dict[str, asyncio.Task[Workload]] = {}
+        self._pending: dict[str, _Pending] = {}
 
     async def ready(self, workload: Workload, model: str) -> Workload:
-        """The routable workload serving ``model``; wakes it first if needed.
+        """The routable workload serving ``model``; wakes it first if it rests.
 
         Raises :class:`GatewayError` 503 (with ``Retry-After``) when it is not routable within
-        ``timeout``, or when the waker fails.
+        ``timeout``, or when the waker fails; 404 when it stops being servable meanwhile.
         """
-        task = self._pending.get(workload.key)
-        if task is None:
+        pending = self._pending.get(workload.key)
+        if pending is None:
             task = asyncio.create_task(self._wake(workload, model), name=f"wake-{workload.key}")
-            self._pending[workload.key] = task
+            pending = _Pending(
+                task, asyncio.get_running_loop().time(), workload.resting or workload.wake_from
+            )
+            self._pending[workload.key] = pending
             task.add_done_callback(functools.partial(self._forget, workload.key))
         try:
             async with asyncio.timeout(self.timeout):
-                return await asyncio.shield(task)
+                return await asyncio.shield(pending.task)
         except TimeoutError:
-            raise GatewayError(
+            why = f"workload {workload.key} is {workload.resting or 'starting'}"
+            raise self._waking(workload, model, pending, why, fallback=self.timeout) from None
+
+    def _waking(
+        self, workload: Workload, model: str, pending: _Pending, why: str, *, fallback: float
+    ) -> GatewayError:
+        """The 503 of a held request at its deadline: ``Retry-After`` from the wake history of the
+        kind of this wake, else ``fallback`` seconds (at least 1)."""
+        current = self.source.snapshot().lookup(model)
+        if current is None or current.key != workload.key:
+            current = workload
+        kind = pending.kind or current.wake_from
+        estimate = typical(current.wake_history.of(kind)) if kind is not None else None
+        if estimate is None:
+            return GatewayError(
                 503,
-                f"Model {model} is waking up (workload {workload.key} is {workload.state}); retry shortly",
+                f"Model {model} is waking up ({why}); retry shortly",
                 code="model_waking",
-                retry_after=max(1.0, self.timeout),
-            ) from None
+                retry_after=max(1.0, fallback),
+            )
+        elapsed = asyncio.get_running_loop().time() - pending.started
+        if current.wake_since is not None:
+            since = (dt.datetime.now(dt.UTC) - current.wake_since).total_seconds()
+            elapsed = max(elapsed, min(since, 86_400.0))
+        wait = retry_after(estimate, elapsed)
+        return GatewayError(
+            503,
+            f"Model {model} is waking up ({why}); a wake from {kind} takes about {estimate:.0f}s, "
+            f"{elapsed:.0f}s so far; retry in {wait:.0f}s",
+            code="model_waking",
+            retry_after=wait,
+        )
 
     def _forget(self, key: str, task: asyncio.Task[Workload]) -> None:
-        if self._pending.get(key) is task:
+        pending = self._pending.get(key)
+        if pending is not None and pending.task is task:
             del self._pending[key]
         if not task.cancelled():
             task.exception()  # NB: mark it retrieved; every waiter already saw it
@@ -93,13 +160,11 @@ class WakeCoordinator:
                 current = await self._bring_up(workload, model)
         except TimeoutError:
             self._outcome(workload, "timeout")
-            raise GatewayError(
-                503,
-                f"Model {model} is waking up (workload {workload.key} did not wake within "
-                f"{self.timeout:g}s); retry shortly",
-                code="model_waking",
-                retry_after=max(1.0, min(self.timeout, 30.0)),
-            ) from None
+            pending = self._pending.get(workload.key)
+            if pending is None:  # NB: not reached: the entry goes only once this task is done
+                raise
+            why = f"workload {workload.key} did not wake within {self.timeout:g}s"
+            raise self._waking(workload, model, pending, why, fallback=min(self.timeout, 30.0)) from None
         except GatewayError:
             self._outcome(workload, "failed")
             raise
@@ -111,6 +176,7 @@ class WakeCoordinator:
             self.on_wake(workload, outcome)
 
     async def _call_waker(self, workload: Workload, model: str) -> None:
+        self._outcome(workload, "patched")
         try:
             await self.waker.wake(workload)
         except Exception as exc:
@@ -122,22 +188,27 @@ class WakeCoordinator:
     async def _bring_up(self, workload: Workload, model: str) -> Workload:
         loop = asyncio.get_running_loop()
         repatch = Attempts(self.repatch)
-        await self._call_waker(workload, model)
+        if workload.resting is not None:
+            await self._call_waker(workload, model)
         due = loop.time() + repatch.next_delay()
-        seen_running = False
+        came_up = False
         table = self.source.snapshot()
         while True:
             current = table.lookup(model)
             if current is None or current.key != workload.key:
-                raise GatewayError(404, f"No instance found for model {model}", code="model_not_found")
+                raise no_instance(model)
             if current.routable:
                 return current
-            if current.state == "Running":
-                seen_running = True
-            elif seen_running or loop.time() >= due:
-                log.info("workload %s is %s again while waking; waking it again", current.key, current.state)
+            if current.resting is None:
+                if current.replicas == 0:  # NB: the user's own replicas: 0 meanwhile, not a wake
+                    raise no_instance(model)
+                came_up = True
+            elif came_up or loop.time() >= due:
+                log.info(
+                    "workload %s is %s again while waking; waking it again", current.key, current.resting
+                )
                 await self._call_waker(current, model)
-                seen_running = False
+                came_up = False
                 due = loop.time() + repatch.next_delay()
             try:
                 async with asyncio.timeout(max(0.0, due - loop.time())):
