@@ -26,7 +26,7 @@ import datetime as dt
 import logging
 import random
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -43,7 +43,7 @@ from sparkrun_operator.k8s.client import AUTOSCALER_MANAGER, Kube
 from sparkrun_operator.k8s.resources import Resource, resource_of
 from sparkrun_operator.plan import autoscale, observe
 from sparkrun_operator.plan.autoscale import Decision, ReplicaLoad, Sample
-from sparkrun_operator.plan.workload import ObservedPod
+from sparkrun_operator.plan.workload import ObservedJobSet, ObservedPod
 from sparkrun_operator.plan.workload.model import ScalingView
 from sparkrun_operator.render import keys
 
@@ -145,20 +145,38 @@ def publish_idle_after(spec: InferenceWorkloadSpec) -> float:
     return min([PUBLISH_IDLE_SECONDS, *(step / 2 for step in steps)])
 
 
+def leaders(
+    pods: Iterable[ObservedPod], jobsets: Iterable[ObservedJobSet], spec: InferenceWorkloadSpec
+) -> list[ObservedPod]:
+    """The pods to scrape: a Ready leader of each of the workload's own JobSets, one per JobSet,
+    at most ``replicas + rollout.maxSurge`` (by JobSet name). Anyone who may create pods in the
+    namespace can label one as a leader of the workload, and each scrape reads up to 2 MiB: the
+    JobSets bound what the operator reads to the replicas it made."""
+    own = {j.name for j in jobsets}
+    chosen: dict[str, ObservedPod] = {}
+    for pod in sorted(pods, key=lambda p: (p.jobset, p.name)):
+        ready = pod.role == keys.ROLE_LEADER and pod.ready and pod.ip and not pod.deleting
+        if ready and pod.jobset in own and pod.jobset not in chosen:
+            chosen[pod.jobset] = pod
+    return list(chosen.values())[: max(1, spec.replicas) + spec.rollout.max_surge]
+
+
+def engine_url(ip: str) -> str:
+    """The engine's base URL at a pod IP (an IPv6 one in brackets)."""
+    return f"http://[{ip}]:{ENGINE_PORT}" if ":" in ip else f"http://{ip}:{ENGINE_PORT}"
+
+
 async def scrape(ctx: Memo, pods: list[ObservedPod]) -> tuple[ReplicaLoad, ...]:
-    """``/metrics`` of every Ready leader among ``pods``, at most :data:`SCRAPE_CONCURRENCY` at once."""
-    leaders = sorted(
-        (p for p in pods if p.role == keys.ROLE_LEADER and p.ready and p.ip and not p.deleting),
-        key=lambda p: p.jobset,
-    )
+    """``/metrics`` of every pod of ``pods`` (:func:`leaders`), at most :data:`SCRAPE_CONCURRENCY`
+    at once, and at most ``Memo.scrapes`` across every workload."""
     engine = Engine(ctx.http, timeout=ctx.config.engine_timeout)
     limit = asyncio.Semaphore(SCRAPE_CONCURRENCY)
 
     async def one(pod: ObservedPod) -> ReplicaLoad:
-        async with limit:
-            return ReplicaLoad(pod.jobset, await engine.load(f"http://{pod.ip}:{ENGINE_PORT}"))
+        async with limit, ctx.scrapes:
+            return ReplicaLoad(pod.jobset, await engine.load(engine_url(str(pod.ip))))
 
-    return tuple(await asyncio.gather(*(one(p) for p in leaders)))
+    return tuple(await asyncio.gather(*(one(p) for p in pods)))
 
 
 def _last_decision_time(body: Mapping[str, Any]) -> dt.datetime | None:
@@ -178,12 +196,20 @@ def patch_of(decision: Decision, spec: InferenceWorkloadSpec, version: str) -> d
 
 
 async def write(
-    ctx: Memo, state: Autoscaler, *, body: Mapping[str, Any], spec: InferenceWorkloadSpec, decision: Decision
+    ctx: Memo,
+    state: Autoscaler,
+    *,
+    body: Mapping[str, Any],
+    spec: InferenceWorkloadSpec,
+    decision: Decision,
+    version: str | None = None,
 ) -> bool:
-    """Patch ``decision`` into the spec, with the resourceVersion of ``body`` (what it was decided
-    on) as the precondition, and remember it; ``False`` when the apiserver refused it (409: the
-    workload changed meanwhile, the next tick decides again from the newer object)."""
-    version = str((body.get("metadata") or {}).get("resourceVersion") or "")
+    """Patch ``decision`` into the spec, with ``version`` (default: the resourceVersion of
+    ``body``), the one ``spec`` was read at, as the precondition, and remember it; ``False`` when
+    the apiserver refused it (409: the workload changed meanwhile, the next tick decides again
+    from the newer object)."""
+    if version is None:
+        version = str((body.get("metadata") or {}).get("resourceVersion") or "")
     patch = patch_of(decision, spec, version)
     try:
         async with ctx.write_gate.slot(gate.ACTION):
@@ -205,10 +231,12 @@ async def act(
     body: kopf.Body,
     spec: InferenceWorkloadSpec,
     decision: Decision,
+    version: str,
     logger: logging.Logger | logging.LoggerAdapter[Any],
 ) -> bool:
-    """:func:`write` ``decision`` and post its Event; whether it was written."""
-    if not await write(ctx, state, body=body, spec=spec, decision=decision):
+    """:func:`write` ``decision`` (made from ``spec``, read at ``version``) and post its Event;
+    whether it was written."""
+    if not await write(ctx, state, body=body, spec=spec, decision=decision, version=version):
         return False
     message = f"{decision.from_replicas} -> {decision.to_replicas} replicas: {decision.message}"
     kopf.event(body, type="Normal", reason=decision.action, message=message[:1024])
@@ -247,15 +275,23 @@ async def tick(
     logger: logging.Logger | logging.LoggerAdapter[Any],
 ) -> InferenceWorkloadSpec:
     """One scrape, the window and idle clock moved on, a decision written if one is due, and
-    the planner told when its view changed; the spec it ran under."""
+    the planner told when its view changed; the spec it ran under.
+
+    NB: kopf's ``body`` is live (the watch replaces it while the scrape is awaited): the spec
+    and the resourceVersion the decision is written with are read together, before it, so a
+    change meanwhile (the gateway's wake, a user's edit) refuses the decision (409)."""
+    version = (body.get("metadata") or {}).get("resourceVersion")
     spec = InferenceWorkloadSpec.model_validate(dict(body.get("spec") or {}))
-    pods: list[ObservedPod] = [] if spec.state == "Stopped" else _pods(indices, state.key)
+    pods = (
+        []
+        if spec.state == "Stopped"
+        else leaders(_pods(indices, "iw_pods", state.key), _pods(indices, "iw_jobsets", state.key), spec)
+    )
     loads = await scrape(ctx, pods) if pods else ()
     now = autoscale_now()
     sample = Sample(at=now, state=spec.state, replicas=spec.replicas, loads=loads)
     state.remember(sample, spec)
     export(ctx, state.key, spec, sample)
-    version = (body.get("metadata") or {}).get("resourceVersion")
     if version is None or version != state.decided_on:  # NB: else the watch lags our own write
         times = [t for t in (_last_decision_time(body), state.last_at) if t is not None]
         decision = autoscale.decide(
@@ -266,7 +302,9 @@ async def tick(
             now=now,
         )
         if decision is not None:
-            await act(ctx, state, body=body, spec=spec, decision=decision, logger=logger)
+            await act(
+                ctx, state, body=body, spec=spec, decision=decision, version=str(version or ""), logger=logger
+            )
     view = state.view(spec, now)
     if ctx.scaling.get(state.key) != view:
         ctx.scaling[state.key] = view
@@ -274,8 +312,9 @@ async def tick(
     return spec
 
 
-def _pods(indices: Mapping[str, Any], key: tuple[str, str]) -> list[ObservedPod]:
-    index = indices.get("iw_pods")
+def _pods(indices: Mapping[str, Any], name: str, key: tuple[str, str]) -> list[Any]:
+    """What index ``name`` holds for the workload ``key``."""
+    index = indices.get(name)
     if index is None or key not in index:
         return []
     return list(index[key])

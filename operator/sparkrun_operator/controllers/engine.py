@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from urllib.parse import urlsplit
 
 import httpx
 
+from sparkrun_operator.controllers import scrapehttp
 from sparkrun_operator.errors import SparkrunError
 from sparkrun_operator.plan.enginemetrics import EngineLoad, parse
 
@@ -117,16 +119,22 @@ class Engine:
     async def load(self, url: str) -> EngineLoad | None:
         """``GET /metrics``: the engine's queue, running requests, KV-cache use and request count
         (``plan/enginemetrics.py``); ``None`` when it cannot say (down, an answer over its bounds,
-        not 200, or without vLLM's queue gauges)."""
+        not 200, or without vLLM's queue gauges). The autoscaler's hot path: read with the lean
+        client of :mod:`.scrapehttp`, not httpx (``url`` is ``http://host:port``, as
+        ``controllers/autoscale.py`` builds it)."""
         deadline = min(self.timeout, METRICS_SECONDS)
+        parts = urlsplit(url)
+        if parts.scheme != "http" or parts.hostname is None:
+            log.warning("engine %s: load unknown: not an http:// address", url)
+            return None
         try:
-            status, body = await read_bounded(
-                self.http, "GET", f"{url}/metrics", limit=METRICS_MAX_BYTES, deadline=deadline
+            status, body = await scrapehttp.get(
+                parts.hostname, parts.port or 80, "/metrics", limit=METRICS_MAX_BYTES, deadline=deadline
             )
-        except EngineAnswerRefused as refused:
+        except scrapehttp.ScrapeRefused as refused:
             log.warning("engine %s: load unknown: /metrics %s", url, refused)
             return None
-        except httpx.HTTPError as error:
+        except OSError as error:
             log.debug("engine %s: load unknown: %s: %s", url, type(error).__name__, error)
             return None
         if status != 200:

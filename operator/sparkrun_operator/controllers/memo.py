@@ -20,6 +20,9 @@ from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.plan.names import Claim
 from sparkrun_operator.plan.workload.model import ScalingView
 
+#: :attr:`Memo.scrapes`: the autoscaler's reads of engines at once, operator-wide.
+SCRAPES_IN_FLIGHT = 128
+
 
 @dataclass(kw_only=True)
 class Memo:
@@ -52,6 +55,9 @@ class Memo:
     #: Workload key -> the autoscaler's news for the planner (``controllers/autoscale.py``): its
     #: last decision and the idle clock, folded into ``status.scaling`` by the next full pass.
     scaling: dict[tuple[str, str], ScalingView] = field(default_factory=dict)
+    #: Engine ``/metrics`` reads in flight across every workload (sockets; a tenant's slow
+    #: engines hold theirs for up to the read's deadline).
+    scrapes: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(SCRAPES_IN_FLIGHT))
 
     def jitter(self, seconds: float) -> float:
         """``seconds`` +-10%, so that many objects' timers do not fire in lockstep."""

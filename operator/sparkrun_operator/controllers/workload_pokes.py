@@ -172,13 +172,43 @@ def record_memory_wait(ctx: Memo, key: tuple[str, str], status: InferenceWorkloa
         ctx.memory_waiting.discard(key)
 
 
+def node_changed(marks: dict[str, int], event: str | None, body: Mapping[str, Any]) -> bool:
+    """Whether a Node event changed what the memory fit and the candidate nodes read (labels,
+    GPU capacity, readiness, cordon), or a node came or went; ``marks`` keeps a hash of that per
+    node (one int a node). Kubelets rewrite a Node's status every few minutes (heartbeats,
+    images): at hundreds of nodes, an event a second that must not re-plan every waiting workload."""
+    name = str((body.get("metadata") or {}).get("name") or "")
+    if event == "DELETED":
+        return marks.pop(name, None) is not None
+    node = observe.node_from(body)
+    if node is None:
+        return False
+    mark = hash(
+        (
+            tuple(sorted(node.labels.items())),
+            tuple(sorted(node.capacity.items())),
+            tuple(sorted(node.allocatable.items())),
+            node.ready,
+            node.unschedulable,
+        )
+    )
+    if marks.get(name) == mark:
+        return False
+    marks[name] = mark
+    return True
+
+
 def _register_dependency_pokes(registry: kopf.OperatorRegistry) -> None:
     """Pokes of the workloads that use a changed Recipe, ModelCache or InferenceCluster, and of
     the workloads waiting for GPU memory on any Node change (a node joins, or is labelled)."""
 
+    marks: dict[str, int] = {}
+
     @kopf.on.event("", "v1", "nodes", id="iw-node-changed", registry=registry)
-    async def iw_node_changed(*, memo: Any, **_: Any) -> None:
+    async def iw_node_changed(*, type: str | None, body: kopf.Body, memo: Any, **_: Any) -> None:
         ctx: Memo = memo.ctx
+        if not node_changed(marks, type, body) or not ctx.memory_waiting:
+            return
         for ns, wl in list(ctx.memory_waiting):
             ctx.triggers.poke(full_key(ns, wl))
 

@@ -250,10 +250,12 @@ def wanted(spec: InferenceWorkloadSpec, sample: Sample) -> int | None:
 
 
 def _proposal(total: float, scraped: int, per_replica: float, current: int) -> int:
-    ratio = (total / scraped) / per_replica
-    if abs(ratio - 1.0) <= TOLERANCE:
+    needed = total / per_replica  # NB: infinite for a huge queue over a tiny target
+    if abs(needed / scraped - 1.0) <= TOLERANCE:
         return current
-    return min(MAX_REPLICAS, math.ceil(total / per_replica - 1e-9))
+    if not needed < MAX_REPLICAS:
+        return MAX_REPLICAS
+    return math.ceil(needed - 1e-9)
 
 
 def _window(samples: Sequence[Sample], seconds: int, now: dt.datetime) -> Sequence[Sample] | None:

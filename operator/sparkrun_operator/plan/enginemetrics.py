@@ -36,6 +36,11 @@ MAX_LINE_BYTES: Final = 16 * 1024
 #: The longest sample value read (a float's text; a longer token is not a number).
 MAX_VALUE_BYTES: Final = 40
 
+#: The largest queue or running count believed of one engine (none holds a billion requests): a
+#: larger figure reads as this, so that sums over a workload's replicas, the replicas they ask
+#: for and the figures recorded in the status stay finite (JSON has no infinity).
+MAX_GAUGE: Final = 1e9
+
 WAITING: Final = b"vllm:num_requests_waiting"
 RUNNING: Final = b"vllm:num_requests_running"
 KV_CACHE: Final = b"vllm:kv_cache_usage_perc"
@@ -128,8 +133,8 @@ def parse(text: bytes) -> EngineLoad | None:
         return None  # NB: finite values can still sum to infinity
     kv = sums.get(KV_CACHE, sums.get(KV_CACHE_BEFORE_0_10))
     return EngineLoad(
-        waiting=sums[WAITING][0],
-        running=sums[RUNNING][0],
+        waiting=min(sums[WAITING][0], MAX_GAUGE),
+        running=min(sums[RUNNING][0], MAX_GAUGE),
         kv_cache_usage=None if kv is None else min(kv[0] / kv[1], 1.0),
         requests_total=sums[REQUESTS][0] if REQUESTS in sums else None,
     )
