@@ -168,6 +168,25 @@ def test_every_enabled_operation_runs(daemon: Daemon) -> None:
         assert woken["spec"]["replicas"] == 1
         owners = {f["manager"] for f in woken["metadata"]["managedFields"] if "f:replicas" in str(f)}
         assert "sparkrun-daemon-api" in owners
+        # Your own zero (no idle policy): nothing to wake (refused, not a wait for a Ready that
+        # never comes); parked (Stopped) at the idle policy's zero: the wake brings the replicas back.
+        merge = {"content-type": "application/merge-patch+json"}
+        daemon.kube.request("PATCH", path, json={"spec": {"idle": None, "replicas": 0}}, headers=merge)
+
+        def reported_zero() -> bool:  # NB: the operator saw it (status.conditions lag the spec)
+            got = daemon.kube.get(API, "InferenceWorkload", "qwen3-8b-vllm", namespace=daemon.namespace) or {}
+            conditions = (got.get("status") or {}).get("conditions") or []
+            return any(c.get("reason") == "NoReplicasDesired" for c in conditions)
+
+        daemon.kube.wait(reported_zero, timeout=60, what="Ready reason NoReplicasDesired")
+        assert run("workloads.status", guarded, who="reader")["state"] == "stopped"
+        run("workloads.wake", guarded, who="operator", error="Conflict")
+        parked = {"spec": {"idle": {"zeroAfterSeconds": 3600}, "state": "Stopped"}}
+        daemon.kube.request("PATCH", path, json=parked, headers=merge)
+        assert run("workloads.wake", guarded, who="operator")["state"] == "ready"
+        woken = daemon.kube.get(API, "InferenceWorkload", "qwen3-8b-vllm", namespace=daemon.namespace)
+        assert woken is not None
+        assert (woken["spec"]["state"], woken["spec"]["replicas"]) == ("Running", 1)
         assert (
             run("workloads.reconcile", {**guarded, "acknowledge_effects": True})["workload_id"] == workload_id
         )

@@ -71,25 +71,30 @@ class Admission:
         of its key's Secret or of its ServiceAccount (``None`` for an administrator's key, a
         user that is no ServiceAccount, or without authentication)."""
         per_key = ctx.caller if ctx.api_key else None
-        tenant: str | None = None
-        if ctx.grant is not None:
-            tenant = ctx.grant.namespace
-        elif ctx.user is not None and (account := ctx.user.service_account) is not None:
-            tenant = account[0]
+        tenant = self.tenant_of(ctx)
         self.in_flight.enter(per_key, tenant)
         return per_key, tenant
+
+    @staticmethod
+    def tenant_of(ctx: Ctx) -> str | None:
+        """The caller's tenant: its key Secret's namespace, or its ServiceAccount's (see :meth:`enter`)."""
+        if ctx.grant is not None:
+            return ctx.grant.namespace
+        if ctx.user is not None and (account := ctx.user.service_account) is not None:
+            return account[0]
+        return None
 
     def leave(self, held: Held) -> None:
         self.in_flight.leave(*held)
 
     async def read_body(self, ctx: Ctx) -> None:
         """Read the request body into ``ctx.body``, reserved in the buffered-bytes budget
-        (held until :meth:`release_body`)."""
-        ctx.body = await ctx.read_body(self.settings, self.bodies)
+        (held until :meth:`release_body`; one tenant holds at most half of it)."""
+        ctx.body = await ctx.read_body(self.settings, self.bodies, self.tenant_of(ctx))
 
     def release_body(self, ctx: Ctx) -> None:
         if ctx.reserved:
-            self.bodies.release(ctx.reserved)
+            self.bodies.release(ctx.reserved, ctx.reserved_for)
             ctx.reserved = 0
 
     # -- callers and models -----------------------------------------------------------------

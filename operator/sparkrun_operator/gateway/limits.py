@@ -6,10 +6,13 @@
   ``max_in_flight_per_tenant`` for one tenant (the namespace a key or ServiceAccount belongs
   to: a tenant issues itself any number of keys and accounts), with 429 and ``Retry-After``.
 - :class:`ByteBudget` bounds the request bodies all requests hold together. A request reserves
-  its declared size (``max_body_bytes`` when it declares none) before its body is read and gives
-  it back when it ends; a reservation is all or nothing and granted in arrival order, so waiting
-  requests cannot deadlock each other. A request that does not get its reservation within the
-  body timeout is refused with 503. Meanwhile its body is not read: TCP holds the client back.
+  its declared size (``max_body_bytes`` when it declares none) before its body is read, keeps
+  only the size it read, and gives that back when it ends; a reservation is all or nothing and
+  granted in arrival order, so waiting requests cannot deadlock each other. A request that does
+  not get its reservation within the body timeout is refused with 503. Meanwhile its body is not
+  read: TCP holds the client back. One tenant holds (and waits for) at most half of the budget,
+  429 beyond at once: a request held for a wake keeps its body, so one tenant's held requests
+  could otherwise block every other tenant's.
 """
 
 from __future__ import annotations
@@ -67,17 +70,34 @@ def _over(what: str) -> GatewayError:
 
 
 class ByteBudget:
-    """Bytes reserved by the request bodies being read or held, at most ``limit``."""
+    """Bytes reserved by the request bodies being read or held, at most ``limit``, and per tenant
+    at most ``per_tenant`` (reserved or waited for; default half of ``limit``) beyond its first
+    body, so a tenant is never refused for good when one body exceeds its share."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, per_tenant: int | None = None) -> None:
         self.limit = limit
+        self.per_tenant = per_tenant if per_tenant is not None else max(1, limit // 2)
         self.used = 0
+        self._by_tenant: dict[str, int] = {}
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
 
-    async def reserve(self, size: int, wait: float) -> int:
-        """Reserve ``size`` bytes (at most ``limit``), waiting ``wait`` seconds at most; returns what
-        to :meth:`release`."""
+    async def reserve(self, size: int, wait: float, tenant: str | None = None) -> int:
+        """Reserve ``size`` bytes (at most ``limit``) for ``tenant``, waiting ``wait`` seconds at
+        most; returns what to :meth:`release`. 429 at once when the tenant would hold more than
+        its share."""
         size = min(size, self.limit)
+        if tenant is not None:
+            held = self._by_tenant.get(tenant, 0)
+            if held and held + size > self.per_tenant:  # NB: its first body always may wait its turn
+                raise _over(f"This namespace has {held} bytes of request bodies buffered, its limit")
+            self._by_tenant[tenant] = held + size
+        try:
+            return await self._reserve(size, wait)
+        except BaseException:
+            self._forget(tenant, size)
+            raise
+
+    async def _reserve(self, size: int, wait: float) -> int:
         if not self._waiters and self.used + size <= self.limit:
             self.used += size
             return size
@@ -89,7 +109,8 @@ class ByteBudget:
                 await fut
         except BaseException as exc:
             if fut.done() and not fut.cancelled():
-                self.release(size)  # granted just as the wait ended: give it back
+                self.used -= size  # granted just as the wait ended: give it back
+                self._grant()
             else:
                 fut.cancel()
                 self._waiters.remove(entry)
@@ -104,9 +125,16 @@ class ByteBudget:
             raise
         return size
 
-    def release(self, size: int) -> None:
+    def release(self, size: int, tenant: str | None = None) -> None:
         self.used -= size
+        self._forget(tenant, size)
         self._grant()
+
+    def _forget(self, tenant: str | None, size: int) -> None:
+        if tenant is not None:
+            held = self._by_tenant.pop(tenant, 0) - size
+            if held > 0:
+                self._by_tenant[tenant] = held
 
     def _grant(self) -> None:
         while self._waiters and self.used + self._waiters[0][0] <= self.limit:

@@ -109,6 +109,8 @@ class Ctx:
     """The total deadline's timer (armed when the request goes upstream)."""
     reserved: int = 0
     """Body bytes this request holds in the gateway's :class:`~.limits.ByteBudget`."""
+    reserved_for: str | None = None
+    """The tenant :attr:`reserved` counts against (``None``: no tenant)."""
     endpoints: tuple[str, ...] = ()
     """The endpoints of the workload the request went to (for the ejection cap)."""
     stream_end: Callable[[str], bytes] | None = None
@@ -163,11 +165,15 @@ class Ctx:
         self.doc = doc
         return doc
 
-    async def read_body(self, settings: GatewaySettings, budget: ByteBudget | None = None) -> bytes:
+    async def read_body(
+        self, settings: GatewaySettings, budget: ByteBudget | None = None, tenant: str | None = None
+    ) -> bytes:
         """The request body: 413 above ``max_body_bytes``, 408 when not read in ``body_timeout``.
 
-        With ``budget``, the declared size (else ``max_body_bytes``) is reserved first and held in
-        ``reserved`` until whoever owns the request releases it.
+        With ``budget``, the declared size (else ``max_body_bytes``) is reserved first (for
+        ``tenant``), cut to the size read once it is read (a small body sent without a length must
+        not hold ``max_body_bytes`` while its request waits), and held in ``reserved`` until
+        whoever owns the request releases it.
         """
         limit = settings.max_body_bytes
         declared = self.headers.get(b"content-length")
@@ -180,7 +186,8 @@ class Ctx:
             if size > limit:
                 raise GatewayError(413, f"Request body of {size} bytes exceeds the limit of {limit} bytes")
         if budget is not None and size:
-            self.reserved = await budget.reserve(size, settings.body_timeout)
+            self.reserved = await budget.reserve(size, settings.body_timeout, tenant)
+            self.reserved_for = tenant
         parts: list[bytes] = []
         total = 0
         try:
@@ -198,6 +205,9 @@ class Ctx:
                         break
         except TimeoutError:
             raise GatewayError(408, "Timed out reading the request body") from None
+        if budget is not None and self.reserved > total:
+            budget.release(self.reserved - total, self.reserved_for)
+            self.reserved = total
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def watch_disconnect(self) -> asyncio.Future[Message]:

@@ -3,7 +3,9 @@
 
 A workload rests in one of three ways a wake undoes: ``state: Sleeping``, ``state: Stopped``, or
 zero replicas that the idle policy made (``spec.idle.zeroAfterSeconds``, or an autoscaler floor of
-``minReplicas: 0``). A user's own ``replicas: 0`` is not a rest: nothing wakes it.
+``minReplicas: 0``). A user's own ``replicas: 0`` is not a rest: nothing wakes it. At the idle
+policy's zero the rest is ``Zero`` whatever the state (someone also set Stopped or Sleeping): a
+wake that set only the state would leave it at zero replicas, waiting for a Ready that never comes.
 
 From zero, the wake sets ``spec.replicas`` to the resume count (``status.scaling.resumeReplicas``,
 else the autoscaler's floor, at least 1, else 1) with a JSON patch that first tests that replicas
@@ -40,11 +42,12 @@ def resting_of(obj: dict[str, Any]) -> Resting | None:
     """How the workload rests, when a wake undoes it; ``None`` else (serving, starting, or the
     user's own zero replicas)."""
     spec = obj.get("spec") or {}
+    if spec.get("replicas") == 0 and idle_zero(spec):
+        return "Zero"  # NB: also when Stopped or Sleeping: the wake must bring the replicas back
     desired = spec.get("state") or "Running"
     if desired in ("Sleeping", "Stopped"):
         return "Sleeping" if desired == "Sleeping" else "Stopped"
-    # NB: Running with the engine still asleep is a wake under way (starting), not resting
-    return "Zero" if spec.get("replicas") == 0 and idle_zero(spec) else None
+    return None  # NB: Running with the engine still asleep is a wake under way (starting)
 
 
 def resume_replicas(obj: dict[str, Any]) -> int:

@@ -23,8 +23,8 @@ def state(workload: Mapping[str, Any]) -> str:
         return "sleeping"
     if kube.is_ready(workload):
         return "ready"
-    if wakeup.resting_of(dict(workload)) == "Zero":
-        return "scaled_to_zero"
+    if spec.get("replicas") == 0:  # NB: the idle policy's zero a request wakes, else the user's own
+        return "scaled_to_zero" if wakeup.resting_of(dict(workload)) == "Zero" else "stopped"
     phase = str(status.get("phase") or "Pending").lower()
     return {"running": "ready", "degraded": "degraded", "failed": "failed"}.get(phase, "starting")
 

@@ -130,10 +130,18 @@ async def sleep(ctx: OperationContext, args: dict[str, Any]) -> Any:
 
 async def wake(ctx: OperationContext, args: dict[str, Any]) -> Any:
     """Sleeping, Stopped or at the idle policy's zero replicas: serve again (the gateway's rule,
-    ``plan/wake.py``: from zero, replicas back to the resume count, written once)."""
+    ``plan/wake.py``: from zero, replicas back to the resume count, written once). The user's own
+    ``replicas: 0`` is refused (Conflict): nothing would start it."""
     workload = await guarded(ctx, args, owner=True)
     name = workload["metadata"]["name"]
-    if not (wakeup.resting_of(workload) == "Zero" and await _from_zero(ctx, workload)):
+    resting = wakeup.resting_of(workload)
+    if (workload.get("spec") or {}).get("replicas") == 0 and resting != "Zero":
+        # NB: the user's own zero: a state alone starts nothing (the wait below would never end)
+        raise Conflict(
+            f"Workload {args['workload_id']} has replicas: 0 and no idle policy: nothing to wake "
+            "(scale it up instead)"
+        )
+    if not (resting == "Zero" and await _from_zero(ctx, workload)):
         await ctx.rest.merge_patch(kube.WORKLOADS, name, wakeup.STATE_RUNNING, ctx.namespace)
     woken = await wait_for(ctx, name, until="ready", limit=ctx.settings.ready_timeout)
     return workload_row(woken, ctx.manager)
