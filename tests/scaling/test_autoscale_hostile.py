@@ -5,6 +5,7 @@ was made from (a wake the gateway writes during a scrape is not undone)."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import logging
@@ -158,3 +159,62 @@ async def test_a_wake_written_during_the_scrape_is_not_undone(monkeypatch: pytes
         await ctx.http.aclose()
     assert kube.patches, "the stale spec's decision (ScaleToZero) was not even tried"
     assert [p["metadata"]["resourceVersion"] for p in kube.patches] == ["1"], kube.patches
+
+
+class _OneTick:
+    """A ``kopf.DaemonStopped`` stand-in that lets the daemon's loop run exactly one tick."""
+
+    def __init__(self) -> None:
+        self.checks = 0
+
+    def __bool__(self) -> bool:
+        self.checks += 1
+        return self.checks > 2  # the loop's check, the check after the wait; then stop
+
+    async def wait(self) -> None:
+        await asyncio.sleep(3600)
+
+
+async def test_a_stale_idle_clock_in_the_status_is_not_taken_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``status.scaling.idleSince`` three days old (left by an earlier daemon: the operator was
+    down or changed leader while the workload served, or ``spec.idle`` was removed and set
+    again): the daemon's first idle scrape must not take a busy workload to zero on it. The
+    clock starts again at the first scrape."""
+    stale = (dt.datetime.now(dt.UTC) - dt.timedelta(days=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    body: dict[str, Any] = {
+        "metadata": {"name": "w", "namespace": "ns", "resourceVersion": "1"},
+        "spec": {
+            "model": {"name": "Qwen/Qwen3-0.6B"},
+            "replicas": 1,
+            "idle": {"zeroAfterSeconds": 600, "scrapeIntervalSeconds": 1},
+        },
+        "status": {"scaling": {"idleSince": stale}},
+    }
+    idle = EngineLoad(waiting=0, running=0, kv_cache_usage=None, requests_total=3)
+
+    async def scrape_idle(ctx: Memo, pods: list[ObservedPod]) -> tuple[ReplicaLoad, ...]:
+        return (ReplicaLoad("w-0", idle),)
+
+    monkeypatch.setattr(autoscale, "scrape", scrape_idle)
+    monkeypatch.setattr(autoscale.random, "uniform", lambda low, high: 0.0)
+    monkeypatch.setattr(kopf, "event", lambda *args, **kwargs: None)
+    kube = RecordingKube()
+    ctx = Memo(config=OperatorConfig(), kube=cast(Kube, kube), http=httpx.AsyncClient(), metrics=Metrics())
+    ctx.kube.as_manager = lambda manager: kube  # type: ignore[method-assign]
+    leader = ObservedPod(name="w-0-0", jobset="w-0", role="leader", ready=True, ip="10.0.0.1")
+    try:
+        await autoscale.run(
+            ctx,
+            namespace="ns",
+            name="w",
+            body=cast(Any, body),
+            indices={
+                "iw_pods": {("ns", "w"): [leader]},
+                "iw_jobsets": {("ns", "w"): [ObservedJobSet(name="w-0", uid="u", replica=0, revision="r")]},
+            },
+            stopped=cast(Any, _OneTick()),
+            logger=logging.getLogger("test"),
+        )
+    finally:
+        await ctx.http.aclose()
+    assert kube.patches == [], "a three-day-old idle clock took a workload to zero on its first scrape"

@@ -241,3 +241,10 @@ def test_a_line_over_the_cap_is_skipped_and_the_next_one_read() -> None:
     assert parse(longest + b"\n" + rest.split(b"\n")[1]) == EngineLoad(
         waiting=3.0, running=0.0, kv_cache_usage=None, requests_total=None
     )
+
+
+def test_a_body_that_starts_with_a_newline_is_read_from_its_first_line() -> None:
+    """The first metric line right after a leading newline counts like any other."""
+    load = parse(b"\nvllm:num_requests_waiting 3\nvllm:num_requests_running 1\n")
+    assert load is not None
+    assert (load.waiting, load.running) == (3.0, 1.0)

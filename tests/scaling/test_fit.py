@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from pathlib import Path
@@ -432,3 +433,25 @@ def test_unknown_capacity_or_shape_never_blocks() -> None:
         p = plan(variant)
         assert [d for d in p.apply if d["kind"] == "JobSet"]
         assert _scheduled(p).reason != c.REASON_INSUFFICIENT_GPU_MEMORY
+
+
+def test_a_running_replica_proves_the_fit_and_the_next_is_created() -> None:
+    """A Ready leader proves the model fits: replicas 2 with one running replica creates slot 1
+    although the nodes look too small by the estimate (no InsufficientGPUMemory)."""
+    obs = _workload(replicas=2)
+    unblocked = plan(Observation(**{**obs.__dict__, "capacity": None}))
+    docs = {d["metadata"]["name"]: d for d in unblocked.apply if d["kind"] == "JobSet"}
+    assert len(docs) == 2
+    seen = [observe.jobset_from({**d, "metadata": {**d["metadata"], "uid": n}}) for n, d in docs.items()]
+    first = next(js for js in seen if js is not None and js.replica == 0)
+    ready = dataclasses.replace(first, leader_ready=True, jobs=1)
+    p = plan(Observation(**{**obs.__dict__, "jobsets": (ready,)}))
+    created = [d for d in p.apply if d["kind"] == "JobSet" and d["metadata"]["name"] != ready.name]
+    assert [d["metadata"]["name"] for d in created] == [n for n in docs if n != ready.name]
+    assert _scheduled(p).reason != c.REASON_INSUFFICIENT_GPU_MEMORY
+    ready_cond = next(x for x in p.status.conditions if x.type == c.READY)
+    assert ready_cond.reason != c.REASON_INSUFFICIENT_GPU_MEMORY
+    # not Ready yet: no proof, the gate still blocks
+    waiting = plan(Observation(**{**obs.__dict__, "jobsets": (dataclasses.replace(first, jobs=1),)}))
+    assert _scheduled(waiting).reason == c.REASON_INSUFFICIENT_GPU_MEMORY
+    assert not [d for d in waiting.apply if d["kind"] == "JobSet" and d["metadata"]["name"] != first.name]

@@ -3,7 +3,8 @@ phase, through the whole pipeline (``plan()``), each pass fed the status the pre
 as the apiserver stores it (camelCase JSON, read back).
 
 Tested: a wake from each resting kind (Sleeping, zero replicas, Stopped) begun, carried while
-the workload is not serving yet, measured and recorded; the bounded history (oldest dropped);
+the workload is not serving yet, measured (at the first Ready replica) and recorded, with one
+``Woke`` Event per wake; the bounded history (oldest dropped);
 a wake abandoned when the spec rests again; the autoscaler's news (newer decision, idle clock
 only once scraped, resume replicas cleared once serving); carry-over with ``obs.scaling`` None
 (an operator restart); a wake begun on a status an older operator wrote (no ``status.scaling``,
@@ -72,12 +73,16 @@ class World:
         ready: bool = True,
         asleep: bool | None = None,
         scaling: ScalingView | None = None,
+        ready_count: int | None = None,
     ) -> Plan:
-        """One pass ``after`` seconds later with ``replicas`` JobSets at the serving revision."""
+        """One pass ``after`` seconds later with ``replicas`` JobSets at the serving revision, the
+        first ``ready_count`` of them Ready (all when ``ready``, none otherwise, by default)."""
         self.now += dt.timedelta(seconds=after)
         revision = plan(self._obs((), (), {}, None)).revision
         assert revision is not None
-        jobsets, pods = _group(replicas, revision, ready=ready, suspended=self.spec.state == "Stopped")
+        suspended = self.spec.state == "Stopped"
+        count = ready_count if ready_count is not None else (replicas if ready else 0)
+        jobsets, pods = _group(replicas, revision, ready=count, suspended=suspended)
         states = {js.name: asleep for js in jobsets if asleep is not None}
         p = plan(self._obs(jobsets, pods, states, scaling))
         # the apiserver stores JSON: the next pass reads it back from there
@@ -116,13 +121,14 @@ class World:
 
 
 def _group(
-    n: int, revision: str, *, ready: bool, suspended: bool
+    n: int, revision: str, *, ready: int, suspended: bool
 ) -> tuple[tuple[ObservedJobSet, ...], tuple[ObservedPod, ...]]:
+    """``n`` JobSets with a leader pod each; the first ``ready`` of them Ready."""
     jobsets: list[ObservedJobSet] = []
     pods: list[ObservedPod] = []
     for replica in range(n):
         name = f"{NAME}-{replica}-{revision[:5]}"
-        up = ready and not suspended
+        up = replica < ready and not suspended
         jobsets.append(
             ObservedJobSet(
                 name=name,
@@ -159,6 +165,10 @@ def _ready(p: Plan) -> tuple[str, str]:
 def _scaling(p: Plan) -> ScalingStatus:
     assert p.status.scaling is not None
     return p.status.scaling
+
+
+def _woke(p: Plan) -> list[str]:
+    return [e.message for e in p.events if e.reason == "Woke"]
 
 
 def _decision(action: Any, at: dt.datetime, to: int, message: str = "") -> ScalingDecision:
@@ -395,12 +405,19 @@ def test_status_only_writes_the_same_scaling() -> None:
     world.now += dt.timedelta(seconds=4)
     revision = plan(world._obs((), (), {}, None)).revision
     assert revision is not None
-    jobsets, pods = _group(1, revision, ready=True, suspended=False)
+    jobsets, pods = _group(1, revision, ready=1, suspended=False)
     obs = world._obs(jobsets, pods, {}, None)
     full = plan(obs)
     assert full.idle
-    assert status_only(obs) == full.status
     assert _scaling(full).wake_seconds.zero == [4.0]
+    # the pass that ends the wake posts Woke: left to the full pass, which writes that status
+    assert [e.reason for e in full.events] == ["Woke"]
+    assert status_only(obs) is None
+    world.status = InferenceWorkloadStatus.model_validate(full.status.to_wire())
+    world.now += dt.timedelta(seconds=15)
+    later = world._obs(jobsets, pods, {}, None)
+    assert plan(later).events == []
+    assert status_only(later) == plan(later).status
 
 
 def test_no_wake_when_it_serves_at_once() -> None:
@@ -460,3 +477,38 @@ def test_wake_times_keep_fractions_of_a_second() -> None:
     assert wake.since.microsecond == 700_000
     p = world.run(after=2.2, replicas=1, asleep=False)
     assert _scaling(p).wake_seconds.sleeping == [2.2]
+
+
+def test_a_wake_ends_at_the_first_ready_replica_and_posts_one_event() -> None:
+    """The gateway answers from the first Ready replica: a wake from zero to 3 replicas ends when
+    1 of 3 is Ready (the others may never fit), and the pass that measures it posts one ``Woke``
+    Event; later passes post none."""
+    world = World(_spec(replicas=0, **IDLE))
+    world.run()
+    world.set(replicas=3)
+    p = world.run(after=1)
+    assert _scaling(p).wake is not None
+    assert _woke(p) == []
+    p = world.run(after=5, replicas=3, ready_count=0)
+    assert (_scaling(p).wake is not None, _woke(p)) == (True, [])
+    p = world.run(after=10.2, replicas=3, ready_count=1)
+    assert _ready(p)[0] != "True"  # not all replicas Ready: the Ready condition still says so
+    assert p.status.ready_replicas == 1
+    assert (_scaling(p).wake, _scaling(p).wake_seconds.zero) == (None, [15.2])
+    assert _woke(p) == ["woke from Zero in 15.2 s"]
+    event = next(e for e in p.events if e.reason == "Woke")
+    assert event.type == "Normal"
+    for count in (1, 3):  # once per wake: the next passes, and all replicas Ready later, post none
+        p = world.run(after=30, replicas=3, ready_count=count)
+        assert (_woke(p), _scaling(p).wake_seconds.zero) == ([], [15.2])
+
+
+def test_a_wake_from_sleeping_posts_its_event_once_the_engines_are_awake() -> None:
+    world = World(_spec(replicas=1, state="Sleeping", **SLEEPY))
+    world.run(replicas=1, asleep=True)
+    world.set(state="Running")
+    p = world.run(after=1, replicas=1, asleep=True)
+    assert _woke(p) == []  # the leader is Ready but its engine still asleep
+    p = world.run(after=2.5, replicas=1, asleep=False)
+    assert _woke(p) == ["woke from Sleeping in 2.5 s"]
+    assert _woke(world.run(after=5, replicas=1, asleep=False)) == []

@@ -81,6 +81,7 @@ def test_every_framing_is_read(data: bytes, body: bytes) -> None:
         (b"HTTP/1.1 2000 OK\r\n\r\n", "status line"),
         (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "colon"),
         (b"HTTP/1.1 200 OK\r\ncontent-length: 12x\r\n\r\n", "not a number"),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: \xb2\r\n\r\n", "not a number"),  # "²".isdigit()
         (b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % (LIMIT + 1), "over"),
         (b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort", "before the body ended"),
         (b"HTTP/1.1 200 OK\r\ncontent-encoding: br\r\ncontent-length: 1\r\n\r\nx", "content-encoding"),

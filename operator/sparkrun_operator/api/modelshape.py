@@ -105,8 +105,36 @@ def _dtype(*docs: Mapping[str, Any]) -> str | None:
     return None
 
 
+#: Keys of attention the per-head KV formula overcounts: latent attention (MLA, DeepSeek-V2/V3:
+#: a compressed KV of ``kv_lora_rank``), hybrid stacks (Mamba or linear-attention layers beside
+#: attention ones), and per-layer kinds (``layer_types``: sliding-window layers among full ones).
+#: Their KV heads are left unknown: the fit then counts no KV cache ("needs at least"), never
+#: more than the model takes.
+NOT_PER_HEAD_KEYS = (
+    "kv_lora_rank",
+    "layer_types",
+    "layers_block_type",
+    "hybrid_override_pattern",
+    "attn_type_list",
+    "linear_attn_config",
+    "ssm_cfg",
+    "mamba_d_ssm",
+)
+
+
+def _per_head_kv(doc: Mapping[str, Any]) -> bool:
+    """Whether every layer keeps a full KV cache of ``num_key_value_heads`` heads."""
+    if any(key in doc for key in NOT_PER_HEAD_KEYS):
+        return False
+    window = doc.get("sliding_window")
+    return not (
+        isinstance(window, int) and not isinstance(window, bool) and doc.get("use_sliding_window", True)
+    )
+
+
 def shape_from_config(doc: Any, *, weights_bytes: int | None = None) -> ModelShape:
-    """The facts of a parsed ``config.json`` (its text part first); unknown ones are ``None``."""
+    """The facts of a parsed ``config.json`` (its text part first); unknown ones are ``None``
+    (the KV heads too when the model's attention is not per head: :data:`NOT_PER_HEAD_KEYS`)."""
     if not isinstance(doc, Mapping):
         return ModelShape(weights_bytes=_weights(weights_bytes))
     text = _text_part(doc)
@@ -123,7 +151,7 @@ def shape_from_config(doc: Any, *, weights_bytes: int | None = None) -> ModelSha
     dtype = _dtype(text, doc)
     return ModelShape(
         num_hidden_layers=fact("num_hidden_layers"),
-        num_key_value_heads=fact("num_key_value_heads") or heads,
+        num_key_value_heads=(fact("num_key_value_heads") or heads) if _per_head_kv(text) else None,
         head_dim=head_dim if head_dim is None or head_dim <= LIMITS["head_dim"] else None,
         dtype=dtype,
         dtype_bytes=DTYPE_BYTES[dtype] if dtype is not None else None,

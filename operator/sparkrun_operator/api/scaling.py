@@ -28,7 +28,7 @@ AutoscalingMode = Literal["Operator", "External"]
 #: policy or the autoscaler took them away: a cold start), or the user's ``state: Stopped``
 #: (suspended JobSets resumed: a cold start too).
 WakeFrom = Literal["Sleeping", "Zero", "Stopped"]
-ScalingAction = Literal["ScaleUp", "ScaleDown", "Sleep", "ScaleToZero", "Wake"]
+ScalingAction = Literal["ScaleUp", "ScaleDown", "Sleep", "ScaleToZero"]
 
 
 class ScalingTarget(KubeModel):
@@ -152,7 +152,8 @@ class IdleSpec(KubeModel):
     )
     scrape_interval_seconds: int = Field(
         default=15,
-        description="Seconds between two scrapes when spec.autoscaling does not set them.",
+        description="Seconds between two scrapes when spec.autoscaling is absent (with it, its own "
+        "scrapeIntervalSeconds applies).",
         ge=1,
         le=300,
     )
@@ -175,7 +176,7 @@ class ScalingFigures(KubeModel):
 class ScalingDecision(KubeModel):
     """One decision of the autoscaler or the idle policy (also posted as an Event)."""
 
-    action: ScalingAction = Field(description="ScaleUp, ScaleDown, Sleep, ScaleToZero or Wake.")
+    action: ScalingAction = Field(description="ScaleUp, ScaleDown, Sleep or ScaleToZero.")
     time: dt.datetime = Field(description="When it was written.")
     from_replicas: int = Field(description="spec.replicas before.", ge=0, le=MAX_REPLICAS)
     to_replicas: int = Field(description="spec.replicas after.", ge=0, le=MAX_REPLICAS)

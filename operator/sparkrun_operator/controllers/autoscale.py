@@ -331,14 +331,11 @@ async def run(
     logger: logging.Logger | logging.LoggerAdapter[Any],
 ) -> None:
     """Tick every scrape interval until ``stopped``; the first tick at a random point of the
-    first interval. The idle clock starts from ``status.scaling.idleSince`` (a restart keeps it)."""
-    scaling = (body.get("status") or {}).get("scaling") or {}
-    state = Autoscaler(
-        namespace=namespace,
-        name=name,
-        kube=ctx.kube.as_manager(AUTOSCALER_MANAGER),
-        idle_since=observe.parse_time(scaling.get("idleSince")),
-    )
+    first interval. The idle clock starts again at the first scrape: ``status.scaling.idleSince``
+    is not taken back, because nothing says what the engines did while no daemon watched them (an
+    operator restart, a leader change, ``spec.idle`` set again): a workload busy meanwhile would
+    otherwise be put to sleep or to zero on its first scrape."""
+    state = Autoscaler(namespace=namespace, name=name, kube=ctx.kube.as_manager(AUTOSCALER_MANAGER))
     try:
         spec = InferenceWorkloadSpec.model_validate(dict(body.get("spec") or {}))
         delay = random.uniform(0, interval_of(spec))

@@ -134,7 +134,7 @@ class Engine:
         except scrapehttp.ScrapeRefused as refused:
             log.warning("engine %s: load unknown: /metrics %s", url, refused)
             return None
-        except OSError as error:
+        except (OSError, ValueError) as error:  # NB: ValueError: an address or port not usable
             log.debug("engine %s: load unknown: %s: %s", url, type(error).__name__, error)
             return None
         if status != 200:

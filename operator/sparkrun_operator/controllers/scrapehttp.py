@@ -93,7 +93,7 @@ async def _body(reader: asyncio.StreamReader, headers: dict[str, str], limit: in
         return await _chunked(reader, limit)
     declared = headers.get("content-length")
     if declared is not None:
-        if not declared.isdigit() or len(declared) > 18:
+        if not (declared.isascii() and declared.isdigit()) or len(declared) > 18:  # NB: "²" isdigit
             raise ScrapeRefused("a content-length that is not a number")
         size = int(declared)
         if size > limit:

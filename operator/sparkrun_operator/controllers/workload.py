@@ -433,7 +433,9 @@ def prepare_status(
     # scheduled, running, Ready) only change the status, written here (ADR 0030).
     if not p.idle or p.events or p.requeue_after is not None or obs.spec.engine.enable_sleep_mode:
         ctx.triggers.poke(full_key(*key))
-    if not p.idle:
+    if not p.idle or p.events:
+        # an Event (a measured wake: Woke) is posted by the full pass, which writes the status
+        # that ends it; written here, the full pass would find the wake over and post nothing
         return None
     status = p.status
     # NB: compared with our own last write while the watch has not shown it yet: a change

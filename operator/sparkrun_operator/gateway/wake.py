@@ -11,8 +11,10 @@ it holds is answered (503 with ``Retry-After``) and the next request starts a fr
 workload that never becomes ready (an engine that crash-loops) is held to that deadline too.
 
 ``Retry-After`` comes from the workload's own measured wakes of the same kind
-(``status.scaling.wakeSeconds``, :func:`typical`) less the seconds this wake has run; without
-any history it is the fixed back-off of before. While it waits, the wake calls the waker again
+(``status.scaling.wakeSeconds``, :func:`typical`) less the seconds this wake has run. Without
+history of that kind it is a fixed figure: the request that began the wake reaches its own
+deadline first and gets ``timeout`` itself; a request that joined the wake later is answered
+when the shared wake runs out, with ``min(timeout, 30)``. While it waits, the wake calls the waker again
 when the workload went back to resting after it had come up, and also every ``repatch`` back-off
 while it stays resting (the patch did not take, or something undid it). A waker that fails
 answers every held request at once.

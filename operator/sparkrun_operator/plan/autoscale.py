@@ -13,7 +13,9 @@ Load (``spec.autoscaling.mode: Operator``, ``state: Running``, ``replicas >= 1``
 since the start of ``scaleUpWindowSeconds`` wants more (the window covered by samples), to the
 least any of them wants, and not while replicas of the previous scale-up are not all scraped;
 down when every sample of ``scaleDownWindowSeconds`` wants fewer, to the most any wants, never
-below ``max(1, minReplicas)``; nothing within ``cooldownSeconds`` of the last load decision.
+below ``max(1, minReplicas)``; nothing within ``cooldownSeconds`` of the last decision of any
+kind (a load decision, ``Sleep``, ``ScaleToZero`` or the clamp back into range: the caller passes
+the newest of ``status.scaling.lastDecision`` and its own last write).
 
 Idle (``spec.idle``): the idle clock (:func:`advance_idle`) starts at the last sample with a
 request running or waiting, or a request counter that moved; a sample in which a replica did

@@ -69,8 +69,8 @@ def _lines(text: bytes, name: bytes) -> Iterator[bytes]:
     ``{``, a blank or a tab: the first :data:`MAX_SAMPLES`, less those over :data:`MAX_LINE_BYTES`."""
     needle = b"\n" + name
     start = 0 if text.startswith(name) else text.find(needle)
-    if start > 0:
-        start += 1
+    if start >= 0 and not text.startswith(name):
+        start += 1  # NB: past the newline, also when the body starts with one
     for _ in range(MAX_SAMPLES):
         if start < 0:
             return

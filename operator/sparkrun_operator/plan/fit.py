@@ -113,8 +113,10 @@ def need(
     pipeline_parallel: int,
     max_model_len: int | None,
     utilization: float | None,
+    kv_dtype_bytes: int | None = None,
 ) -> Need:
-    """The per-GPU need of a replica with ``tensor_parallel`` x ``pipeline_parallel`` GPUs."""
+    """The per-GPU need of a replica with ``tensor_parallel`` x ``pipeline_parallel`` GPUs
+    (``kv_dtype_bytes``: the engine's ``--kv-cache-dtype`` when it sets one, else the model's)."""
     tp, pp = max(1, tensor_parallel), max(1, pipeline_parallel)
     detected: list[str] = []
     assumed: list[str] = []
@@ -130,7 +132,7 @@ def need(
     if length is None and shape is not None and shape.max_position_embeddings is not None:
         length = shape.max_position_embeddings
         detected.append(f"maxModelLen {length}: the model's max_position_embeddings (vLLM's default)")
-    kv = _kv_cache(shape, tp, pp, length)
+    kv = _kv_cache(shape, tp, pp, length, kv_dtype_bytes)
     if kv is None:
         missing = "maxModelLen" if shape is not None and shape.known() else "the model's shape (config.json)"
         assumed.append(f"KV cache not counted: {missing} unknown")
@@ -139,7 +141,7 @@ def need(
         detected.append(
             f"KV cache: {_gib(kv)} GiB per GPU for one sequence of {length} tokens "
             f"({shape.num_hidden_layers} layers, {shape.num_key_value_heads} KV heads of {shape.head_dim}, "
-            f"{shape.dtype})"
+            f"{shape.dtype if kv_dtype_bytes is None else f'a {kv_dtype_bytes}-byte --kv-cache-dtype'})"
         )
     util = utilization if utilization is not None else DEFAULT_UTILIZATION
     if utilization is None:
@@ -155,10 +157,33 @@ def need(
     )
 
 
-def _kv_cache(shape: ModelShape | None, tp: int, pp: int, length: int | None) -> int | None:
+#: ``--kv-cache-dtype`` values and the bytes of one element (vLLM's ``auto`` is the model's).
+KV_CACHE_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "bfloat16": 2, "float16": 2}
+
+
+def kv_dtype_bytes(engine_args: Sequence[str]) -> int | None:
+    """The element size ``--kv-cache-dtype`` sets in ``engine_args`` (its last occurrence, either
+    spelling); ``None`` when unset, ``auto`` or unknown (the model's dtype then)."""
+    value: str | None = None
+    for i, arg in enumerate(engine_args):
+        if arg == "--kv-cache-dtype" and i + 1 < len(engine_args):
+            value = engine_args[i + 1]
+        elif arg.startswith("--kv-cache-dtype="):
+            value = arg.partition("=")[2]
+    return KV_CACHE_DTYPE_BYTES.get(value) if value is not None else None
+
+
+def _kv_cache(
+    shape: ModelShape | None, tp: int, pp: int, length: int | None, kv_dtype_bytes: int | None = None
+) -> int | None:
     if shape is None or length is None:
         return None
-    facts = (shape.num_hidden_layers, shape.num_key_value_heads, shape.head_dim, shape.dtype_bytes)
+    facts = (
+        shape.num_hidden_layers,
+        shape.num_key_value_heads,
+        shape.head_dim,
+        kv_dtype_bytes or shape.dtype_bytes,
+    )
     if any(f is None for f in facts):
         return None
     layers, kv_heads, head_dim, dtype_bytes = (int(f or 0) for f in facts)

@@ -122,15 +122,16 @@ def plan(obs: Observation) -> Plan:
         sleep=engines,
         gate=verdict,
     )
-    scaling.track(obs, status)
+    scaling.track(obs, status, out)
     return out
 
 
 def status_only(obs: Observation) -> InferenceWorkloadStatus | None:
-    """The status a full pass would write for ``obs`` when it has no child action to take;
-    ``None`` when it has one (only a full pass, which acts, may then write the status)."""
+    """The status a full pass would write for ``obs`` when it has no child action to take and no
+    Event to post; ``None`` otherwise (only a full pass, which acts and posts, may then write the
+    status: a wake that ends posts ``Woke`` in the pass that writes its end)."""
     p = plan(obs)
-    return p.status if p.idle else None
+    return p.status if p.idle and not p.events else None
 
 
 def _carried(obs: Observation) -> InferenceWorkloadStatus:

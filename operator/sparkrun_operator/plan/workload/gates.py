@@ -3,7 +3,8 @@
 Each gate sets its own condition (``RecipeResolved``, ``CacheReady``) and may block: while
 blocked, nothing new is created (running JobSets are kept). The first block found is the one
 reported as the Ready/Progressing reason. The last gate, GPU memory (``plan/fit.py``), runs only
-when nothing else blocks: a replica too large for every candidate node gets no JobSet, and
+when nothing else blocks and no JobSet of the workload has a Ready leader (a running replica
+proves the model fits): a replica too large for every candidate node gets no JobSet, and
 ``Scheduled`` says what it needs and what the nodes have.
 """
 
@@ -69,8 +70,12 @@ def check(obs: Observation, cond: Conditions, status: InferenceWorkloadStatus) -
 def _memory(obs: Observation, effective: EffectiveSpec | None) -> str | None:
     """Why no candidate node has the per-GPU memory a replica needs (``plan/fit.py``), else
     ``None`` (it fits, or too little is known to say: unknowns never block). Checked while there
-    is something to place (replicas wanted, not Stopped) and the candidates are observed."""
+    is something to place (replicas wanted, not Stopped), the candidates are observed and no
+    JobSet of the workload has a Ready leader: a replica that runs proves the model fits, and a
+    block would stop the scale-up, the replacement of a failed JobSet and the rollout."""
     if effective is None or obs.capacity is None or obs.spec.state == "Stopped" or obs.spec.replicas == 0:
+        return None
+    if any(js.leader_ready for js in obs.jobsets):
         return None
     verdict = fit.check(
         fit_need(effective, obs.cache),
@@ -93,6 +98,7 @@ def fit_need(effective: EffectiveSpec, cache: ObservedCache | None) -> fit.Need:
         pipeline_parallel=effective.topology.pipeline_parallel,
         max_model_len=effective.max_model_len,
         utilization=effective.gpu_memory_utilization,
+        kv_dtype_bytes=fit.kv_dtype_bytes(effective.engine_args),
     )
 
 

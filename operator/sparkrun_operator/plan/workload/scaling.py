@@ -5,10 +5,14 @@ The planner alone writes the status (ADR 0045), so what the autoscaler decided a
 values are carried). The planner measures every wake itself, from what it sees: a wake begins
 when the previous status shows a resting workload (its ``Ready`` condition's reason: asleep,
 at zero replicas, or stopped), the spec now asks it to serve (``state: Running`` and
-``replicas > 0``) and it does not serve yet; it ends once a pass finds it serving (``Ready=True``
-and no engine still asleep). The seconds in between (by ``obs.clock``, the planner's sub-second clock), the
-last :data:`~sparkrun_operator.api.scaling.WAKE_HISTORY` per kind, are what the gateway's
-``Retry-After`` is computed from.
+``replicas > 0``) and it does not serve yet; it ends once a pass finds it serving: at least one
+replica Ready (``status.readyReplicas >= 1``, the moment the gateway sends requests again, not
+when the slowest replica is up, which may never be when not every replica fits) and no engine
+still waking (the ``Sleeping`` condition's ``WakingUp`` reason). The seconds in between (by
+``obs.clock``, the planner's sub-second clock), the last
+:data:`~sparkrun_operator.api.scaling.WAKE_HISTORY` per kind, are what the gateway's
+``Retry-After`` is computed from. Each measured wake also posts one ``Normal`` Event, reason
+``Woke`` ("woke from Zero in 10.2 s"), in the pass that ends it.
 
 Reading the previous ``Ready`` reason, not ``status.phase``, also covers a status an older
 operator wrote (``NoReplicasDesired`` with phase ``Stopped`` for zero replicas, and no
@@ -33,28 +37,40 @@ from sparkrun_operator.api.scaling import (
     WakeSeconds,
 )
 from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus
-from sparkrun_operator.plan.workload.model import Observation, ScalingView
+from sparkrun_operator.plan.workload.model import Event, Observation, Plan, ScalingView
 
 #: ``status.scaling.lastDecision.message``: characters (the field's own bound).
 DECISION_MESSAGE_MAX: Final = 1024
 
 
-def track(obs: Observation, status: InferenceWorkloadStatus) -> None:
-    """Set ``status.scaling`` from the previous status, ``obs.scaling`` and the conditions this
-    pass wrote into ``status`` (the ``conditions`` stage runs first)."""
-    status.scaling = compose(obs, status.conditions)
+#: The reason of the Event posted when a wake is measured.
+REASON_WOKE: Final = "Woke"
 
 
-def compose(obs: Observation, conditions: list[Condition]) -> ScalingStatus | None:
-    """The new ``status.scaling``; ``None`` while the workload never had autoscaling, an idle
-    policy or a wake."""
+def track(obs: Observation, status: InferenceWorkloadStatus, out: Plan) -> None:
+    """Set ``status.scaling`` from the previous status, ``obs.scaling`` and what this pass wrote
+    into ``status`` (its conditions and ``readyReplicas``: the stages before run first); a wake
+    that ends in this pass posts a ``Woke`` Event on ``out``."""
+    status.scaling, measured = compose(obs, status)
+    if measured is not None:
+        kind, seconds = measured
+        out.events.append(
+            Event(type="Normal", reason=REASON_WOKE, message=f"woke from {kind} in {seconds} s")
+        )
+
+
+def compose(
+    obs: Observation, status: InferenceWorkloadStatus
+) -> tuple[ScalingStatus | None, tuple[WakeFrom, float] | None]:
+    """The new ``status.scaling`` (``None`` while the workload never had autoscaling, an idle
+    policy or a wake) and the wake this pass measured, if any (kind, seconds)."""
     previous = obs.status.scaling
     view = obs.scaling
-    serving = _serving(conditions)
+    serving = _serving(status)
     wake, measured = _wake(obs, previous.wake if previous else None, serving=serving)
     spec = obs.spec
     if previous is None and wake is None and spec.autoscaling is None and spec.idle is None:
-        return None
+        return None, measured
     base = previous or ScalingStatus()
     history = _history(base.wake_seconds, measured)
     resume = base.resume_replicas
@@ -62,13 +78,14 @@ def compose(obs: Observation, conditions: list[Condition]) -> ScalingStatus | No
         resume = view.resume_replicas
     if serving and _asks_to_serve(spec):
         resume = None
-    return ScalingStatus(
+    scaling = ScalingStatus(
         last_decision=_decision(base.last_decision, view),
         idle_since=_idle_since(base.idle_since, view),
         resume_replicas=resume,
         wake=wake,
         wake_seconds=history,
     )
+    return scaling, measured
 
 
 def resting_from(conditions: list[Condition]) -> WakeFrom | None:
@@ -89,12 +106,12 @@ def _asks_to_serve(spec: InferenceWorkloadSpec) -> bool:
     return spec.state == "Running" and spec.replicas > 0
 
 
-def _serving(conditions: list[Condition]) -> bool:
-    """``Ready=True`` with no engine still waking (a leader asleep is Ready to Kubernetes)."""
-    ready = find_condition(conditions, c.READY)
-    sleeping = find_condition(conditions, c.SLEEPING)
+def _serving(status: InferenceWorkloadStatus) -> bool:
+    """At least one replica Ready (the gateway answers from the first) with no engine still
+    waking (a leader asleep is Ready to Kubernetes)."""
+    sleeping = find_condition(status.conditions, c.SLEEPING)
     waking = sleeping is not None and sleeping.reason == c.REASON_WAKING_UP
-    return ready is not None and ready.status == "True" and not waking
+    return status.ready_replicas >= 1 and not waking
 
 
 def _wake(
