@@ -6,6 +6,7 @@ user's own zero replicas are not, and ``Retry-After`` comes from the workload's 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import threading
 import time
@@ -125,7 +126,7 @@ def test_failed_wake_answers_every_held_request(start_gateway: StartGateway, tmp
         t.start()
     for t in threads:
         t.join(20)
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 10  # at once: not the 300 s wake (half the clients' 20 s)
     assert len(waker.calls) == 1  # one shared wake
     for resp in results.values():
         assert resp.status_code == 503
@@ -218,8 +219,13 @@ def test_a_starting_workload_is_waited_for_without_a_wake(start_gateway: StartGa
         out: list[list[int]] = []
         t = threading.Thread(target=lambda: out.append(asyncio.run(_concurrently(gw.url, 10))))
         t.start()
-        time.sleep(0.5)
+        admission = gw.gateway.services.admission
+        deadline = time.monotonic() + 10
+        while admission.in_flight.total < 10:  # every request arrived, and is held
+            assert time.monotonic() < deadline, admission.in_flight.total
+            time.sleep(0.02)
         assert t.is_alive(), "held, not answered"
+        assert out == []
         source.publish(_entry(replicas=2, endpoints=(up.url,)))
         t.join(20)
         assert out == [[200] * 10]
@@ -234,7 +240,7 @@ def test_the_users_own_zero_replicas_are_not_held(start_gateway: StartGateway) -
     answer = httpx.post(f"{gw.url}/v1/chat/completions", json=CHAT, timeout=10)
     assert answer.status_code == 404
     assert answer.json()["error"]["message"] == "No instance found for model m"
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 5  # not held to the 10 s wake deadline
     assert waker.calls == []
 
 
@@ -244,7 +250,7 @@ def test_a_workload_that_never_gets_ready_is_held_to_the_deadline(start_gateway:
     started = time.monotonic()
     answer = httpx.post(f"{gw.url}/v1/chat/completions", json=CHAT, timeout=10)
     assert answer.status_code == 503
-    assert 0.9 < time.monotonic() - started < 3
+    assert 0.9 < time.monotonic() - started < 5  # the 1 s deadline, well within the client's 10 s
     assert answer.headers["retry-after"] == "1"
 
 
@@ -276,10 +282,16 @@ def test_retry_after_comes_from_the_workloads_own_wakes(
     entry = _entry(state=state, resting=resting, replicas=0 if resting == "Zero" else 1,
                    wake_history=history, wake_since=since)  # fmt: skip
     waker = NeverWaker()
-    gw = start_gateway([], source=LiveSource([entry]), waker=waker, settings=GatewaySettings(wake_timeout=1))
+    source = LiveSource([entry])
+    gw = start_gateway([], source=source, waker=waker, settings=GatewaySettings(wake_timeout=1))
+    if since_ago:  # NB: the wake's start counted from right before the request, not the gateway's start
+        since = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=since_ago)
+        source.publish(dataclasses.replace(entry, wake_since=since))
     answer = httpx.post(f"{gw.url}/v1/chat/completions", json=CHAT, timeout=10)
     assert answer.status_code == 503
-    assert answer.headers["retry-after"] == str(expected)
+    # a loaded machine may hold the request a little past its 1 s: a second less left, not more
+    allowed = {str(expected), str(expected - 1)} if since_ago else {str(expected)}
+    assert answer.headers["retry-after"] in allowed, answer.headers["retry-after"]
     message = answer.json()["error"]["message"]
     if history.of(resting):  # type: ignore[arg-type]
         assert f"a wake from {resting} takes about" in message

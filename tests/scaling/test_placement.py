@@ -63,21 +63,22 @@ def pool(testbed: plane.Testbed, kube: KubeApi) -> Iterator[tuple[str, list[str]
         labels={MEMORY_LABEL: "24576", POOL_LABEL: tag},
         taints=({"key": TAINT_KEY, "value": tag, "effect": "NoSchedule"},),
     )
-    names = testbed.create_nodes(Topology(pools=(nodes,)))
-    kube.apply(
-        {
-            "apiVersion": API,
-            "kind": "InferenceCluster",
-            "metadata": {"name": tag},
-            "spec": {
-                "nodes": {"selector": {"matchLabels": {POOL_LABEL: tag}}},
-                "tolerations": [
-                    {"key": TAINT_KEY, "operator": "Equal", "value": tag, "effect": "NoSchedule"}
-                ],
-            },
-        }
-    )
-    try:
+    names: list[str] = []
+    try:  # NB: before the nodes: whatever was made is removed when a later step fails
+        names = testbed.create_nodes(Topology(pools=(nodes,)))
+        kube.apply(
+            {
+                "apiVersion": API,
+                "kind": "InferenceCluster",
+                "metadata": {"name": tag},
+                "spec": {
+                    "nodes": {"selector": {"matchLabels": {POOL_LABEL: tag}}},
+                    "tolerations": [
+                        {"key": TAINT_KEY, "operator": "Equal", "value": tag, "effect": "NoSchedule"}
+                    ],
+                },
+            }
+        )
         yield tag, names
     finally:
         kube.delete(API, "InferenceCluster", tag)

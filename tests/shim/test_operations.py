@@ -154,12 +154,19 @@ def test_every_enabled_operation_runs(daemon: Daemon) -> None:
         path = daemon.kube.resource_path(
             API, "InferenceWorkload", namespace=daemon.namespace, name="qwen3-8b-vllm"
         )
+
+        def reported_zero(reason: str) -> bool:  # NB: the operator saw it (status.conditions lag the spec)
+            got = daemon.kube.get(API, "InferenceWorkload", "qwen3-8b-vllm", namespace=daemon.namespace) or {}
+            conditions = (got.get("status") or {}).get("conditions") or []
+            return any(c.get("type") == "Ready" and c.get("reason") == reason for c in conditions)
+
         daemon.kube.request(
             "PATCH",
             path,
             json={"spec": {"idle": {"zeroAfterSeconds": 3600}, "replicas": 0}},
             headers={"content-type": "application/merge-patch+json"},
         )
+        daemon.kube.wait(lambda: reported_zero("ScaledToZero"), timeout=60, what="Ready reason ScaledToZero")
         assert run("workloads.status", guarded, who="reader")["state"] == "scaled_to_zero"
         assert "wake" in run("workloads.status", guarded, who="reader")["actions"]
         assert run("workloads.wake", guarded, who="operator")["state"] == "ready"
@@ -173,12 +180,7 @@ def test_every_enabled_operation_runs(daemon: Daemon) -> None:
         merge = {"content-type": "application/merge-patch+json"}
         daemon.kube.request("PATCH", path, json={"spec": {"idle": None, "replicas": 0}}, headers=merge)
 
-        def reported_zero() -> bool:  # NB: the operator saw it (status.conditions lag the spec)
-            got = daemon.kube.get(API, "InferenceWorkload", "qwen3-8b-vllm", namespace=daemon.namespace) or {}
-            conditions = (got.get("status") or {}).get("conditions") or []
-            return any(c.get("reason") == "NoReplicasDesired" for c in conditions)
-
-        daemon.kube.wait(reported_zero, timeout=60, what="Ready reason NoReplicasDesired")
+        daemon.kube.wait(lambda: reported_zero("NoReplicasDesired"), timeout=60, what="NoReplicasDesired")
         assert run("workloads.status", guarded, who="reader")["state"] == "stopped"
         run("workloads.wake", guarded, who="operator", error="Conflict")
         parked = {"spec": {"idle": {"zeroAfterSeconds": 3600}, "state": "Stopped"}}

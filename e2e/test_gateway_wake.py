@@ -3,7 +3,7 @@
 ``helm install`` on a testbed of its own runs the operator, the shim and the gateway as pods on
 process nodes (``e2e/helm_pods.py``, ``hack/testbed-values.yaml``); the workloads run the engine
 stand-in there too (``SPARKRUN_ENGINE_LOAD_SECONDS``: a start-up long enough that requests arrive
-while the workload is starting). The test reaches the gateway as the e2e tests do, through
+while the workload is starting). The test reaches the gateway as the other e2e tests do, through
 kube-apiserver's Service proxy, with the real ``openai`` client (asyncio), and sends its requests
 spread over a few seconds, so most arrive after the wake began, while the workload is Running
 without a ready endpoint: the 28-of-30 failure of the issue.
@@ -16,6 +16,9 @@ without a ready endpoint: the 28-of-30 failure of the issue.
 - the user's own ``replicas: 0`` (no idle policy): 404 at once, nothing patched.
 
 Workloads are named differently from their model and served name, in a namespace of their own.
+The module lives in ``e2e/`` beside ``test_helm_pods.py``: ``make test`` keeps all of ``e2e/`` on
+one worker (``tests/conftest.py``), so the two chart-installed testbeds run one after the other,
+and no session testbed of ``tests/`` is started beside this one (it needs none).
 """
 
 from __future__ import annotations
