@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from sparkrun_operator.render import keys
 from sparkrun_testbed import plane
 from sparkrun_testbed.kubeapi import KubeApi
 from sparkrun_testbed.topology import POOL_LABEL, NodePool, Topology
@@ -86,8 +87,12 @@ def pool(testbed: plane.Testbed, kube: KubeApi) -> Iterator[tuple[str, list[str]
             kube.delete("v1", "Node", name)
 
 
-def ready_cache(kube: KubeApi, namespace: str, name: str) -> None:
-    """A ModelCache whose download finished: Ready, with its manifest and the model's shape."""
+def ready_cache(kube: KubeApi, namespace: str, name: str, *, operator_running: bool = False) -> None:
+    """A ModelCache whose download finished: Ready, with its manifest and the model's shape.
+
+    With an operator already running (``operator_running``), its first pass over the new cache
+    (planned from the object without a status) must have written before the Ready status is:
+    written after it, that pass's status would replace the Ready one (it nulls what it lacks)."""
     kube.apply(
         {
             "apiVersion": API,
@@ -107,7 +112,38 @@ def ready_cache(kube: KubeApi, namespace: str, name: str) -> None:
         "accessModes": ["ReadWriteMany"],
     }
     path = kube.resource_path(API, "ModelCache", namespace=namespace, name=name) + "/status"
-    kube.request("PATCH", path, json={"status": status}, headers=MERGE)
+    if not operator_running:
+        kube.request("PATCH", path, json={"status": status}, headers=MERGE)
+        return
+    settle_ready_cache(kube, namespace, name, path, status)
+
+
+def _cache_state(kube: KubeApi, namespace: str, name: str) -> tuple[str | None, list[str]]:
+    """The cache's phase and the names of its download Jobs."""
+    cache = kube.get(API, "ModelCache", name, namespace=namespace) or {}
+    jobs = kube.list_items(
+        "batch/v1", "Job", namespace=namespace, label_selector=f"{keys.LABEL_MODEL_CACHE}={name}"
+    )
+    return (cache.get("status") or {}).get("phase"), [j["metadata"]["name"] for j in jobs]
+
+
+def settle_ready_cache(kube: KubeApi, namespace: str, name: str, path: str, status: dict[str, Any]) -> None:
+    """Make a running operator keep the Ready status: its planner keeps a Ready cache only while
+    no download Job exists (plan/modelcache.py), and its first pass over the new cache made one.
+    Delete the Jobs and write Ready until both hold for two seconds (a pass that raced the writes
+    made a Job again or wrote its own phase: then once more). Bounded: 20 tries."""
+    for _ in range(20):
+        for job in _cache_state(kube, namespace, name)[1]:
+            kube.delete("batch/v1", "Job", job, namespace=namespace)
+        kube.request("PATCH", path, json={"status": status}, headers=MERGE)
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and _cache_state(kube, namespace, name) == ("Ready", []):
+            time.sleep(0.2)
+        if time.monotonic() >= deadline:
+            return
+    raise AssertionError(
+        f"the operator did not keep ModelCache {name} Ready: {_cache_state(kube, namespace, name)}"
+    )
 
 
 def test_a_model_too_large_for_the_pool_waits_with_a_reason_until_a_bigger_node_joins(

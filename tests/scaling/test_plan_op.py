@@ -56,7 +56,7 @@ def test_plan_previews_placement_and_assesses_gpu_memory(daemon: Daemon, pool: t
     assert assessment["errors"] == []
     assert unknown["placement"]["hosts_used"] == [names[0]]
 
-    ready_cache(daemon.kube, daemon.namespace, "qwen3-8b")
+    ready_cache(daemon.kube, daemon.namespace, "qwen3-8b", operator_running=True)
     # the recipe's maxModelLen 32768: 15.3 GiB weights + 4.5 GiB KV + 1 GiB = 20.8 GiB <= 21.6 GiB
     fits = _plan(daemon, {"recipe": "qwen3-8b-vllm", "cluster": cluster})
     placement = fits["placement"]
