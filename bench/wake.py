@@ -44,7 +44,7 @@ from sparkrun_testbed import binaries, plane
 from sparkrun_testbed.kubeapi import KubeApi
 from sparkrun_testbed.topology import PROCESS_TAINT, NodePool, Topology
 
-from ._common import environment, free_port, median, write_json
+from ._common import Proc, environment, free_port, median, write_json
 from ._operator import Operator
 
 T = TypeVar("T")
@@ -105,30 +105,20 @@ def manifests(load: float, wake: float) -> list[dict[str, Any]]:
     ]
 
 
-class Gateway:
+class Gateway(Proc):
     """``python -m sparkrun_operator.gateway --kubernetes`` on a loopback port."""
 
     def __init__(self, kubeconfig: Path, log: Path, *extra: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self._out = log.open("wb")
         argv = [sys.executable, "-m", "sparkrun_operator.gateway", "--kubernetes",
                 "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--port", str(self.port),
                 "--log-level", "warning", *extra]  # fmt: skip
-        self.proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT)
+        super().__init__(argv, log)
 
     def model(self, served: str) -> dict[str, Any] | None:
         data = httpx.get(f"{self.url}/v1/models", timeout=5).json()["data"]
         return next((m for m in data if m["id"] == served), None)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._out.close()
 
 
 def first_token(url: str, served: str) -> float:

@@ -146,10 +146,9 @@ def settle_ready_cache(kube: KubeApi, namespace: str, name: str, path: str, stat
     )
 
 
-def test_a_model_too_large_for_the_pool_waits_with_a_reason_until_a_bigger_node_joins(
-    kube: KubeApi, namespace: str, operator_factory: Factory, pool: tuple[str, list[str]]
-) -> None:
-    cluster, names = pool
+def _too_big(kube: KubeApi, namespace: str, operator_factory: Factory, cluster: str) -> None:
+    """Workload ``big``: Qwen3-8B from ModelCache ``qwen3-8b`` at its full context, on ``cluster``
+    (24 GiB GPUs: too small), the operator serving ``namespace``."""
     ready_cache(kube, namespace, "qwen3-8b")
     operator_factory(namespace)
     kube.apply(
@@ -160,6 +159,13 @@ def test_a_model_too_large_for_the_pool_waits_with_a_reason_until_a_bigger_node_
             model={"name": "Qwen/Qwen3-8B", "cacheRef": {"name": "qwen3-8b"}},
         )
     )
+
+
+def test_a_model_too_large_for_the_pool_waits_with_a_reason_until_a_bigger_node_joins(
+    kube: KubeApi, namespace: str, operator_factory: Factory, pool: tuple[str, list[str]]
+) -> None:
+    cluster, names = pool
+    _too_big(kube, namespace, operator_factory, cluster)
     obj = wait_condition(
         kube, namespace, "big", "Scheduled", "False", reason="InsufficientGPUMemory", timeout=90
     )
@@ -195,16 +201,7 @@ def test_a_spec_that_fits_clears_the_condition(
     kube: KubeApi, namespace: str, operator_factory: Factory, pool: tuple[str, list[str]]
 ) -> None:
     cluster, _ = pool
-    ready_cache(kube, namespace, "qwen3-8b")
-    operator_factory(namespace)
-    kube.apply(
-        workload(
-            "big",
-            namespace,
-            cluster=cluster,
-            model={"name": "Qwen/Qwen3-8B", "cacheRef": {"name": "qwen3-8b"}},
-        )
-    )
+    _too_big(kube, namespace, operator_factory, cluster)
     wait_condition(kube, namespace, "big", "Scheduled", "False", reason="InsufficientGPUMemory", timeout=90)
     assert jobsets(kube, namespace, "big") == []
     # TP 2 halves the weights and the KV cache per GPU: 11.4 GiB fits in 21.6

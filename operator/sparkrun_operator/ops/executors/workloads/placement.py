@@ -40,14 +40,12 @@ async def assess(
     """``(placement, hardware_assessment)`` of one replica of ``effective`` on ``hosts``."""
     cache, found_by = await _cache_for(ctx, effective)
     nodes = {view.name: view for view in (kube.node_view(n) for n in await ctx.rest.list(NODES))}
-    candidates = [
-        fit.CandidateNode(
-            name=host,
-            gpus=fit.gpu_labels(nodes[host].labels if host in nodes else {}),
-            allocatable=nodes[host].allocatable.get(DEFAULT_GPU_RESOURCE, 0) if host in nodes else 0,
-        )
+    candidates = fit.candidates_of(
+        (host, nodes[host].labels, nodes[host].allocatable.get(DEFAULT_GPU_RESOURCE, 0))
+        if host in nodes
+        else (host, {}, 0)
         for host in hosts
-    ]
+    )
     need = fit_need(effective, cache)
     topology = effective.topology
     verdict = fit.check(
