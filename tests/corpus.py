@@ -262,13 +262,7 @@ INVALID: list[InvalidCase] = [
         _set("spec.nodes.selector.matchExpressions", [{"key": "a", "operator": "Like"}]),
         "spec.nodes.selector.matchExpressions[0].operator",
     ),
-    _update(
-        "cluster-gpu-resource-changed",
-        "inferencecluster",
-        _set("spec.gpuResource", "amd.com/gpu"),
-        "spec.gpuResource",
-        "gpuResource is immutable",
-    ),
+    # NB: spec.gpuResource is applied on request since ADR 0046 (a change is drift, not refused).
     # ModelCache
     _case(
         "cache-claim-and-create",

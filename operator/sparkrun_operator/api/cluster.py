@@ -8,6 +8,7 @@ from __future__ import annotations
 from pydantic import ConfigDict, Field
 
 from sparkrun_operator.api import bounds, cel
+from sparkrun_operator.api.history import REVISION_HASH_PATTERN, ClusterDrift
 from sparkrun_operator.api.meta import DNS_LABEL, Condition, KubeModel, LabelSelector, Toleration
 
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
@@ -44,10 +45,12 @@ class InferenceClusterSpec(KubeModel):
     )
     gpu_resource: str = Field(
         default=DEFAULT_GPU_RESOURCE,
-        description="Extended resource name of the GPUs (nvidia.com/gpu, amd.com/gpu ...).",
+        description="Extended resource name of the GPUs (nvidia.com/gpu, amd.com/gpu ...). Applied "
+        "on request: "
+        "a change is recorded in status.drift and the value in status.applied stays in use (workloads keep "
+        "their pods) until spec.approve names status.drift.revision.",
         min_length=1,
         max_length=253,
-        json_schema_extra={"x-kubernetes-validations": [cel.immutable("gpuResource")]},
     )
     queue_name: str | None = Field(
         default=None,
@@ -66,6 +69,20 @@ class InferenceClusterSpec(KubeModel):
         description="Use for workloads that name no cluster. At most one cluster may be the default; the "
         "operator marks extra ones Degraded.",
     )
+    approve: str | None = Field(
+        default=None,
+        description="Apply the recorded drift whose hash (status.drift.revision) is this value; any "
+        "other value "
+        "applies nothing (sparkrun-k8s rollout apply --cluster NAME).",
+        pattern=REVISION_HASH_PATTERN,
+    )
+
+
+class AppliedClusterSettings(KubeModel):
+    """The apply-on-request fields as in use (workloads are placed with these)."""
+
+    gpu_resource: str = Field(description="The GPU extended resource in use.", max_length=253)
+    revision: str = Field(description="Hash of these values.", pattern=REVISION_HASH_PATTERN)
 
 
 class GPUCounts(KubeModel):
@@ -113,4 +130,12 @@ class InferenceClusterStatus(KubeModel):
     totals: ClusterTotals = Field(default_factory=ClusterTotals, description="Totals over member nodes.")
     gpu_product: str | None = Field(
         default=None, description="The GPU product when all member nodes share one, else 'mixed'."
+    )
+    applied: AppliedClusterSettings | None = Field(
+        default=None,
+        description="The apply-on-request fields in use (the spec's at first sight, then on each approve).",
+    )
+    drift: ClusterDrift | None = Field(
+        default=None,
+        description="Spec values recorded but not applied: approve status.drift.revision to apply them.",
     )

@@ -22,6 +22,10 @@ COMPLETE: Final = "Complete"
 FAILED: Final = "Failed"
 #: A gated rollout's verdict on the serving revision (``spec.rollout.gate``, ADR 0029).
 PROMOTED: Final = "Promoted"
+#: The pods run the desired settings (False: drift, ``status.drift``; ADR 0046).
+UP_TO_DATE: Final = "UpToDate"
+#: Every source of the effective settings exists (False: the newest revision keeps serving).
+SOURCES_AVAILABLE: Final = "SourcesAvailable"
 
 # -- reasons ------------------------------------------------------------------------------
 # Ready
@@ -88,6 +92,15 @@ REASON_NODES_NOT_READY: Final = "NodesNotReady"
 # Recipe (Valid)
 REASON_VALID: Final = "Valid"
 REASON_INVALID: Final = "Invalid"
+# UpToDate (workloads and clusters)
+REASON_REVISION_CURRENT: Final = "RevisionCurrent"
+REASON_DRIFT_PENDING: Final = "DriftPending"
+REASON_REVISION_PINNED: Final = "RevisionPinned"
+REASON_RECIPE_REVISION_PINNED: Final = "RecipeRevisionPinned"
+#: spec.rollout.revision names a revision that is not kept (pruned, or never made).
+REASON_REVISION_NOT_FOUND: Final = "RevisionNotFound"
+# SourcesAvailable (False reasons are RecipeNotFound, RecipeInvalid, InvalidSpec)
+REASON_SOURCES_AVAILABLE: Final = "AllSourcesAvailable"
 # generic
 REASON_INVALID_SPEC: Final = "InvalidSpec"
 REASON_RECONCILE_ERROR: Final = "ReconcileError"

@@ -9,6 +9,17 @@ from pydantic import ConfigDict, Field
 
 from sparkrun_operator.api import bounds, cel
 from sparkrun_operator.api.benchmark import LATENCY_METRICS, BenchmarkTemplate, GateMetric
+from sparkrun_operator.api.history import (
+    DEFAULT_HISTORY_LIMIT,
+    FAILURE_LOG_LINE_CHARS,
+    FAILURE_LOG_LINES,
+    MAX_HISTORY_LIMIT,
+    REVISION_HASH_PATTERN,
+    ApplyMode,
+    DriftStatus,
+    EffectiveStatus,
+    HistoryStatus,
+)
 from sparkrun_operator.api.meta import (
     DNS_LABEL,
     DNS_SUBDOMAIN,
@@ -197,6 +208,11 @@ class RolloutGate(KubeModel):
         ge=1,
         le=86_400,
     )
+    on_rollback: Literal["Gate", "Skip"] = Field(
+        default="Gate",
+        description="Gate: a rollback (spec.rollout.revision) is benchmarked like any new revision. Skip: a "
+        "rollback is promoted without its benchmark (the settings served before; for emergencies).",
+    )
 
 
 class RolloutSpec(KubeModel):
@@ -231,6 +247,34 @@ class RolloutSpec(KubeModel):
         description="Promote a new revision only when its benchmark meets these thresholds; else hold the "
         "rollout (the old revision keeps serving) with condition Promoted=False naming the figure that "
         "missed. Needs maxSurge >= 1.",
+    )
+    apply: ApplyMode = Field(
+        default="Immediate",
+        description="Immediate: a change that needs new pods (image, arguments, topology, recipe revision, "
+        "cluster or cache) rolls out at once. OnRequest: it is recorded in status.drift (what, from where, "
+        "since when) and rolled out when spec.rollout.approve names its hash (sparkrun-k8s rollout apply).",
+    )
+    approve: str | None = Field(
+        default=None,
+        description="With apply OnRequest: roll out the pending drift whose desired revision "
+        "(status.drift.revision) is this hash. A hash that is not the pending one applies nothing.",
+        pattern=REVISION_HASH_PATTERN,
+    )
+    revision: int | None = Field(
+        default=None,
+        description="Roll back: serve the settings recorded in this revision (a ControllerRevision of the "
+        "workload; sparkrun-k8s rollout history). The rollback is a new revision; while set, changes to the "
+        "spec or its sources are recorded as drift (reason RevisionPinned), not applied. Remove it to follow "
+        "the spec again.",
+        ge=1,
+    )
+    revision_history_limit: int = Field(
+        default=DEFAULT_HISTORY_LIMIT,
+        description="Revisions kept as ControllerRevisions (the serving one, the one a rollback "
+        "names and any "
+        "with pods are kept beyond it).",
+        ge=1,
+        le=MAX_HISTORY_LIMIT,
     )
 
 
@@ -299,6 +343,18 @@ class RoutingSpec(KubeModel):
         description="Longest a whole request may take at the gateway, from connecting to the replica to "
         "the last byte of the response; then 504 or an in-band stream error. Unset: the gateway's "
         "--total-timeout (1800).",
+    )
+
+
+class FailureSpec(KubeModel):
+    """How long a group's first failure is kept."""
+
+    reset_after_ready_seconds: int = Field(
+        default=600,
+        description="status.firstFailure is cleared once the workload has been Ready this long without a new "
+        "failure.",
+        ge=0,
+        le=30 * 86_400,
     )
 
 
@@ -407,6 +463,9 @@ class InferenceWorkloadSpec(KubeModel):
         description="Sleep, then go to zero replicas, when no request arrives for a while; a request wakes "
         "the workload again (held at the gateway meanwhile). docs/autoscaling.md.",
     )
+    failures: FailureSpec = Field(
+        default_factory=FailureSpec, description="How long status.firstFailure is kept."
+    )
     pod: PodOverride | None = Field(
         default=None,
         description="Engine pods only (leader and workers; not download, tool or benchmark pods): their "
@@ -460,13 +519,27 @@ class StartupEvent(KubeModel):
 
 
 class FailureRecord(KubeModel):
-    """The most recent failure seen in the workload's pods or JobSets."""
+    """A failure seen in the workload's pods or JobSets (the first of a group, or the most recent)."""
 
     reason: str = Field(description="Reason, e.g. OOMKilled, Error, FailedScheduling, BackoffLimitExceeded.")
     message: str = Field(default="", description="Details from the pod or JobSet.")
     time: dt.datetime = Field(description="When the failure was observed.")
     object: str | None = Field(default=None, description="The pod or JobSet it came from (kind/name).")
     exit_code: int | None = Field(default=None, description="Container exit code, when there is one.")
+    replica: int | None = Field(default=None, description="The replica (group) it happened in.", ge=0)
+    rank: int | None = Field(
+        default=None, description="The node rank in the group (0 is the leader).", ge=0, le=MAX_NODES
+    )
+    role: str | None = Field(default=None, description="leader or worker.", max_length=32)
+    revision: str | None = Field(
+        default=None, description="The serving revision of the failed pod.", max_length=16
+    )
+    log: list[Annotated[str, Field(max_length=FAILURE_LOG_LINE_CHARS)]] = Field(
+        default_factory=list,
+        description="The container's last log lines (its termination message), secrets redacted; at most "
+        "20 lines and 2048 bytes.",
+        max_length=FAILURE_LOG_LINES,
+    )
 
 
 class InferenceWorkloadStatus(KubeModel):
@@ -501,6 +574,23 @@ class InferenceWorkloadStatus(KubeModel):
     )
     restarts: int = Field(default=0, description="Group restarts counted over all replicas.", ge=0)
     last_failure: FailureRecord | None = Field(default=None, description="The most recent failure.")
+    first_failure: FailureRecord | None = Field(
+        default=None,
+        description="The first failure since the workload was last Ready for "
+        "spec.failures.resetAfterReadySeconds: "
+        "what broke a group before its restarts.",
+    )
+    history: HistoryStatus | None = Field(
+        default=None, description="The kept revisions: current, previous, what the current one changed."
+    )
+    effective: EffectiveStatus | None = Field(
+        default=None, description="Where each effective setting of the serving revision comes from."
+    )
+    drift: DriftStatus | None = Field(
+        default=None,
+        description="Desired settings the pods do not run yet (apply OnRequest, a rollback pin, a recipe "
+        "revision pin): what, from where, since when.",
+    )
     workload_id: str | None = Field(
         default=None,
         description="sparkrun workload id, sparkrun_<intent>_<placement>, used by the daemon API.",

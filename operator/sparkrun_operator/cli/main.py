@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -76,6 +77,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sparkrun_operator.cli import gateway
 
         return gateway.run_argv(argv[1:])
+    if "_ARGCOMPLETE" in os.environ:
+        # NB: completion needs every command's options, so it registers them all (argcomplete
+        # runs the program once per TAB with the line in the environment, and exits).
+        import argcomplete
+
+        argcomplete.autocomplete(build_parser(only=None))
     try:
         parser = build_parser(only=command if command in COMMANDS else "")
     except MissingTestbed as error:

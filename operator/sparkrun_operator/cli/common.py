@@ -1,0 +1,144 @@
+"""What every ``sparkrun-k8s`` verb shares (ADR 0047): cluster options, ``--output``, exit
+codes, and running a coroutine on the one Kubernetes client.
+
+A verb module has ``register(subparsers)`` and does its work in ``async def`` functions run by
+:func:`run_async` (ADR 0014: ``asyncio.run`` at the edge, the async client everywhere). It writes
+as field manager :data:`FIELD_MANAGER`. Exit codes are documented in ``docs/cli.md``:
+
+==== ====================================================================================
+0    done
+1    it ran and the answer is no (``upgrade --check`` found objects the new chart rejects)
+2    usage: bad arguments (argparse), a file that cannot be read
+3    the cluster cannot be reached, or the credentials are refused (401)
+4    an object named does not exist
+5    the cluster refused the change (403 forbidden, 409 conflict, 422 invalid)
+130  interrupted (Ctrl-C)
+==== ====================================================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, Literal, TextIO
+
+from sparkrun_operator.k8s import errors
+from sparkrun_operator.k8s.client import Kube
+
+EXIT_OK: Final = 0
+EXIT_NO: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_UNREACHABLE: Final = 3
+EXIT_NOT_FOUND: Final = 4
+EXIT_REFUSED: Final = 5
+EXIT_INTERRUPTED: Final = 130
+
+#: The field manager of every write the CLI makes.
+FIELD_MANAGER: Final = "sparkrun-k8s"
+
+Output = Literal["text", "json", "yaml"]
+OUTPUTS: Final = ("text", "json", "yaml")
+
+
+class CliError(Exception):
+    """A failure the CLI reports in one line and exits with ``code``."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def add_cluster_options(parser: argparse.ArgumentParser, *, namespaced: bool = True) -> None:
+    """``--kubeconfig``, ``--context`` and (``namespaced``) ``-n/--namespace``."""
+    parser.add_argument(
+        "--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)"
+    )
+    parser.add_argument("--context", default=None, help="kubeconfig context (default: the current one)")
+    if namespaced:
+        parser.add_argument(
+            "-n", "--namespace", default=None, help="namespace (default: the context's, else 'default')"
+        )
+
+
+def add_output_option(parser: argparse.ArgumentParser) -> None:
+    """``-o/--output text|json|yaml``."""
+    parser.add_argument(
+        "-o", "--output", choices=OUTPUTS, default="text", help="text for people, json or yaml for scripts"
+    )
+
+
+def emit(data: Any, output: str, text: Callable[[Any], str], *, stream: TextIO | None = None) -> None:
+    """Print ``data`` as ``output``: JSON and YAML as is (keys sorted), text through ``text``."""
+    out = stream or sys.stdout
+    if output == "json":
+        out.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    elif output == "yaml":
+        import yaml
+
+        out.write(yaml.safe_dump(json.loads(json.dumps(data, default=str)), sort_keys=True))
+    else:
+        out.write(text(data))
+
+
+def current_namespace(kubeconfig: str | None, context: str | None) -> str:
+    """The namespace of the kubeconfig context (``default`` when it names none or cannot be read)."""
+    from kubernetes_asyncio.config import kube_config
+
+    try:
+        _contexts, active = kube_config.list_kube_config_contexts(config_file=kubeconfig)
+        contexts = {c["name"]: c for c in _contexts}
+        chosen = contexts.get(context) if context else active
+    except Exception:  # no kubeconfig: the connect error says it better
+        return "default"
+    return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
+
+
+def namespace_of(args: argparse.Namespace) -> str:
+    """``-n`` when given, else the kubeconfig context's namespace."""
+    given = getattr(args, "namespace", None)
+    return str(given) if given else current_namespace(args.kubeconfig, args.context)
+
+
+async def connect(args: argparse.Namespace) -> Kube:
+    """The one Kubernetes client for ``args`` (kubeconfig and context), writing as the CLI."""
+    try:
+        return await Kube.connect(
+            field_manager=FIELD_MANAGER, kubeconfig=args.kubeconfig, context=args.context
+        )
+    except errors.KubeError as error:
+        raise CliError(str(error), EXIT_UNREACHABLE) from error
+
+
+def exit_code_of(error: errors.KubeError) -> int:
+    """The exit code for an apiserver error."""
+    if isinstance(error, errors.KubeNotFound):
+        return EXIT_NOT_FOUND
+    refused = errors.KubeConflict | errors.KubeInvalid | errors.KubeForbidden | errors.KubeBadRequest
+    if isinstance(error, refused):
+        return EXIT_REFUSED
+    if error.status == 401 or isinstance(error, errors.KubeUnavailable) or error.status == 0:
+        return EXIT_UNREACHABLE
+    return EXIT_REFUSED
+
+
+def run_async(work: Callable[[], Awaitable[int]]) -> int:
+    """Run ``work()`` with ``asyncio.run``; a :class:`CliError` or apiserver error is one line on
+    stderr and its exit code, Ctrl-C is 130."""
+    try:
+        return asyncio.run(_guarded(work))
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return EXIT_INTERRUPTED
+    except CliError as error:
+        sys.stderr.write(f"error: {error}\n")
+        return error.code
+    except errors.KubeError as error:
+        sys.stderr.write(f"error: {error}\n")
+        return exit_code_of(error)
+
+
+async def _guarded(work: Callable[[], Awaitable[int]]) -> int:
+    return await work()
