@@ -407,8 +407,9 @@ def test_network_policies(default: Rendered, helm_bin: str, tmp_path: Path) -> N
         "sparkrun-gateway",
         "sparkrun-tests",
         "sparkrun-operator-stop",
+        "sparkrun-upgrade-check",
     }
-    for name in ("sparkrun-tests", "sparkrun-operator-stop"):
+    for name in ("sparkrun-tests", "sparkrun-operator-stop", "sparkrun-upgrade-check"):
         (one_shot,) = [p for p in default.of("NetworkPolicy") if p["metadata"]["name"] == name]
         assert "ingress" not in one_shot["spec"], f"{name}: helm test and hook pods accept no connections"
     stop_pod = default.get("Job", "sparkrun-operator-stop", NAMESPACE)["spec"]["template"]["metadata"][

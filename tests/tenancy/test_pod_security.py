@@ -301,15 +301,15 @@ def test_the_release_accounts_are_never_lent(
     crds: list[str], kube: KubeApi, own_ns: str, tmp_path: Path
 ) -> None:
     """In the release's own namespace, the release's ServiceAccounts (operator, gateway, shim,
-    the uninstall hook) are refused even where ``tenancy.serviceAccounts`` allows every account
-    (``"*": ["*"]``): an engine given the operator's token would hold the operator's rights in
-    every served namespace. Any other account stays allowed by the wildcard."""
+    the uninstall and upgrade-check hooks) are refused even where ``tenancy.serviceAccounts``
+    allows every account (``"*": ["*"]``): an engine given the operator's token would hold the
+    operator's rights in every served namespace. Any other account stays allowed by the wildcard."""
     ns = own_ns
     values = {"tenancy": {"serviceAccounts": {"*": ["*"]}}, "operator": {"stopBeforeUninstall": True}}
     rendered = render(require_helm(), tmp_path, values, "--namespace", ns)
     policy = [d for d in rendered.docs if d["metadata"]["name"].endswith("-workload-pod")]
     accounts = sorted(d["metadata"]["name"] for d in rendered.of("ServiceAccount"))
-    assert len(accounts) == 4, accounts
+    assert len(accounts) == 5, accounts
     for account in (*accounts, "lent"):
         kube.create(
             {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": ns}}
