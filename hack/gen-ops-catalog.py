@@ -10,7 +10,10 @@ version; nothing outside the repository is read):
   ``feature_flag`` and ``secret`` (``x-sparkrun-operation``) and the envelope schemas (Job,
   Prompt, Error, Event, Info, JobAccepted, JobSnapshot);
 - ``sparkrun-daemon-ops.json``: the 94 operations as the daemon API document describes them;
-  their descriptions are the ones we publish.
+  their descriptions are the ones we publish;
+- the project's own operations (ADR 0048), declared in the plugin namespace
+  ``plugins.sparkrun-k8s.`` with schemas from pydantic types
+  (``sparkrun_operator.api.pluginops.declarations``), appended after the reference's.
 
 The output is committed package data (ADR 0005). ``--check`` regenerates in memory and exits 1
 when the committed file differs, so CI catches drift between the spec and the package.
@@ -45,6 +48,17 @@ def _load(name: str) -> Any:
 
 def _digest(name: str) -> str:
     return hashlib.sha256((SPEC / name).read_bytes()).hexdigest()
+
+
+def _project_operations(reference: set[str]) -> list[dict[str, Any]]:
+    """The project's operations (ADR 0048); each must be in the plugin namespace and new."""
+    from sparkrun_operator.api import pluginops
+
+    declared = pluginops.declarations()
+    for op in declared:
+        if not op["name"].startswith(pluginops.PLUGIN_PREFIX) or op["name"] in reference:
+            raise SystemExit(f"{op['name']}: project operations live under {pluginops.PLUGIN_PREFIX}")
+    return declared
 
 
 def build() -> dict[str, Any]:
@@ -89,6 +103,7 @@ def build() -> dict[str, Any]:
                 "result_schema": ref["result_schema"],
             }
         )
+    operations.extend(_project_operations(set(reference)))
     schemas = openapi["components"]["schemas"]
     envelopes = {}
     for name in ENVELOPES:

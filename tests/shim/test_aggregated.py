@@ -163,7 +163,7 @@ def test_the_daemon_api_through_the_aggregation_layer(
             assert info["protocol"] == 1
             assert info["runtime"]["identity"] == "front-proxy"
             assert info["runtime"]["principal"] == "sparkrun-admin"
-            assert len(_raw(kubectl, prefix + "/v1/ops")) == 67
+            assert len(_raw(kubectl, prefix + "/v1/ops")) == 67 + 4  # + the project's (ADR 0048)
             reader_ops = _raw(kubectl, prefix + "/v1/ops", "--token", env.tokens["reader"])
             assert {op["scope"] for op in reader_ops} == {"read"}
             denied = kubectl(

@@ -1,13 +1,13 @@
 """Every enabled operation, run once through the shim against the testbed.
 
-Each of the 67 enabled operations is called with valid arguments as the document's users would
-(jobs through their HTTP alias, queries inline) and must end as expected: succeeded, or failed
-with the typed error its situation calls for (a JobSet that does not exist is a
-``LookupError``). A job that succeeded passed the runtime check of its result against the
-reference result schema, so this also proves every executor's result shape. Effects are checked
-where they are the point (the cluster exists, the alias is saved, the recipe was imported).
-The ten ``model_cache.*`` operations need a claim with a cache and process nodes: here they must
-fail as ``LookupError`` for a claim that does not exist; they succeed, each one, in
+Each of the 71 enabled operations (the reference's 67, the project's 4) is called with valid
+arguments as the document's users would (jobs through their HTTP alias, queries inline) and must
+end as expected: succeeded, or failed with the typed error its situation calls for (a JobSet that
+does not exist is a ``LookupError``). A job that succeeded passed the runtime check of its result
+against the reference result schema, so this also proves every executor's result shape. Effects
+are checked where they are the point (the cluster exists, the alias is saved, the recipe was
+imported). The ten ``model_cache.*`` operations need a claim with a cache and process nodes: here
+they must fail as ``LookupError`` for a claim that does not exist; they succeed, each one, in
 ``tests/operator/test_modelcache_ops.py``.
 
 The shim and the operator run with exactly the chart's RBAC (their ServiceAccounts' tokens,
@@ -149,6 +149,23 @@ def test_every_enabled_operation_runs(daemon: Daemon) -> None:
         assert run("workloads.status", guarded, who="reader")["state"] == "ready"
         run("workloads.sleep", guarded, who="operator", error="Conflict")  # started without sleep mode
         assert run("workloads.wake", guarded, who="operator")["state"] == "ready"
+        # The project's own operations (ADR 0048; a rollback the operator serves:
+        # tests/shim/test_rollout_ops.py), by workload id as the daemon's clients address it.
+        kept = run("plugins.sparkrun-k8s.workloads.history", {"workload": workload_id}, who="reader")
+        assert kept["workload"] == "qwen3-8b-vllm"
+        run(
+            "plugins.sparkrun-k8s.workloads.rollback",
+            {"workload": workload_id, "revision": 99},
+            who="operator",
+            error="LookupError",
+        )
+        run(
+            "plugins.sparkrun-k8s.workloads.apply_drift",
+            {"workload": workload_id},
+            who="operator",
+            error="Conflict",
+        )
+        run("plugins.sparkrun-k8s.clusters.apply_drift", {"cluster": cluster}, error="Conflict")
         # The idle policy's zero replicas (as the autoscaler leaves them, ADR 0045): reported as
         # such, and workloads.wake brings the replicas back, as a request through the gateway does.
         path = daemon.kube.resource_path(

@@ -1,7 +1,8 @@
 """The daemon operation catalog: completeness against the spec, schema fidelity, availability.
 
 Tested: all 94 operations of the document are registered with its kind, scope, alias, version
-and reservation; request/result schemas equal the reference daemon's; every request schema
+and reservation (beside the project's own in ``plugins.sparkrun-k8s.``, ADR 0048,
+tests/unit/test_pluginops.py); request/result schemas equal the reference daemon's; every request schema
 refuses unknown top-level fields; the committed package data is what the generator produces
 from the vendored ``spec/daemon-api`` (no drift); every disabled operation says why and what to use instead.
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkrun_operator.api import pluginops
 from sparkrun_operator.ops import catalog
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,7 +33,9 @@ def _spec(name: str) -> list[dict]:
 def test_every_documented_operation_is_registered_as_documented() -> None:
     ops = catalog.load()
     documented = _spec("sparkrun-daemon-ops.json")
-    assert len(ops) == len(documented) == 94
+    reference = [op for op in ops if op.owner != pluginops.PLUGIN_ID]
+    assert len(reference) == len(documented) == 94
+    assert len(ops) == 94 + len(pluginops.OPERATIONS)
     for doc in documented:
         op = ops.get(doc["name"])
         assert (op.kind, op.scope, op.http_path, op.version, op.resources) == (
@@ -65,7 +69,7 @@ def test_every_request_schema_refuses_unknown_top_level_fields() -> None:
 
 def test_aliases_are_unique_and_resolve_back() -> None:
     ops = catalog.load()
-    assert len(ops.paths) == 94
+    assert len(ops.paths) == 94 + len(pluginops.OPERATIONS)
     for path, op in ops.paths.items():
         assert ops.by_path(path) is op
     assert ops.get("plugins.k8s.list_nodes").http_path == "/v1/plugins/k8s/ops/list_nodes"
@@ -86,7 +90,7 @@ def test_committed_catalog_matches_the_generator() -> None:
 def test_availability_policy() -> None:
     ops = catalog.load()
     codes = {op.name: op.availability.code for op in ops}
-    assert sum(code == "enabled" for code in codes.values()) == 67
+    assert sum(code == "enabled" for code in codes.values()) == 67 + len(pluginops.OPERATIONS)
     for name in ("setup.mesh_ssh_keys", "tailscale.join", "proxy.install_service", "proxy.discovery.ensure"):
         assert codes[name] == "not_applicable"
     for name in (

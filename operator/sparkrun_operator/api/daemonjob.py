@@ -87,10 +87,11 @@ class DaemonJobSpec(KubeModel):
     )
 
     operation: str = Field(
-        description="Operation name, e.g. workloads.run.",
+        description="Operation name, e.g. workloads.run, or a plugin's, plugins.<plugin-id>.<local name> "
+        "(a plugin id has hyphens: plugins.sparkrun-k8s.workloads.rollback).",
         min_length=1,
         max_length=128,
-        pattern=r"^[a-z0-9_]+(\.[a-z0-9_]+)+$",
+        pattern=r"^[a-z0-9_]+(\.[a-z0-9_-]+)+$",
         json_schema_extra={"x-kubernetes-validations": [cel.immutable("operation")]},
     )
     operation_version: int = Field(

@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK (argcomplete's shell hook completes console scripts whose module says so)
 """The ``sparkrun-k8s`` command.
 
 Each subcommand lives in its own module with a ``register(subparsers)`` function. Only the
@@ -27,6 +28,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "shim": ("sparkrun_operator.cli.shim", "the daemon-compatible API (serve it, or call it)"),
     "gateway": ("sparkrun_operator.cli.gateway", "run the OpenAI/Anthropic/Ollama inference gateway"),
     "validate": ("sparkrun_operator.cli.validate", "check sparkrun.dev manifests offline"),
+    "upgrade": ("sparkrun_operator.cli.upgrade", "check that a new chart's CRDs accept every stored object"),
+    "rollout": ("sparkrun_operator.cli.rollout", "a workload's revisions: history, undo, apply drift, unpin"),
 }
 
 #: the testbed's import package; ``demo`` and ``testbed`` fail without it
@@ -68,6 +71,16 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _completion_parser() -> argparse.ArgumentParser:
+    """The parser for completing ``COMP_LINE``: its command in full, the rest as names."""
+    words = os.environ.get("COMP_LINE", "")[: int(os.environ.get("COMP_POINT") or 0) or None].split()[1:]
+    command = next((w for w in words if w in COMMANDS), "")
+    try:
+        return build_parser(only=command)
+    except MissingTestbed:
+        return build_parser(only="")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
@@ -78,11 +91,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return gateway.run_argv(argv[1:])
     if "_ARGCOMPLETE" in os.environ:
-        # NB: completion needs every command's options, so it registers them all (argcomplete
-        # runs the program once per TAB with the line in the environment, and exits).
+        # NB: argcomplete runs the program once per TAB with the line in the environment, and
+        # exits. Only the command on the line is registered fully (the others are names), so a
+        # TAB stays fast and works without the testbed.
         import argcomplete
 
-        argcomplete.autocomplete(build_parser(only=None))
+        argcomplete.autocomplete(_completion_parser())
     try:
         parser = build_parser(only=command if command in COMMANDS else "")
     except MissingTestbed as error:

@@ -1,4 +1,8 @@
-"""The catalog of the 94 daemon operations: names, kinds, scopes, aliases, schemas, availability.
+"""The catalog of the daemon operations: names, kinds, scopes, aliases, schemas, availability.
+
+The reference daemon's 94, plus the project's own in the plugin namespace
+``plugins.sparkrun-k8s.`` (ADR 0048: owner ``sparkrun-k8s``, schemas from the pydantic types of
+``api/pluginops.py``, merged into the same generated file).
 
 Every operation of the daemon API document is registered here with the exact declaration of the
 reference daemon (sparkrun 0.4.1): kind, scope, reservation policy (``resources``), version,

@@ -18,6 +18,7 @@ from sparkrun_operator.ops.executors import (
     modelcache,
     proxy,
     recipes,
+    rollout,
     workloads,
 )
 from sparkrun_operator.ops.invocation import ArgumentCheck, Executor
@@ -34,6 +35,7 @@ EXECUTORS: dict[str, Executor] = {
     **recipes.EXECUTORS,
     **modelcache.EXECUTORS,
     **benchmarks.EXECUTORS,
+    **rollout.EXECUTORS,
 }
 
 #: The job operations whose arguments the daemon API checks at submission (422 before the 202).

@@ -1,0 +1,351 @@
+"""Day two's operations on one workload or cluster, shared by the daemon API and the CLI (ADR 0046,
+0048): read a workload's kept revisions, roll back (pin ``spec.rollout.revision``), unpin, and
+approve pending drift (``spec.rollout.approve``, an InferenceCluster's ``spec.approve``).
+
+Every function takes a :class:`~sparkrun_operator.k8s.client.Kube` that writes as the caller's
+field manager (``sparkrun-daemon-api`` for the daemon API's executors, ``sparkrun-k8s`` for the
+CLI) and a namespace; the callers authorize first (the daemon's scope rule, or the user's own
+Kubernetes rights for the CLI). Writes are JSON patches whose first operation tests
+``metadata.generation``: a spec change made between the read and the write refuses the write
+(409, reason ``changed``), never a lost write, while the operator's status writes, which leave the
+generation alone, do not (a ``resourceVersion`` precondition would lose to them every few
+seconds while pods move). Refusals are the daemon's typed errors
+(:mod:`sparkrun_operator.ops.errors`), with ``attrs.reason`` naming the case:
+
+==================== ===== ==========================================================================
+reason               HTTP  when
+==================== ===== ==========================================================================
+(LookupError)        404   no such workload or cluster
+revision_not_kept    404   the rollback's revision is not a kept revision of the workload
+no_previous_revision 409   a rollback without a revision, and status.history has no previous one
+no_drift             409   apply_drift, and status.drift is empty (or the cluster has none)
+drift_unresolved     409   the drift's desired settings cannot be resolved (no hash to approve)
+recipe_revision_pin  409   the drift is spec.recipe.revision's pin: edit that field instead
+not_on_request       409   apply_drift on a workload that applies changes Immediately and is unpinned
+stale_revision       409   the caller's hash is not the pending drift's (it changed since it looked)
+changed              409   the spec changed between the read and the write
+==================== ===== ==========================================================================
+
+The ControllerRevisions are the operator's (the chart grants tenants no write on them); a
+revision is trusted only when the workload controls it (``ownerReferences`` with the workload's
+uid) and its ``data`` validates as :class:`~sparkrun_operator.api.history.ServingRevision`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from sparkrun_operator.api.history import (
+    MAX_HISTORY_LIMIT,
+    ClusterDrift,
+    DriftStatus,
+    HistoryStatus,
+    ServingRevision,
+)
+from sparkrun_operator.api.pluginops import (
+    ApplyDriftResult,
+    ClusterApplyDriftResult,
+    HistoryResult,
+    RevisionEntry,
+    RollbackResult,
+)
+from sparkrun_operator.k8s import errors
+from sparkrun_operator.k8s.client import Kube
+from sparkrun_operator.k8s.resources import CONTROLLER_REVISIONS, Resource
+from sparkrun_operator.ops import kube
+from sparkrun_operator.ops.errors import Conflict, NotFound
+from sparkrun_operator.render import keys
+
+__all__ = [
+    "apply_cluster_drift",
+    "apply_drift",
+    "find_cluster",
+    "find_workload",
+    "history",
+    "kept_revisions",
+    "rollback",
+]
+
+#: The most revisions read for one workload (the operator keeps at most the history limit plus the
+#: pinned one and those with live JobSets).
+MAX_REVISIONS_READ: Final = 2 * MAX_HISTORY_LIMIT
+
+
+def _refuse(detail: str, reason: str, **attrs: Any) -> Conflict:
+    return Conflict(detail, attrs={"reason": reason, **attrs})
+
+
+async def find_workload(rest: Kube, namespace: str, ref: str) -> dict[str, Any]:
+    """The InferenceWorkload ``ref`` names in ``namespace``: by name, else by its workload id
+    (``status.workloadId``, the daemon's handle). ``NotFound`` when neither finds one."""
+    if "_" not in ref and "/" not in ref:
+        found = await rest.get(kube.WORKLOADS, kube.check_name(ref, "workload"), namespace)
+        if found is not None:
+            return found
+    else:
+        for workload in await rest.list(kube.WORKLOADS, namespace):
+            if kube.workload_id_of(workload) == ref:
+                return workload
+    raise NotFound(f"InferenceWorkload {ref} not found in namespace {namespace}")
+
+
+async def find_cluster(rest: Kube, name: str) -> dict[str, Any]:
+    """The InferenceCluster ``name`` (``NotFound`` when absent)."""
+    found = await rest.get(kube.CLUSTERS, kube.check_name(name, "cluster"))
+    if found is None:
+        raise NotFound(f"InferenceCluster {name} not found")
+    return found
+
+
+def _controlled_by(obj: Mapping[str, Any], uid: str) -> bool:
+    return any(
+        ref.get("controller") is True and ref.get("uid") == uid
+        for ref in (obj.get("metadata") or {}).get("ownerReferences") or ()
+    )
+
+
+async def kept_revisions(
+    rest: Kube, workload: Mapping[str, Any]
+) -> list[tuple[int, dict[str, Any], ServingRevision]]:
+    """The workload's trusted ControllerRevisions, ``(number, object, data)``, oldest first."""
+    meta = workload.get("metadata") or {}
+    uid = str(meta.get("uid") or "")
+    found = await rest.list(
+        CONTROLLER_REVISIONS,
+        meta.get("namespace"),
+        label_selector=f"{keys.LABEL_WORKLOAD}={meta.get('name')}",
+    )
+    kept: list[tuple[int, dict[str, Any], ServingRevision]] = []
+    for obj in found[:MAX_REVISIONS_READ]:
+        number = obj.get("revision")
+        if not uid or not _controlled_by(obj, uid) or type(number) is not int or number < 1:
+            continue
+        try:
+            data = ServingRevision.model_validate(obj.get("data") or {})
+        except ValidationError:
+            continue  # NB: not the operator's document: never shown, never a rollback target
+        kept.append((number, obj, data))
+    kept.sort(key=lambda item: item[0])
+    return kept
+
+
+def _entry(number: int, obj: Mapping[str, Any], data: ServingRevision, *, current: bool) -> RevisionEntry:
+    meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    return RevisionEntry(
+        number=number,
+        name=str(meta.get("name", ""))[:253],
+        hash=data.hash,
+        cause=data.cause,
+        rollback_of=data.rollback_of,
+        created=meta.get("creationTimestamp"),
+        served_from=(annotations.get(keys.ANNOTATION_SERVED_FROM) or None)
+        and str(annotations[keys.ANNOTATION_SERVED_FROM])[:64],
+        served_until=(annotations.get(keys.ANNOTATION_SERVED_UNTIL) or None)
+        and str(annotations[keys.ANNOTATION_SERVED_UNTIL])[:64],
+        current=current,
+        recipe=data.recipe,
+        changes=data.changes,
+    )
+
+
+def _rollout(workload: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(((workload.get("spec") or {}).get("rollout")) or {})
+
+
+def _status_part(
+    workload: Mapping[str, Any], key: str, model: type[HistoryStatus] | type[DriftStatus]
+) -> Any:
+    """``status.<key>`` as ``model`` (``None`` when absent or not the operator's shape)."""
+    raw = (workload.get("status") or {}).get(key)
+    if not raw:
+        return None
+    try:
+        return model.model_validate(raw)
+    except ValidationError:
+        return None
+
+
+async def history(rest: Kube, namespace: str, ref: str) -> HistoryResult:
+    """The workload's kept revisions (the newest is current), its history and drift status."""
+    workload = await find_workload(rest, namespace, ref)
+    kept = await kept_revisions(rest, workload)
+    rollout = _rollout(workload)
+    newest = kept[-1][0] if kept else None
+    return HistoryResult(
+        workload=workload["metadata"]["name"],
+        namespace=namespace,
+        apply=rollout.get("apply") if rollout.get("apply") in ("Immediate", "OnRequest") else "Immediate",
+        pinned=rollout.get("revision"),
+        approved=rollout.get("approve"),
+        revisions=[_entry(n, obj, data, current=n == newest) for n, obj, data in kept],
+        history=_status_part(workload, "history", HistoryStatus),
+        drift=_status_part(workload, "drift", DriftStatus),
+    )
+
+
+async def _write(
+    rest: Kube,
+    resource: Resource,
+    obj: Mapping[str, Any],
+    *,
+    sets: Mapping[str, Any],
+    removes: tuple[str, ...] = (),
+) -> None:
+    """A JSON patch of ``spec.<field>`` values (``sets``, ``None`` dropped) and removals, guarded
+    by a test of ``metadata.generation``: the spec as read is the spec written over. Status writes
+    (the operator's, every few seconds while pods move) leave the generation alone, so they never
+    refuse the write; a spec change since the read is a :class:`Conflict` (reason ``changed``)."""
+    meta = obj["metadata"]
+    spec = obj.get("spec") or {}
+    ops: list[dict[str, Any]] = [
+        {"op": "test", "path": "/metadata/generation", "value": meta.get("generation")}
+    ]
+    for path in removes:
+        parent, _, key = path.rpartition("/")
+        if key in _at(spec, parent):
+            ops.append({"op": "remove", "path": f"/spec{path}"})
+    for path, value in sets.items():
+        parent, _, key = path.rpartition("/")
+        if parent and not isinstance(_at(spec, parent, None), Mapping):
+            ops.append({"op": "add", "path": f"/spec{parent}", "value": {key: value}})
+        else:
+            ops.append({"op": "add", "path": f"/spec{path}", "value": value})
+    namespace = meta.get("namespace")
+    try:
+        await rest.request(
+            "PATCH",
+            resource.path(namespace, meta["name"]),
+            body=ops,
+            content_type="application/json-patch+json",
+        )
+    except errors.KubeInvalid as error:
+        current = await rest.get(resource, meta["name"], namespace)
+        if current is not None and current["metadata"].get("generation") == meta.get("generation"):
+            raise
+        raise _refuse(
+            f"{resource.kind} {meta['name']} changed since it was read; read it and try again", "changed"
+        ) from error
+
+
+def _at(spec: Mapping[str, Any], parent: str, default: Any = ()) -> Any:
+    """The value at ``parent`` (``/a/b``) under ``spec`` (``default`` when absent)."""
+    node: Any = spec
+    for key in filter(None, parent.split("/")):
+        if not isinstance(node, Mapping) or key not in node:
+            return default
+        node = node[key]
+    return node
+
+
+def default_revision(workload: Mapping[str, Any]) -> int:
+    """Where a rollback goes without a revision: ``status.history.previous``."""
+    previous = (((workload.get("status") or {}).get("history")) or {}).get("previous") or {}
+    number = previous.get("number")
+    if type(number) is not int or number < 1:
+        name = workload["metadata"]["name"]
+        raise _refuse(
+            f"InferenceWorkload {name} has no previous revision to roll back to", "no_previous_revision"
+        )
+    return number
+
+
+async def rollback(
+    rest: Kube, workload: Mapping[str, Any], *, revision: int | None = None, clear: bool = False
+) -> RollbackResult:
+    """Pin ``spec.rollout.revision`` to ``revision`` (default: the previous one), which must be
+    kept; with ``clear``, remove the pin. No write when the spec already says so."""
+    meta = workload["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    before = _rollout(workload).get("revision")
+    if clear:
+        target = None
+    else:
+        target = revision if revision is not None else default_revision(workload)
+        numbers = [n for n, _obj, _data in await kept_revisions(rest, workload)]
+        if target not in numbers:
+            raise NotFound(
+                f"InferenceWorkload {name} keeps no revision {target} (kept: {numbers or 'none'})",
+                attrs={"reason": "revision_not_kept", "kept": numbers},
+            )
+    changed = before != target
+    if changed:
+        if target is None:
+            await _write(rest, kube.WORKLOADS, workload, sets={}, removes=("/rollout/revision",))
+        else:
+            await _write(rest, kube.WORKLOADS, workload, sets={"/rollout/revision": target})
+    return RollbackResult(workload=name, namespace=namespace, revision=target, before=before, changed=changed)
+
+
+def _pending(present: bool, pending: str | None, given: str | None, what: str) -> str:
+    """The hash to approve: the pending drift's, refusing a caller's stale one."""
+    if not present:
+        raise _refuse(f"{what} has no pending drift", "no_drift")
+    if not pending:
+        raise _refuse(f"{what}: the drift's desired settings cannot be resolved yet", "drift_unresolved")
+    if given is not None and given != pending:
+        raise _refuse(
+            f"{what}: the pending drift is {pending}, not {given} (it changed since it was read)",
+            "stale_revision",
+            pending=pending,
+        )
+    return pending
+
+
+async def apply_drift(
+    rest: Kube, workload: Mapping[str, Any], *, revision: str | None = None
+) -> ApplyDriftResult:
+    """Approve the workload's pending drift (``spec.rollout.approve``); while a rollback pins it,
+    the pin is removed in the same write (applying drift means following the spec again)."""
+    meta = workload["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    what = f"InferenceWorkload {name}"
+    rollout = _rollout(workload)
+    drift: DriftStatus | None = _status_part(workload, "drift", DriftStatus)
+    if drift is not None and drift.reason == "RecipeRevisionPinned":
+        raise _refuse(
+            f"{what}: spec.recipe.revision pins an older Recipe revision; edit it", "recipe_revision_pin"
+        )
+    pinned = rollout.get("revision")
+    if rollout.get("apply") != "OnRequest" and pinned is None:
+        raise _refuse(
+            f"{what} applies changes Immediately and holds no rollback: nothing to approve", "not_on_request"
+        )
+    pending = _pending(drift is not None, drift.revision if drift is not None else None, revision, what)
+    changed = rollout.get("approve") != pending or pinned is not None
+    if changed:
+        await _write(
+            rest, kube.WORKLOADS, workload, sets={"/rollout/approve": pending}, removes=("/rollout/revision",)
+        )
+    changes = drift.changes if drift is not None else []
+    return ApplyDriftResult(
+        workload=name,
+        namespace=namespace,
+        approved=pending,
+        unpinned=pinned,
+        changes=changes,
+        changed=changed,
+    )
+
+
+async def apply_cluster_drift(
+    rest: Kube, cluster: Mapping[str, Any], *, revision: str | None = None
+) -> ClusterApplyDriftResult:
+    """Approve an InferenceCluster's pending drift (``spec.approve``)."""
+    name = cluster["metadata"]["name"]
+    raw = (cluster.get("status") or {}).get("drift")
+    try:
+        drift = ClusterDrift.model_validate(raw) if raw else None
+    except ValidationError:
+        drift = None
+    pending = _pending(
+        drift is not None, drift.revision if drift is not None else None, revision, f"InferenceCluster {name}"
+    )
+    changed = (cluster.get("spec") or {}).get("approve") != pending
+    if changed:
+        await _write(rest, kube.CLUSTERS, cluster, sets={"/approve": pending})
+    items = drift.items if drift is not None else []
+    return ClusterApplyDriftResult(cluster=name, approved=pending, items=items, changed=changed)
