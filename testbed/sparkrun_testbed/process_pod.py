@@ -27,10 +27,13 @@ A :class:`PodWorker` owns one pod (by UID) and does, in order:
 Each container runs as a process-group leader (its own session) with stdout and stderr appended
 to ``<pod dir>/logs/<container>_<restart>.log`` (what ``kubectl logs`` reads); when the main
 process exits, the rest of its group is killed, as a container runtime kills a container's
-cgroup. A container's environment and command come from :mod:`.process_env`, its executable
-from :mod:`.process_images`. Every status change marks the pod dirty; one writer task per pod
-patches ``pods/status`` (strategic merge, so conditions owned by others survive) with the
-latest state, skipping writes that would change nothing.
+cgroup. A finished container's termination message is its ``terminationMessagePath`` file (a
+file of its own mounted there when the path lies under ``/run`` and the pod has a mount
+namespace), else with ``FallbackToLogsOnError`` and a failure the end of its log
+(:func:`~.process_status.termination_message`). A container's environment and command come
+from :mod:`.process_env`, its executable from :mod:`.process_images`. Every status change marks
+the pod dirty; one writer task per pod patches ``pods/status`` (strategic merge, so conditions
+owned by others survive) with the latest state, skipping writes that would change nothing.
 """
 
 from __future__ import annotations
@@ -63,17 +66,35 @@ from sparkrun_testbed.process_api import call_json
 from sparkrun_testbed.process_events import Events
 from sparkrun_testbed.process_status import (
     FAILED,
+    FALLBACK_LOG_BYTES,
     TERMINAL,
+    TERMINATION_MESSAGE_BYTES,
     ContainerState,
     PodView,
+    exit_reason,
     phase,
     pod_status,
     terminal_phase_after_kill,
+    termination_message,
 )
 
 log = logging.getLogger("sparkrun.testbed.process")
 
 _NOT_FOUND = 404
+#: A container's ``terminationMessagePath`` when its spec names none.
+DEFAULT_TERMINATION_PATH = "/dev/termination-log"
+
+
+def _read(path: Path, *, head: int = 0, tail: int = 0) -> bytes | None:
+    """The first ``head`` or last ``tail`` bytes of ``path``; ``None`` when it does not exist."""
+    try:
+        with path.open("rb") as f:
+            if tail:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - tail))
+                return f.read(tail)
+            return f.read(head)
+    except OSError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -501,7 +522,8 @@ class PodWorker:
                 del self.running[state.name]
         code = exit_code_of(returncode)
         log.info("pod %s/%s: container %s exited %d", self.namespace, self.name, state.name, code)
-        state.finish(code)
+        message = await asyncio.to_thread(self._termination_message, spec, state, log_path, code)
+        state.finish(code, message=message)
         self._dirty.set()
         if started is not None and not started.is_set():
             started.set()  # a sidecar that died before starting must not block the pod
@@ -623,9 +645,11 @@ class PodWorker:
                     log.warning("pod %s/%s: token refresh failed: %s", self.namespace, self.name, e)
 
     def _mounts(self, spec: Mapping[str, Any], state: ContainerState) -> list[str]:
-        """The sandbox setup lines for the container's volume mounts; problems become events."""
+        """The sandbox setup lines for the container's volume mounts and its termination message
+        file; problems become events."""
+        extra = self._termination_mounts(spec, state)
         if not spec.get("volumeMounts"):
-            return []
+            return process_volumes.mount_script(extra) if extra else []
         if self.sandbox is None or self.sandbox.netns is None:
             self._report(
                 "loopback",
@@ -637,7 +661,43 @@ class PodWorker:
         mounts, problems = process_volumes.mounts_for(spec, self.volumes)
         for problem in problems:
             self._report(problem, "FailedMount", problem, state)
-        return process_volumes.mount_script(mounts)
+        return process_volumes.mount_script([*mounts, *extra])
+
+    # -- termination messages ---------------------------------------------------------------------
+
+    def _termination_file(self, state: ContainerState) -> Path:
+        return self.dir / "termination" / f"{state.name}_{state.restart_count}"
+
+    def _termination_mounts(
+        self, spec: Mapping[str, Any], state: ContainerState
+    ) -> list[process_volumes.Mount]:
+        """The container's ``terminationMessagePath`` as a fresh file of its own, as a kubelet
+        mounts one; here only where a mount point can be made (a mount namespace, a path under
+        ``/run``): elsewhere (the default ``/dev/termination-log``) there is no file, and a
+        ``FallbackToLogsOnError`` container's message is the end of its log."""
+        target = os.path.realpath(str(spec.get("terminationMessagePath") or DEFAULT_TERMINATION_PATH))
+        if self.sandbox is None or self.sandbox.netns is None:
+            return []
+        if not any(target.startswith(d + "/") for d in process_volumes.RUN_DIRS):
+            return []
+        host = self._termination_file(state)
+        host.parent.mkdir(exist_ok=True)
+        host.write_bytes(b"")
+        return [process_volumes.Mount(target=target, source=str(host), file=True)]
+
+    def _termination_message(
+        self, spec: Mapping[str, Any], state: ContainerState, log_path: Path, code: int
+    ) -> str:
+        """``state.terminated.message`` of a finished run (blocking reads of a few KiB: run it in
+        a worker thread)."""
+        file_text = _read(self._termination_file(state), head=TERMINATION_MESSAGE_BYTES)
+        return termination_message(
+            policy=spec.get("terminationMessagePolicy"),
+            exit_code=code,
+            reason=exit_reason(code),
+            file_text=file_text,
+            log_end=_read(log_path, tail=FALLBACK_LOG_BYTES) or b"",
+        )
 
     def _report(self, key: str, reason: str, message: str, state: ContainerState) -> None:
         # NB: once per pod and problem; restarts would repeat them otherwise.
@@ -806,7 +866,12 @@ class PodWorker:
         for running in runs:
             state = running.state
             if state.running and running.proc.returncode is not None:
-                state.finish(exit_code_of(running.proc.returncode))
+                code = exit_code_of(running.proc.returncode)
+                message = await asyncio.to_thread(
+                    self._termination_message, running.spec, state, running.log_path, code
+                )
+                if state.running:
+                    state.finish(code, message=message)
         if self.sandbox is not None:
             for pid in self.host.network.pids(self.sandbox):
                 with contextlib.suppress(ProcessLookupError):

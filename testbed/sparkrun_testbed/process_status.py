@@ -5,8 +5,10 @@
 ``phase``, the conditions a kubelet owns (``PodReadyToStartContainers``, ``Initialized``,
 ``ContainersReady``, ``Ready``), ``initContainerStatuses``/``containerStatuses`` (``state``
 waiting/running/terminated, ``lastState``, ``ready``, ``started``, ``restartCount``, ids),
-``podIP(s)``, ``hostIP(s)`` and ``startTime``. ``PodScheduled`` (the scheduler's) and any
-condition another component set are left alone: conditions are patched by ``type``.
+``podIP(s)``, ``hostIP(s)`` and ``startTime``; a finished container's termination message
+(:func:`termination_message`: its file, else with ``FallbackToLogsOnError`` the end of its log).
+``PodScheduled`` (the scheduler's) and any condition another component set are left alone:
+conditions are patched by ``type``.
 
 Phase follows the kubelet's rules: Pending until every init container succeeded and some
 container started; Running while a container runs or will be restarted; Succeeded when every
@@ -64,6 +66,41 @@ class Terminated:
         if self.container_id:
             body["containerID"] = self.container_id
         return body
+
+
+#: The kubelet's bounds on a termination message: the file's first bytes (``MaxContainer
+#: TerminationMessageLength``), and with ``FallbackToLogsOnError`` the log's last lines and bytes.
+TERMINATION_MESSAGE_BYTES = 4096
+FALLBACK_LOG_LINES = 80
+FALLBACK_LOG_BYTES = 2048
+FALLBACK_TO_LOGS = "FallbackToLogsOnError"
+#: A container that could not be started has no log to fall back to.
+CANNOT_RUN = "ContainerCannotRun"
+
+
+def log_tail(data: bytes) -> str:
+    """The end of a container log as the kubelet puts it in a termination message: its last
+    :data:`FALLBACK_LOG_LINES` lines, of which the last :data:`FALLBACK_LOG_BYTES` bytes (the
+    first line may be cut, even inside a character). ``data`` needs to hold only the log's last
+    :data:`FALLBACK_LOG_BYTES` bytes."""
+    data = data[-FALLBACK_LOG_BYTES:]
+    lines = data.splitlines(keepends=True)
+    return b"".join(lines[-FALLBACK_LOG_LINES:]).decode("utf-8", "replace")
+
+
+def termination_message(
+    *, policy: str | None, exit_code: int, reason: str, file_text: bytes | None, log_end: bytes
+) -> str:
+    """``state.terminated.message`` as the kubelet fills it: the container's termination message
+    file (at most :data:`TERMINATION_MESSAGE_BYTES` bytes; ``None``: there is none), else, with
+    ``terminationMessagePolicy: FallbackToLogsOnError`` and a failure (a non-zero exit of a
+    container that ran), the end of its log (:func:`log_tail`; ``log_end``: the log's last
+    :data:`FALLBACK_LOG_BYTES` bytes at least)."""
+    if file_text:
+        return file_text[:TERMINATION_MESSAGE_BYTES].decode("utf-8", "replace")
+    if policy == FALLBACK_TO_LOGS and exit_code != 0 and reason != CANNOT_RUN:
+        return log_tail(log_end)
+    return ""
 
 
 def exit_reason(exit_code: int) -> str:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import signal
 import time
+from pathlib import Path
 
 from .conftest import EngineProc, StartEngine, free_port
 
 
-def group(start_engine: StartEngine, nnodes: int, master_port: int, rank: int) -> EngineProc:
+def group(
+    start_engine: StartEngine, nnodes: int, master_port: int, rank: int, env: dict[str, str] | None = None
+) -> EngineProc:
     args = [
         "org/big",
         "--tensor-parallel-size",
@@ -33,7 +36,7 @@ def group(start_engine: StartEngine, nnodes: int, master_port: int, rank: int) -
     ]
     if rank:
         args.append("--headless")
-    return start_engine(*args, wait=False)
+    return start_engine(*args, env=env, wait=False)
 
 
 def assert_stays(engine: EngineProc, status: int | None, seconds: float) -> None:
@@ -103,6 +106,39 @@ def test_signal_stops_a_worker_cleanly(start_engine: StartEngine) -> None:
     leader.proc.send_signal(signal.SIGTERM)
     assert leader.wait_exit(10) == 0
     assert worker.wait_exit(10) != 0
+
+
+def test_a_rank_fails_on_request_a_number_of_times(start_engine: StartEngine, tmp_path: Path) -> None:
+    """``SPARKRUN_ENGINE_FAIL_*``: the worker prints its last words and exits with the status
+    asked for, after it joined; the leader notices only after the heartbeat timeout (so the
+    worker's failure is the group's first); with a ledger, only so many times."""
+    ledger = tmp_path / "ledger"
+    env = {
+        "SPARKRUN_ENGINE_FAIL_RANK": "1",
+        "SPARKRUN_ENGINE_FAIL_AFTER": "0.2",
+        "SPARKRUN_ENGINE_FAIL_CODE": "7",
+        "SPARKRUN_ENGINE_FAIL_MESSAGE": "last words",
+        "SPARKRUN_ENGINE_FAIL_TIMES": "1",
+        "SPARKRUN_ENGINE_FAIL_LEDGER": str(ledger),
+        "SPARKRUN_ENGINE_HEARTBEAT_SECONDS": "0.2",
+    }
+    master_port = free_port()
+    leader = group(start_engine, 2, master_port, 0, env)
+    worker = group(start_engine, 2, master_port, 1, env)
+    assert worker.wait_exit(10) == 7
+    assert "last words" in worker.log()
+    assert "rank 1 fails on request (exit status 7)" in worker.log()
+    assert leader.proc.poll() is None  # not at once: after five missed beats (1 s here)
+    assert leader.wait_exit(10) == 1
+    assert ledger.read_text() == "failed\n"
+    # the ledger is full: the next group serves
+    master_port = free_port()
+    leader = group(start_engine, 2, master_port, 0, env)
+    worker = group(start_engine, 2, master_port, 1, env)
+    wait_health(leader, 200)
+    wait_for_log(worker, "rank 1 failed 1 times on request: it fails no more")
+    assert worker.proc.poll() is None
+    assert leader.health() == 200
 
 
 def wait_for_log(engine: EngineProc, text: str, timeout: float = 10) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from sparkrun_operator.controllers.config import OperatorConfig
+from sparkrun_operator.controllers.failurelog import FailureLog
 from sparkrun_operator.controllers.gate import PriorityGate
 from sparkrun_operator.controllers.metrics import Metrics
 from sparkrun_operator.controllers.triggers import Triggers
@@ -55,6 +56,9 @@ class Memo:
     #: Workload key -> the autoscaler's news for the planner (``controllers/autoscale.py``): its
     #: last decision and the idle clock, folded into ``status.scaling`` by the next full pass.
     scaling: dict[tuple[str, str], ScalingView] = field(default_factory=dict)
+    #: Workload key -> the failures its pods' events showed, log lines redacted (bounded; the
+    #: planner folds them into ``status.firstFailure`` / ``lastFailure``).
+    failures: FailureLog = field(default_factory=FailureLog)
     #: Engine ``/metrics`` reads in flight across every workload (sockets; a tenant's slow
     #: engines hold theirs for up to the read's deadline).
     scrapes: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(SCRAPES_IN_FLIGHT))

@@ -16,13 +16,12 @@ from dataclasses import replace
 from typing import Any, Final
 
 from sparkrun_operator.api.benchmark import ScenarioResult
-from sparkrun_operator.api.cluster import InferenceClusterSpec
+from sparkrun_operator.api.cluster import AppliedClusterSettings, InferenceClusterSpec
 from sparkrun_operator.api.meta import LabelSelector
 from sparkrun_operator.api.modelshape import ModelShape, shape_from_event
 from sparkrun_operator.api.recipe import RecipeSpec
-from sparkrun_operator.api.workload import FailureRecord
 from sparkrun_operator.plan import cluster as cluster_plan
-from sparkrun_operator.plan import fit, served
+from sparkrun_operator.plan import failures, fit, served
 from sparkrun_operator.plan.cluster import ClusterRef, ObservedGpuPod, ObservedNode
 from sparkrun_operator.plan.workload import (
     NodeCapacity,
@@ -203,31 +202,6 @@ def engine_start(spec: Mapping[str, Any]) -> EngineStart | None:
     return EngineStart(model=model, served_name=served_name, capabilities=served.capabilities_of((), args))
 
 
-def _failure(pod_name: str, statuses: Iterable[Any]) -> FailureRecord | None:
-    best: FailureRecord | None = None
-    for cs in statuses:
-        if not isinstance(cs, Mapping):
-            continue
-        for state in (cs.get("state"), cs.get("lastState")):
-            term = state.get("terminated") if isinstance(state, Mapping) else None
-            if not isinstance(term, Mapping):
-                continue
-            code = _int(term.get("exitCode"))
-            reason = str(term.get("reason") or "Error")
-            if code == 0 and reason != "OOMKilled":
-                continue
-            when = parse_time(term.get("finishedAt"))
-            if when is None:
-                continue
-            message = str(term.get("message") or f"container {cs.get('name')} exited with code {code}")
-            record = FailureRecord(
-                reason=reason, message=message[:1024], time=when, object=f"Pod/{pod_name}", exit_code=code
-            )
-            if best is None or record.time > best.time:
-                best = record
-    return best
-
-
 def pod_from(obj: Obj) -> ObservedPod | None:
     """A pod of a workload's JobSet, or ``None`` for any other pod."""
     meta = _meta(obj)
@@ -258,17 +232,8 @@ def pod_from(obj: Obj) -> ObservedPod | None:
             if isinstance(running, Mapping):
                 running_time = parse_time(running.get("startedAt"))
     ready = ready_cond is not None and ready_cond.get("status") == "True"
-    failure = _failure(name, [*statuses, *(status.get("initContainerStatuses") or [])])
-    if failure is None and status.get("phase") == "Failed" and status.get("reason"):
-        # evicted, preempted, node lost: no container state says so
-        failure = FailureRecord(
-            reason=str(status["reason"]),
-            message=str(status.get("message") or "")[:1024],
-            time=parse_time(meta.get("deletionTimestamp"))
-            or parse_time(status.get("startTime"))
-            or dt.datetime.fromtimestamp(0, dt.UTC),
-            object=f"Pod/{name}",
-        )
+    # NB: without its log lines: they are redacted and kept at the pod event (plan/failures.py)
+    failure = failures.failure_of(obj)
     return ObservedPod(
         name=name,
         jobset=str(jobset),
@@ -419,7 +384,9 @@ def _snake(shape: Any) -> Any:
 
 
 def cluster_from(obj: Obj) -> tuple[ObservedCluster, ClusterRef] | None:
-    """An InferenceCluster as a placement source and as a default-cluster candidate."""
+    """An InferenceCluster as a placement source and as a default-cluster candidate. Placement
+    uses the GPU resource in use, ``status.applied`` (ADR 0046: a changed ``spec.gpuResource``
+    waits for ``spec.approve``); the spec's until the cluster's first status."""
     meta = _meta(obj)
     name = meta.get("name")
     if not name:
@@ -430,7 +397,7 @@ def cluster_from(obj: Obj) -> tuple[ObservedCluster, ClusterRef] | None:
         return None
     observed = ObservedCluster(
         name=str(name),
-        gpu_resource=spec.gpu_resource,
+        gpu_resource=_applied_gpu_resource(obj) or spec.gpu_resource,
         node_names=tuple(spec.nodes.names or ()),
         node_selector=spec.nodes.selector if isinstance(spec.nodes.selector, LabelSelector) else None,
         tolerations=tuple(spec.tolerations),
@@ -438,6 +405,18 @@ def cluster_from(obj: Obj) -> tuple[ObservedCluster, ClusterRef] | None:
     )
     ref = ClusterRef(name=str(name), default=spec.default, created=parse_time(meta.get("creationTimestamp")))
     return observed, ref
+
+
+def _applied_gpu_resource(obj: Obj) -> str | None:
+    """``status.applied.gpuResource`` of a stored InferenceCluster, when it has a valid one."""
+    status = obj.get("status")
+    raw = status.get("applied") if isinstance(status, Mapping) else None
+    if not isinstance(raw, Mapping):
+        return None
+    try:
+        return AppliedClusterSettings.model_validate(raw).gpu_resource
+    except ValueError:
+        return None
 
 
 # -- one workload's view of the indexes -----------------------------------------------------

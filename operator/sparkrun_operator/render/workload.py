@@ -398,6 +398,10 @@ def _engine_container(inputs: ServingInputs, options: RenderOptions) -> dict[str
         "resources": {"limits": {inputs.gpu_resource: str(spec.topology.gpus_per_node)}},
         "securityContext": podsecurity.engine_container_context(inputs.pod),
         "volumeMounts": mounts,
+        # NB: when the engine fails, the kubelet puts the end of its log in the termination
+        # message, which the operator keeps as status.firstFailure (ADR 0046). Not part of the
+        # serving revision: workloads made before it keep their pods on upgrade.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
 
 
@@ -544,6 +548,7 @@ _CONTAINER_ORDER = (
     "resources",
     "securityContext",
     "volumeMounts",
+    "terminationMessagePolicy",
     "startupProbe",
     "readinessProbe",
     "livenessProbe",

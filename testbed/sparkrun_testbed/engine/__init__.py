@@ -53,6 +53,15 @@ Stand-in knobs (environment; seconds unless said otherwise):
 ``SPARKRUN_ENGINE_HEARTBEAT_SECONDS``  1          rank heartbeat interval (loss after 5 missed)
 ``SPARKRUN_ENGINE_JOIN_TIMEOUT``       600        how long a worker retries reaching the leader
 ``SPARKRUN_ENGINE_MASTER_BIND``        0.0.0.0    address the leader's rendezvous port binds
+``SPARKRUN_ENGINE_FAIL_RANK``          (none)     this rank fails on request (0: the leader); the
+                                                  leader notices such a worker gone after five
+                                                  missed heartbeats, not at once
+``SPARKRUN_ENGINE_FAIL_AFTER``         0          ... this long after it joined (the leader:
+                                                  after every rank joined)
+``SPARKRUN_ENGINE_FAIL_CODE``          3          ... exiting with this status
+``SPARKRUN_ENGINE_FAIL_MESSAGE``       (none)     ... after printing this line to stderr
+``SPARKRUN_ENGINE_FAIL_TIMES``         0          with ``..._FAIL_LEDGER``: fail only this often
+``SPARKRUN_ENGINE_FAIL_LEDGER``        (none)     a file (on the host) with a line per failure
 =====================================  =========  ==============================================
 
 The HTTP server is a small asyncio HTTP/1.1 implementation (keep-alive, Content-Length and chunked

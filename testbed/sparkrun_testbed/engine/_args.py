@@ -25,6 +25,16 @@ class Knobs:
     heartbeat_seconds: float = 1.0
     join_timeout: float = 600.0
     master_bind: str = "0.0.0.0"
+    #: Fail on request: the rank that exits (``None``: none), how long after it joined (or, on
+    #: the leader, after all ranks joined), with which status, after printing which line.
+    fail_rank: int | None = None
+    fail_after: float = 0.0
+    fail_code: int = 3
+    fail_message: str = ""
+    #: With both: fail only while the ledger file (on the host: process nodes share it) has
+    #: fewer than ``fail_times`` lines; each failure adds one.
+    fail_times: int = 0
+    fail_ledger: str = ""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Knobs:
@@ -55,6 +65,12 @@ class Knobs:
             heartbeat_seconds=max(0.05, num("HEARTBEAT_SECONDS", 1.0)),
             join_timeout=num("JOIN_TIMEOUT", 600.0),
             master_bind=env.get("SPARKRUN_ENGINE_MASTER_BIND") or "0.0.0.0",
+            fail_rank=int(num("FAIL_RANK", 0)) if env.get("SPARKRUN_ENGINE_FAIL_RANK") else None,
+            fail_after=num("FAIL_AFTER", 0.0),
+            fail_code=min(255, max(1, int(num("FAIL_CODE", 3)))),
+            fail_message=env.get("SPARKRUN_ENGINE_FAIL_MESSAGE") or "",
+            fail_times=int(num("FAIL_TIMES", 0)),
+            fail_ledger=env.get("SPARKRUN_ENGINE_FAIL_LEDGER") or "",
         )
 
 

@@ -7,7 +7,9 @@ import contextlib
 import json
 import logging
 import signal
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from ._args import Knobs, ServeArgs
@@ -73,6 +75,10 @@ class Rendezvous:
             if len(self.joined) == self.args.nnodes - 1:
                 self.all_joined.set()
             await heartbeat(reader, writer, self.knobs.heartbeat_seconds)
+            if rank == self.knobs.fail_rank:
+                # NB: a rank failing on request is noticed as a collective notices a dead peer,
+                # by a timeout (five beats), not at once: its failure is the group's first
+                await asyncio.sleep(self.knobs.heartbeat_seconds * 5)
         except (TimeoutError, OSError, ValueError, AttributeError):
             pass
         finally:
@@ -131,15 +137,49 @@ async def run_worker(args: ServeArgs, knobs: Knobs) -> int:
     stop = stop_event()
     beat = asyncio.create_task(heartbeat(reader, writer, knobs.heartbeat_seconds))
     stopper = asyncio.create_task(stop.wait())
-    done, _ = await asyncio.wait({beat, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    for task in (beat, stopper):
+    failer = asyncio.create_task(fail_on_request(args, knobs))
+    done, _ = await asyncio.wait({beat, stopper, failer}, return_when=asyncio.FIRST_COMPLETED)
+    for task in (beat, stopper, failer):
         task.cancel()
     writer.close()
+    if failer in done:
+        return failer.result()
     if stopper in done:
         log.info("rank %d stopping on signal", args.node_rank)
         return 0
     log.error("leader went away; rank %d exits", args.node_rank)
     return 1
+
+
+async def fail_on_request(args: ServeArgs, knobs: Knobs) -> int:
+    """With ``SPARKRUN_ENGINE_FAIL_RANK`` naming this rank: wait ``SPARKRUN_ENGINE_FAIL_AFTER``,
+    print ``SPARKRUN_ENGINE_FAIL_MESSAGE`` (one line of the log, as a crash's last words), and
+    return ``SPARKRUN_ENGINE_FAIL_CODE`` for the process to exit with; otherwise never return."""
+    if knobs.fail_rank != args.node_rank:
+        await asyncio.Event().wait()
+    await asyncio.sleep(knobs.fail_after)
+    if knobs.fail_times and knobs.fail_ledger and not await asyncio.to_thread(_count_failure, knobs):
+        log.info("rank %d failed %d times on request: it fails no more", args.node_rank, knobs.fail_times)
+        await asyncio.Event().wait()
+    if knobs.fail_message:
+        print(knobs.fail_message, file=sys.stderr, flush=True)
+    log.error("rank %d fails on request (exit status %d)", args.node_rank, knobs.fail_code)
+    return knobs.fail_code
+
+
+def _count_failure(knobs: Knobs) -> bool:
+    """Whether the ledger allows one more failure (and then it records it)."""
+    ledger = Path(knobs.fail_ledger)
+    try:
+        with ledger.open("rb") as f:
+            failed = f.read(1 << 16).count(b"\n")
+    except FileNotFoundError:
+        failed = 0
+    if failed >= knobs.fail_times:
+        return False
+    with ledger.open("a") as f:
+        f.write("failed\n")
+    return True
 
 
 def stop_event() -> asyncio.Event:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._args import Knobs, ServeArgs, parse_args
-from ._cluster import Rendezvous, run_worker, stop_event
+from ._cluster import Rendezvous, fail_on_request, run_worker, stop_event
 from ._http import serve_http
 from ._offline import check as offline_check
 from ._server import Engine
@@ -34,15 +34,23 @@ async def run_leader(args: ServeArgs, knobs: Knobs) -> int:
         engine.loaded = True
         log.info("engine ready")
 
+    async def fail() -> int:
+        await rendezvous.all_joined.wait()
+        return await fail_on_request(args, knobs)
+
     loader = asyncio.create_task(load())
     stopper = asyncio.create_task(stop.wait())
-    waitables: set[asyncio.Future[Any]] = {stopper, rendezvous.lost}
+    failer = asyncio.create_task(fail())
+    waitables: set[asyncio.Future[Any]] = {stopper, rendezvous.lost, failer}
     done, _ = await asyncio.wait(waitables, return_when=asyncio.FIRST_COMPLETED)
     loader.cancel()
     stopper.cancel()
+    failer.cancel()
     http.close()
     if rdv_server is not None:
         rdv_server.close()
+    if failer in done:
+        return failer.result()
     if rendezvous.lost in done:
         log.error("%s; the leader exits", rendezvous.lost.result())
         return 1

@@ -1,4 +1,5 @@
-"""Stage 5a, status fields: replica counts, endpoints, the startup timeline, the last failure."""
+"""Stage 5a, status fields: replica counts, endpoints, the startup timeline, the first and last
+failure (plan/failures.py keeps them)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
+from sparkrun_operator.api import conditions as c
+from sparkrun_operator.api.clip import clip
 from sparkrun_operator.api.workload import (
     ENGINE_PORT,
     Endpoint,
@@ -13,11 +16,13 @@ from sparkrun_operator.api.workload import (
     InferenceWorkloadStatus,
     StartupEvent,
 )
+from sparkrun_operator.plan import failures
 from sparkrun_operator.plan.workload.model import (
     STARTUP_MAX,
     Observation,
     ObservedJobSet,
     ObservedPod,
+    Plan,
     leader_pod,
     slot_of,
 )
@@ -32,7 +37,7 @@ def count(obs: Observation, status: InferenceWorkloadStatus, *, revision: str | 
     status.restarts = sum(js.restarts for js in counted)
     if revision is not None:
         status.startup = timeline(status.startup, obs=obs, revision=revision)
-    status.last_failure = last_failure(obs.status.last_failure, obs)
+    status.first_failure, status.last_failure = _kept(obs)
     return counted
 
 
@@ -87,21 +92,56 @@ def timeline(previous: list[StartupEvent], *, obs: Observation, revision: str) -
     return events[-STARTUP_MAX:]
 
 
-def last_failure(previous: FailureRecord | None, obs: Observation) -> FailureRecord | None:
-    best = previous
-    candidates: list[FailureRecord] = [p.failure for p in obs.pods if p.failure is not None]
+def failures_seen(obs: Observation) -> list[FailureRecord]:
+    """The failures to be seen now: the pod events' records (with log lines), the pods' own and
+    the Failed JobSets'."""
+    candidates: list[FailureRecord] = list(obs.failures)
+    candidates += [p.failure for p in obs.pods if p.failure is not None]
     for js in obs.jobsets:
         # NB: only with a time from the apiserver; "now" would change the status on every pass.
         if js.terminal == "Failed" and js.terminal_time is not None:
             candidates.append(
                 FailureRecord(
                     reason="JobSetFailed",
-                    message=js.terminal_message,
+                    message=clip(js.terminal_message, failures.MESSAGE_CHARS),
                     time=js.terminal_time,
                     object=f"JobSet/{js.name}",
+                    replica=js.replica if js.replica is not None and js.replica >= 0 else None,
+                    revision=js.revision if js.revision and len(js.revision) <= 16 else None,
                 )
             )
-    for cand in candidates:
-        if best is None or cand.time > best.time:
-            best = cand
-    return best
+    return candidates
+
+
+def _kept(obs: Observation) -> tuple[FailureRecord | None, FailureRecord | None]:
+    """The first and last failure with the ones seen now (cleared later, by the Ready set now:
+    :func:`reset_first_failure`)."""
+    first, last, _ = failures.keep(
+        first=obs.status.first_failure,
+        last=obs.status.last_failure,
+        candidates=failures_seen(obs),
+        ready_since=None,
+        now=obs.now,
+        reset_after=obs.spec.failures.reset_after_ready_seconds,
+    )
+    return first, last
+
+
+def reset_first_failure(obs: Observation, status: InferenceWorkloadStatus, out: Plan) -> None:
+    """Clear ``status.firstFailure`` once the workload has been Ready (the condition this pass
+    set) for ``spec.failures.resetAfterReadySeconds`` without a newer failure; until then, look
+    again when that time comes (the Ready condition's ``lastTransitionTime`` is when it began)."""
+    ready = next((cond for cond in status.conditions if cond.type == c.READY), None)
+    if status.first_failure is None or ready is None or ready.status != "True":
+        return
+    first, _, left = failures.keep(
+        first=status.first_failure,
+        last=status.last_failure,
+        candidates=(),
+        ready_since=ready.last_transition_time,
+        now=obs.now,
+        reset_after=obs.spec.failures.reset_after_ready_seconds,
+    )
+    status.first_failure = first
+    if left is not None:
+        out.later(max(1.0, left))
