@@ -75,6 +75,7 @@ class InferenceClusterSpec(KubeModel):
         "other value "
         "applies nothing (sparkrun-k8s rollout apply --cluster NAME).",
         pattern=REVISION_HASH_PATTERN,
+        max_length=10,
     )
 
 
@@ -82,7 +83,7 @@ class AppliedClusterSettings(KubeModel):
     """The apply-on-request fields as in use (workloads are placed with these)."""
 
     gpu_resource: str = Field(description="The GPU extended resource in use.", max_length=253)
-    revision: str = Field(description="Hash of these values.", pattern=REVISION_HASH_PATTERN)
+    revision: str = Field(description="Hash of these values.", pattern=REVISION_HASH_PATTERN, max_length=10)
 
 
 class GPUCounts(KubeModel):

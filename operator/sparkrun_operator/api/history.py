@@ -7,8 +7,8 @@ Who writes what:
 - the operator writes the ``ControllerRevision`` objects of a workload (owned by it, named
   ``<workload>-<number>``, labelled with the workload and the serving revision's hash). Their
   ``data`` is a :class:`ServingRevision` (immutable, as the apiserver keeps a ControllerRevision's
-  ``data``); when a revision served is in its annotations (:data:`ANNOTATION_SERVED_FROM`,
-  :data:`ANNOTATION_SERVED_UNTIL`);
+  ``data``); when a revision served is in its annotations (``render/keys.py`` ``ANNOTATION_SERVED_FROM``,
+  ``ANNOTATION_SERVED_UNTIL``);
 - a user, Git, the daemon API (``plugins.sparkrun-k8s.workloads.rollback`` / ``.apply_drift``) or
   the CLI (``sparkrun-k8s rollout undo|apply``) writes ``spec.rollout.revision`` (a rollback: serve
   the settings recorded in that revision) and ``spec.rollout.approve`` (under ``apply:
@@ -28,19 +28,20 @@ edit), the newest revision keeps serving and ``SourcesAvailable`` is False.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import Field
 
-from sparkrun_operator.api.meta import KubeModel
+from sparkrun_operator.api.meta import API_VERSION, KubeModel
+
+#: The one version of a ServingRevision document.
+_API_VERSION: Final = "^" + re.escape(API_VERSION) + "$"
 
 #: Hash of the serving settings (``status.revision``): 10 lowercase hex digits.
 REVISION_HASH_PATTERN: Final = r"^[0-9a-f]{10}$"
 #: ``data.kind`` of a workload's ControllerRevision.
 SERVING_REVISION_KIND: Final = "ServingRevision"
-#: Annotations on a ControllerRevision (its ``data`` is immutable; these are not).
-ANNOTATION_SERVED_FROM: Final = "sparkrun.dev/served-from"
-ANNOTATION_SERVED_UNTIL: Final = "sparkrun.dev/served-until"
 #: Label of a ControllerRevision: the serving revision hash (also on the JobSets it renders).
 #: The workload label is ``keys.LABEL_WORKLOAD`` as on every child.
 DEFAULT_HISTORY_LIMIT: Final = 10
@@ -89,7 +90,7 @@ class SourcedValue(KubeModel):
     """An effective setting's value with its source (in the revision object, not the status)."""
 
     field: str = Field(description="The effective field.", max_length=64)
-    value: Any = Field(description="Its value (JSON).")
+    value: Any = Field(default=None, description="Its value (JSON; absent: none).")
     source: FieldSourceKind = Field(description="Where the value came from.")
     detail: str | None = Field(
         default=None, description="Which one (see FieldSource.detail).", max_length=128
@@ -125,8 +126,11 @@ class ServingRevision(KubeModel):
     byte for byte after the Recipe, the cluster or the defaults changed, or after a rollback.
     """
 
-    api_version: Literal["sparkrun.dev/v1alpha1"] = Field(
-        default="sparkrun.dev/v1alpha1", alias="apiVersion", description="Schema version of this data."
+    api_version: str = Field(
+        default=API_VERSION,
+        alias="apiVersion",
+        description="Schema version of this data.",
+        pattern=_API_VERSION,
     )
     kind: Literal["ServingRevision"] = Field(default="ServingRevision", description="Always ServingRevision.")
     hash: str = Field(
@@ -155,7 +159,7 @@ class RevisionRef(KubeModel):
     """A pointer to one kept revision."""
 
     number: int = Field(description="The ControllerRevision's revision number.", ge=1)
-    hash: str = Field(description="The serving revision hash.", pattern=REVISION_HASH_PATTERN)
+    hash: str = Field(description="The serving revision hash.", pattern=REVISION_HASH_PATTERN, max_length=10)
     name: str = Field(description="The ControllerRevision's name.", max_length=253)
 
 
@@ -207,6 +211,7 @@ class DriftStatus(KubeModel):
         description="Hash of the desired settings: the value spec.rollout.approve takes to apply them "
         "(absent while they cannot be resolved).",
         pattern=REVISION_HASH_PATTERN,
+        max_length=10,
     )
     since: dt.datetime = Field(description="When this drift was first seen.")
     changes: list[Change] = Field(

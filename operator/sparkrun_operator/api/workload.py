@@ -9,10 +9,12 @@ from pydantic import ConfigDict, Field
 
 from sparkrun_operator.api import bounds, cel
 from sparkrun_operator.api.benchmark import LATENCY_METRICS, BenchmarkTemplate, GateMetric
+from sparkrun_operator.api.failures import MAX_RANKS, FailureSpec
+from sparkrun_operator.api.failures import (
+    FailureRecord as FailureRecord,  # re-exported: its home before ADR 0046
+)
 from sparkrun_operator.api.history import (
     DEFAULT_HISTORY_LIMIT,
-    FAILURE_LOG_LINE_CHARS,
-    FAILURE_LOG_LINES,
     MAX_HISTORY_LIMIT,
     REVISION_HASH_PATTERN,
     ApplyMode,
@@ -36,7 +38,7 @@ from sparkrun_operator.api.servedname import ServedName
 DEFAULT_ENGINE_IMAGE = "vllm/vllm-openai:v0.33.0"
 ENGINE_PORT = 8000
 MASTER_PORT = 29501
-MAX_NODES = 64
+MAX_NODES = MAX_RANKS
 MAX_GPUS_PER_NODE = 16
 
 WorkloadState = Literal["Running", "Sleeping", "Stopped"]
@@ -259,6 +261,7 @@ class RolloutSpec(KubeModel):
         description="With apply OnRequest: roll out the pending drift whose desired revision "
         "(status.drift.revision) is this hash. A hash that is not the pending one applies nothing.",
         pattern=REVISION_HASH_PATTERN,
+        max_length=10,
     )
     revision: int | None = Field(
         default=None,
@@ -343,18 +346,6 @@ class RoutingSpec(KubeModel):
         description="Longest a whole request may take at the gateway, from connecting to the replica to "
         "the last byte of the response; then 504 or an in-band stream error. Unset: the gateway's "
         "--total-timeout (1800).",
-    )
-
-
-class FailureSpec(KubeModel):
-    """How long a group's first failure is kept."""
-
-    reset_after_ready_seconds: int = Field(
-        default=600,
-        description="status.firstFailure is cleared once the workload has been Ready this long without a new "
-        "failure.",
-        ge=0,
-        le=30 * 86_400,
     )
 
 
@@ -516,30 +507,6 @@ class StartupEvent(KubeModel):
         default=None, description="Replica index, when the stage is per replica.", ge=0
     )
     revision: str | None = Field(default=None, description="Serving revision the stage belongs to.")
-
-
-class FailureRecord(KubeModel):
-    """A failure seen in the workload's pods or JobSets (the first of a group, or the most recent)."""
-
-    reason: str = Field(description="Reason, e.g. OOMKilled, Error, FailedScheduling, BackoffLimitExceeded.")
-    message: str = Field(default="", description="Details from the pod or JobSet.")
-    time: dt.datetime = Field(description="When the failure was observed.")
-    object: str | None = Field(default=None, description="The pod or JobSet it came from (kind/name).")
-    exit_code: int | None = Field(default=None, description="Container exit code, when there is one.")
-    replica: int | None = Field(default=None, description="The replica (group) it happened in.", ge=0)
-    rank: int | None = Field(
-        default=None, description="The node rank in the group (0 is the leader).", ge=0, le=MAX_NODES
-    )
-    role: str | None = Field(default=None, description="leader or worker.", max_length=32)
-    revision: str | None = Field(
-        default=None, description="The serving revision of the failed pod.", max_length=16
-    )
-    log: list[Annotated[str, Field(max_length=FAILURE_LOG_LINE_CHARS)]] = Field(
-        default_factory=list,
-        description="The container's last log lines (its termination message), secrets redacted; at most "
-        "20 lines and 2048 bytes.",
-        max_length=FAILURE_LOG_LINES,
-    )
 
 
 class InferenceWorkloadStatus(KubeModel):

@@ -4,6 +4,11 @@ A per-cluster daemon (``ic-reconcile``) recomputes the status with ``plan/cluste
 node and GPU-pod indexes whenever a Node, a GPU-requesting pod or another InferenceCluster
 changes (bursts coalesce), and at least every drift interval; it writes only when the status
 changed. The cluster has no children, so it needs no other action.
+
+The status also holds the apply-on-request fields in use (``status.applied``) and a changed
+``spec.gpuResource`` waiting for ``spec.approve`` (``status.drift``, ``UpToDate``; ADR 0046):
+workloads are placed with ``status.applied`` (``plan/observe.py``), and a status write is a
+cluster event, which pokes the workloads on the cluster once an approved value is applied.
 """
 
 from __future__ import annotations

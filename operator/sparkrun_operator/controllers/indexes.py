@@ -12,7 +12,8 @@ id              key                                    value
 ``iw_services`` ``(namespace, workload)``              ``{"spec": ...}`` of the Service
 ``iw_recipes``  ``(namespace, name)``                  the Recipe's spec
 ``iw_caches``   ``(namespace, name)``                  the ModelCache's spec and status
-``iw_clusters`` ``name``                               the InferenceCluster's metadata and spec
+``iw_clusters`` ``name``                               the InferenceCluster's metadata, spec and
+                                                       ``status.applied``
 ``iw_nodes``    node name                              :class:`~..plan.cluster.ObservedNode`
 ``iw_gpu_pods`` node name                              :class:`~..plan.cluster.ObservedGpuPod`
 ``iw_names``    model name (served name or alias)      :class:`~..plan.names.Claim` of each
@@ -24,6 +25,8 @@ id              key                                    value
 ``iw_policies`` ``(namespace, workload)``              the hash annotation of the engines'
                                                        NetworkPolicy (only with
                                                        ``--engine-network-policy``)
+``iw_revisions`` ``(namespace, workload)``             :class:`~..plan.workload.model.ObservedRevision`
+                                                       (a serving revision's ControllerRevision)
 =============== ====================================== =========================================
 
 Values are small parsed records, not whole objects, to keep memory proportional to what is used.
@@ -46,6 +49,7 @@ from sparkrun_operator.api.resources import (
     RECIPE,
 )
 from sparkrun_operator.plan import names, observe
+from sparkrun_operator.plan.workload import revisions
 from sparkrun_operator.render import keys, networkpolicy
 
 RECIPE_ID: Final = (RECIPE.group, RECIPE.version, RECIPE.plural)
@@ -55,6 +59,8 @@ WORKLOAD_NAMES_ID: Final = (INFERENCE_WORKLOAD.group, INFERENCE_WORKLOAD.version
 JOBSET_ID: Final = (keys.JOBSET_GROUP, keys.JOBSET_VERSION, keys.JOBSET_PLURAL)
 OURS: Final = {keys.LABEL_WORKLOAD: kopf.PRESENT}
 BENCHMARK_ID: Final = (INFERENCE_BENCHMARK.group, INFERENCE_BENCHMARK.version, INFERENCE_BENCHMARK.plural)
+#: A workload's serving revisions (ADR 0046), labelled with the workload like its other children.
+REVISION_ID: Final = ("apps", "v1", "controllerrevisions")
 #: A rollout gate's InferenceBenchmarks carry the workload they gate.
 GATES: Final = {keys.LABEL_GATE_WORKLOAD: kopf.PRESENT}
 NAMES: Final = (
@@ -69,6 +75,7 @@ NAMES: Final = (
     "iw_names",
     "iw_gates",
     "iw_policies",
+    "iw_revisions",
 )
 
 
@@ -128,7 +135,7 @@ def register(
 
     @kopf.index(*CLUSTER_ID, id="iw_clusters", registry=registry)
     async def iw_clusters(*, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-        return {name: {"metadata": dict(body.get("metadata") or {}), "spec": dict(body.get("spec") or {})}}
+        return {name: cluster_record(body)}
 
     @kopf.index("", "v1", "nodes", id="iw_nodes", registry=registry)
     async def iw_nodes(*, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
@@ -146,10 +153,29 @@ def register(
         parsed = observe.gate_from(body)
         return {key: parsed} if key and parsed else None
 
+    @kopf.index(*REVISION_ID, id="iw_revisions", labels=OURS, registry=registry)
+    async def iw_revisions(*, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
+        key = observe.workload_key(body)
+        parsed = revisions.revision_from(body)
+        return {key: parsed} if key and parsed else None
+
     @kopf.index("", "v1", "pods", id="iw_gpu_pods", registry=registry)
     async def iw_gpu_pods(*, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
         parsed = observe.gpu_pod_from(body)
         return {parsed.node: parsed} if parsed else None
+
+
+def cluster_record(body: Any) -> dict[str, Any]:
+    """What ``iw_clusters`` keeps of an InferenceCluster: its metadata, its spec and
+    ``status.applied``, the values in use (ADR 0046: workloads are placed with these, not with a
+    changed spec waiting for ``spec.approve``)."""
+    status = body.get("status") or {}
+    applied = status.get("applied") if isinstance(status, dict) else None
+    return {
+        "metadata": dict(body.get("metadata") or {}),
+        "spec": dict(body.get("spec") or {}),
+        "status": {"applied": dict(applied)} if isinstance(applied, dict) else {},
+    }
 
 
 def _register_policies(registry: kopf.OperatorRegistry) -> None:

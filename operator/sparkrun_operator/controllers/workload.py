@@ -3,8 +3,9 @@
 Handlers (all registered on an explicit kopf registry, with explicit ids):
 
 - indexes (kopf's in-memory caches, updated from watches before any handler runs) of the
-  workloads' JobSets, pods and Services, and of Recipes, ModelCaches, InferenceClusters, Nodes
-  and GPU-requesting pods: a reconcile reads no object from the API;
+  workloads' JobSets, pods, Services and ControllerRevisions (serving revisions, ADR 0046), and
+  of Recipes, ModelCaches, InferenceClusters, Nodes and GPU-requesting pods: a reconcile reads
+  no object from the API;
 - ``on.event`` of the workload (a new generation, or a ``reconcile-requested`` annotation that
   ``workloads.reconcile`` set), its JobSets and pods, and of the Recipes / ModelCaches /
   InferenceClusters it uses, and the ``iw-drift`` timer: poke the workload's lanes
@@ -19,8 +20,9 @@ Handlers (all registered on an explicit kopf registry, with explicit ids):
 
 The planner (``plan/workload/``) decides and is the only author of the status (``finalize``
 folds in what the apiserver refused); this module only gathers what it looks at, carries out
-its actions (server-side apply, suspend patches, deletes with UID preconditions, engine
-sleep/wake calls) and writes the status it computed. Nothing is stored outside the status.
+its actions (serving revisions created, server-side apply, suspend patches, deletes with UID
+preconditions, served-from/until annotations, engine sleep/wake calls) and writes the status it
+computed. Nothing is stored outside the status.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import kopf
 from sparkrun_operator.api import conditions as c
 from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
 from sparkrun_operator.api.meta import utcnow
-from sparkrun_operator.api.resources import INFERENCE_BENCHMARK, INFERENCE_WORKLOAD
+from sparkrun_operator.api.resources import INFERENCE_WORKLOAD
 from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus
 from sparkrun_operator.controllers import gate, indexes, lane, workload_pokes
 from sparkrun_operator.controllers.engine import Engine
@@ -47,9 +49,9 @@ from sparkrun_operator.controllers.loop import run_loop
 from sparkrun_operator.controllers.memo import Memo
 from sparkrun_operator.controllers.reconciler import Event, Outcome, post, run_pass
 from sparkrun_operator.controllers.status import StatusMemory, current_status, status_patch
+from sparkrun_operator.controllers.workload_act import execute
 from sparkrun_operator.controllers.workload_pokes import full_key, status_key
-from sparkrun_operator.k8s import errors
-from sparkrun_operator.k8s.resources import JOBSETS, NETWORK_POLICIES, SERVICES, Resource, resource_of
+from sparkrun_operator.k8s.resources import Resource, resource_of
 from sparkrun_operator.plan import observe
 from sparkrun_operator.plan.workload import (
     Observation,
@@ -62,14 +64,6 @@ from sparkrun_operator.plan.workload import (
 from sparkrun_operator.render import keys
 
 WORKLOADS: Resource = resource_of(INFERENCE_WORKLOAD)
-BENCHMARKS: Resource = resource_of(INFERENCE_BENCHMARK)
-#: The resource of each kind the workload planner applies or deletes.
-_CHILDREN: Mapping[str, Resource] = {
-    "JobSet": JOBSETS,
-    "Service": SERVICES,
-    "InferenceBenchmark": BENCHMARKS,
-    "NetworkPolicy": NETWORK_POLICIES,
-}
 WORKLOAD_ID = (INFERENCE_WORKLOAD.group, INFERENCE_WORKLOAD.version, INFERENCE_WORKLOAD.plural)
 
 log = logging.getLogger("sparkrun.operator.workload")
@@ -84,13 +78,16 @@ class Expectations:
 
     created: set[str] = field(default_factory=set)
     deleted: set[str] = field(default_factory=set)
+    #: Serving revisions (ControllerRevisions) made by the last pass.
+    revisions: set[str] = field(default_factory=set)
     service: bool = False
     policy: bool = False
     since: float = 0.0
 
     def record(self, p: Plan) -> None:
         self.created = {d["metadata"]["name"] for d in p.apply if d.get("kind") == "JobSet"}
-        self.deleted = {d.uid for d in p.delete}
+        self.deleted = {d.uid for d in p.delete if d.kind != "ControllerRevision"}
+        self.revisions = {d["metadata"]["name"] for d in p.revisions}
         self.service = any(d.get("kind") == "Service" for d in p.apply)
         self.policy = any(d.get("kind") == "NetworkPolicy" for d in p.apply)
         self.since = time.monotonic()
@@ -102,8 +99,9 @@ class Expectations:
         service_seen: bool,
         patience: float,
         policy_seen: bool = True,
+        revisions: Iterable[str] = (),
     ) -> bool:
-        if not self.created and not self.deleted and not self.service and not self.policy:
+        if not (self.created or self.deleted or self.service or self.policy or self.revisions):
             return True
         seen = {js.name for js in jobsets}
         gone = {js.uid for js in jobsets if not js.deleting}
@@ -112,8 +110,10 @@ class Expectations:
             and not (self.deleted & gone)
             and (service_seen or not self.service)
             and (policy_seen or not self.policy)
+            and self.revisions <= set(revisions)
         ):
             self.created, self.deleted, self.service, self.policy = set(), set(), False, False
+            self.revisions = set()
             return True
         return time.monotonic() - self.since > patience
 
@@ -187,11 +187,18 @@ def observation(
         pods=tuple(pods),
         service=observe.first(indices.get("iw_services"), key),
         gates=tuple(_store(indices.get("iw_gates"), key)),
+        # NB: None (history off) only where no revision index is registered at all
+        revisions=(
+            tuple(_store(indices.get("iw_revisions"), key))
+            if indices.get("iw_revisions") is not None
+            else None
+        ),
         engine_policy=ctx.config.engine_policy,
         network_policy=observe.first(indices.get("iw_policies"), key),
         asleep=asleep,
         options=ctx.config.render,
         scaling=ctx.scaling.get(key),
+        failures=ctx.failures.of(key),
     )
 
 
@@ -217,60 +224,6 @@ async def probe_sleep(ctx: Memo, body: Mapping[str, Any], indices: Mapping[str, 
     engine = Engine(ctx.http, timeout=ctx.config.engine_timeout)
     answers = await asyncio.gather(*(engine.is_sleeping(f"http://{p.ip}:8000") for p in leaders))
     return {p.jobset: a for p, a in zip(leaders, answers, strict=True) if a is not None}
-
-
-# -- acting -----------------------------------------------------------------------------
-
-
-async def execute(ctx: Memo, p: Plan, *, namespace: str) -> list[str]:
-    """Carry out ``p``'s actions; the messages of actions the apiserver refused (422/403)."""
-    refused: list[str] = []
-
-    async def guarded(coro: Any, what: str) -> None:
-        try:
-            async with ctx.write_gate.slot(gate.ACTION):
-                await coro
-        except errors.KubeConflict:
-            pass  # a UID precondition failed: the object was replaced; the next pass sees it
-        except (errors.KubeInvalid, errors.KubeForbidden) as error:
-            refused.append(f"{what}: {error.message}")
-
-    await asyncio.gather(
-        *(guarded(_put(ctx, doc), f"{doc['kind']} {doc['metadata']['name']}") for doc in p.apply)
-    )
-    await asyncio.gather(
-        *(
-            guarded(
-                ctx.kube.merge_patch(JOBSETS, s.name, {"spec": {"suspend": s.suspend}}, namespace),
-                f"JobSet {s.name}",
-            )
-            for s in p.suspend
-        )
-    )
-    # NB: highest replica first (the planner's order), one after the other: a scale-down that
-    # is interrupted leaves the lowest indices serving.
-    for d in p.delete:
-        await guarded(
-            ctx.kube.delete(_CHILDREN[d.kind], d.name, namespace, uid=d.uid, propagation="Foreground"),
-            f"{d.kind} {d.name}",
-        )
-    engine = Engine(ctx.http, timeout=ctx.config.engine_timeout)
-    engine_errors = await asyncio.gather(*(engine.call(call.url, call.action) for call in p.engine))
-    for message in engine_errors:
-        if message:
-            log.warning("%s", message)
-    return refused
-
-
-async def _put(ctx: Memo, doc: Mapping[str, Any]) -> None:
-    """Apply a JobSet, the Service or the NetworkPolicy; create a rollout gate's InferenceBenchmark
-    (its spec is immutable: one made by an earlier pass, perhaps for another pod address, stays
-    as it is)."""
-    if doc["kind"] == "InferenceBenchmark":
-        with contextlib.suppress(errors.KubeAlreadyExists):
-            await ctx.kube.create(BENCHMARKS, doc)
-        return
-    await ctx.kube.apply(_CHILDREN[doc["kind"]], doc)
 
 
 @dataclass
@@ -477,8 +430,13 @@ def catching_up(
     jobsets: list[ObservedJobSet] = _store(indices.get("iw_jobsets"), key)
     service_seen = bool(_store(indices.get("iw_services"), key))
     policy_seen = bool(_store(indices.get("iw_policies"), key))
+    revisions = [r.name for r in _store(indices.get("iw_revisions"), key)]
     if expectations.met(
-        jobsets, service_seen=service_seen, policy_seen=policy_seen, patience=ctx.config.expectation_seconds
+        jobsets,
+        service_seen=service_seen,
+        policy_seen=policy_seen,
+        patience=ctx.config.expectation_seconds,
+        revisions=revisions,
     ):
         return None
     return 1.0

@@ -5,9 +5,11 @@
   rivals that rank after it (:func:`poke_rivals`, plan/names.py). The names are
   ``status.model`` (plan/served.py), written by the workload's own planner, so the event of
   that status write is the one that pokes: a spec or Recipe change moves them one pass later;
-- its JobSets and pods poke its status lane, which plans at once and pokes the full lane only
+- its JobSets and pods poke its status lane (a pod's failure is recorded first, with its
+  redacted log lines: ``controllers/failurelog.py``), which plans at once and pokes the full lane only
   when the plan has something for it (ADR 0030); a rollout gate's InferenceBenchmark pokes the
   full lane;
+- its ControllerRevisions (serving revisions, ADR 0046) poke its full lane;
 - the Recipe, ModelCache and InferenceCluster it uses (``ctx.dependencies``) poke its full lane;
 - a Node event pokes the full lane of the workloads whose last pass found no node with the GPU
   memory they need (``ctx.memory_waiting``; plan/fit.py): a bigger node, or a label, clears it;
@@ -32,6 +34,7 @@ from sparkrun_operator.controllers.indexes import (
     JOBSET_ID,
     OURS,
     RECIPE_ID,
+    REVISION_ID,
 )
 from sparkrun_operator.controllers.memo import Memo
 from sparkrun_operator.plan import observe
@@ -97,6 +100,7 @@ def _register_own_pokes(
         poke_rivals(ctx, (namespace or "", name), None if type == "DELETED" else body, kwargs.get("iw_names"))
         if type == "DELETED":
             ctx.memory_waiting.discard((namespace or "", name))
+            ctx.failures.drop((namespace or "", name))
         # NB: the operator's own status writes come back as events too; a pass for those
         # would find nothing to do. Only a new generation (a spec change), a requested
         # reconcile (``workloads.reconcile``'s annotation) or a deletion counts.
@@ -120,9 +124,19 @@ def _register_own_pokes(
         if key:
             memo.ctx.triggers.poke(full_key(*key))
 
+    @kopf.on.event(*REVISION_ID, id="iw-revision-changed", labels=OURS, registry=registry)
+    async def iw_revision_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
+        # a serving revision made, pruned or edited (ADR 0046): the full lane plans from it
+        key = observe.workload_key(body)
+        if key:
+            memo.ctx.triggers.poke(full_key(*key))
+
     @kopf.on.event("", "v1", "pods", id="iw-pod-changed", labels=OURS, registry=registry)
     async def iw_pod_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
-        _child_changed(memo.ctx, body)
+        ctx: Memo = memo.ctx
+        # NB: before the group restart deletes the pod: the pass this pokes reads the record
+        ctx.failures.record(body)
+        _child_changed(ctx, body)
 
     @kopf.timer(
         *workload_id, id="iw-drift", interval=drift_seconds, initial_delay=drift_seconds, registry=registry

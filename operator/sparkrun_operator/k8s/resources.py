@@ -20,6 +20,7 @@ __all__ = [
     "CLUSTER_ROLES",
     "CLUSTER_ROLE_BINDINGS",
     "CONFIG_MAPS",
+    "CONTROLLER_REVISIONS",
     "CRDS",
     "DEPLOYMENTS",
     "ENDPOINT_SLICES",
@@ -83,6 +84,8 @@ NAMESPACES: Final = Resource("", "v1", "namespaces", False, "Namespace")
 PODS: Final = Resource("", "v1", "pods", True, "Pod")
 JOBS: Final = Resource("batch", "v1", "jobs", True, "Job")
 DEPLOYMENTS: Final = Resource("apps", "v1", "deployments", True, "Deployment")
+#: A workload's serving revisions (ADR 0046).
+CONTROLLER_REVISIONS: Final = Resource("apps", "v1", "controllerrevisions", True, "ControllerRevision")
 CLAIMS: Final = Resource("", "v1", "persistentvolumeclaims", True, "PersistentVolumeClaim")
 VOLUMES: Final = Resource("", "v1", "persistentvolumes", False, "PersistentVolume")
 SERVICES: Final = Resource("", "v1", "services", True, "Service")

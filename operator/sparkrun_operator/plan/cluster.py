@@ -6,23 +6,34 @@ as the GPU requests of bound, non-terminated pods, free = allocatable - allocate
 InferenceWorkloads (``namespace/name``) with pods there. Ready when at least ``minReadyNodes``
 member nodes are ready. At most one cluster is the default: when several say ``default: true``,
 the oldest (then the first by name) is, and the others are marked Degraded.
+
+Apply on request (ADR 0046, Skyward's semantics for fields that would move running pods):
+``spec.gpuResource`` in use is ``status.applied`` (the spec's at first sight). A spec that
+differs is recorded as ``status.drift`` (the hash of the desired values, since when, each field
+applied and desired) with ``UpToDate=False DriftPending``, and is applied when ``spec.approve``
+names that hash. GPU accounting and workload placement use the applied value.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from sparkrun_operator.api import conditions as c
+from sparkrun_operator.api.clip import echo
 from sparkrun_operator.api.cluster import (
+    AppliedClusterSettings,
     ClusterTotals,
     GPUCounts,
     InferenceClusterSpec,
     InferenceClusterStatus,
     NodeStatus,
 )
+from sparkrun_operator.api.history import ClusterDrift, ClusterDriftItem
 from sparkrun_operator.api.meta import Condition, LabelSelector, set_condition
 
 GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
@@ -133,8 +144,10 @@ def plan_status(
     now: dt.datetime,
 ) -> InferenceClusterStatus:
     """The complete status of cluster ``name``."""
+    applied, drift = plan_applied(spec=spec, previous=previous, now=now)
+    gpu_resource = applied.gpu_resource
     member_nodes = members(spec, nodes)
-    statuses = [node_status(n, gpu_resource=spec.gpu_resource, pods=pods) for n in member_nodes]
+    statuses = [node_status(n, gpu_resource=gpu_resource, pods=pods) for n in member_nodes]
     totals = _totals(statuses)
     products = {s.gpu_product for s in statuses if s.gpu_product}
     product = None if not products else (products.pop() if len(products) == 1 else "mixed")
@@ -159,7 +172,13 @@ def plan_status(
         enough,
         c.REASON_ENOUGH_READY_NODES if enough else c.REASON_NOT_ENOUGH_READY_NODES,
         f"{totals.ready_nodes} of {totals.nodes} member nodes ready (minReadyNodes {spec.min_ready_nodes}); "
-        f"{totals.gpus.free} of {totals.gpus.allocatable} {spec.gpu_resource} free",
+        f"{totals.gpus.free} of {totals.gpus.allocatable} {gpu_resource} free",
+    )
+    put(
+        c.UP_TO_DATE,
+        drift is None,
+        c.REASON_REVISION_CURRENT if drift is None else c.REASON_DRIFT_PENDING,
+        f"the spec is applied (revision {applied.revision})" if drift is None else drift_message(drift),
     )
 
     problems = _problems(
@@ -172,10 +191,61 @@ def plan_status(
 
     return InferenceClusterStatus(
         observed_generation=generation,
-        conditions=[cond for cond in conditions if cond.type in (c.READY, c.DEGRADED)],
+        conditions=[cond for cond in conditions if cond.type in (c.READY, c.DEGRADED, c.UP_TO_DATE)],
         nodes=statuses,
         totals=totals,
         gpu_product=product,
+        applied=applied,
+        drift=drift,
+    )
+
+
+def desired_values(spec: InferenceClusterSpec) -> dict[str, str]:
+    """The apply-on-request fields of ``spec`` (spec field -> value)."""
+    return {"gpuResource": spec.gpu_resource}
+
+
+def _applied_values(applied: AppliedClusterSettings) -> dict[str, str]:
+    return {"gpuResource": applied.gpu_resource}
+
+
+def settings_hash(values: Mapping[str, str]) -> str:
+    """The revision of a set of apply-on-request values: 10 hex digits of their canonical JSON."""
+    canonical = json.dumps(dict(values), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+
+
+def plan_applied(
+    *, spec: InferenceClusterSpec, previous: InferenceClusterStatus, now: dt.datetime
+) -> tuple[AppliedClusterSettings, ClusterDrift | None]:
+    """The values in use and the drift, if any: the spec's at first sight (or when they equal
+    it, or when ``spec.approve`` names their hash); else the previous ones, with the difference
+    recorded (``since`` kept while the cluster stays drifted)."""
+    desired = desired_values(spec)
+    revision = settings_hash(desired)
+    in_use = previous.applied
+    if in_use is None or _applied_values(in_use) == desired or spec.approve == revision:
+        return AppliedClusterSettings(gpu_resource=spec.gpu_resource, revision=revision), None
+    current = _applied_values(in_use)
+    applied = AppliedClusterSettings(gpu_resource=in_use.gpu_resource, revision=settings_hash(current))
+    items = [
+        ClusterDriftItem(field=name, applied=current.get(name), desired=value)
+        for name, value in desired.items()
+        if current.get(name) != value
+    ]
+    since = previous.drift.since if previous.drift is not None else now
+    return applied, ClusterDrift(revision=revision, since=since, items=items)
+
+
+def drift_message(drift: ClusterDrift) -> str:
+    """The UpToDate condition's message while the cluster is drifted."""
+    changed = "; ".join(
+        f"spec.{item.field} {echo(item.desired, 96)} is recorded, {echo(item.applied, 96)} stays in use"
+        for item in drift.items
+    )
+    return (
+        f"{changed}; set spec.approve to {drift.revision} to apply it (workloads on this cluster are "
+        "then placed with the new value)"
     )
 
 

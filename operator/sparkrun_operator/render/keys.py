@@ -147,6 +147,10 @@ LABEL_BENCHMARK_SCENARIO: Final = f"{PREFIX}/benchmark-scenario"
 LABEL_BENCHMARK_ATTEMPT: Final = f"{PREFIX}/benchmark-attempt"
 #: On an InferenceBenchmark: a new value resumes a Failed one (its unfinished scenarios).
 ANNOTATION_BENCHMARK_RESUME: Final = f"{PREFIX}/resume"
+#: On a workload's ControllerRevision (its ``data`` is immutable, these are not; ADR 0046): when
+#: the revision's pods first became Ready, and when a newer revision replaced it.
+ANNOTATION_SERVED_FROM: Final = f"{PREFIX}/served-from"
+ANNOTATION_SERVED_UNTIL: Final = f"{PREFIX}/served-until"
 CONTAINER_BENCHMARK: Final = "benchmark"
 #: On a rollout gate's InferenceBenchmark: the InferenceWorkload whose new revision it measures
 #: (with :data:`LABEL_REVISION`: which revision).

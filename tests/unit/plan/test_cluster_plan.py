@@ -3,7 +3,9 @@
 Tested: membership by names and by selector (all four operators), GPU accounting (allocated
 from bound non-terminated pods, free never negative), per-node workloads, the GPU product
 summary, Ready against minReadyNodes, Degraded for missing/not-ready nodes and duplicate
-defaults, and the single-default rule.
+defaults, and the single-default rule; spec.gpuResource applied on request (status.applied at
+first sight, a change recorded as status.drift with UpToDate=False until spec.approve names its
+hash, accounting with the value in use).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from sparkrun_operator.plan.cluster import (
     default_cluster,
     matches,
     plan_status,
+    settings_hash,
 )
 
 NOW = dt.datetime(2026, 9, 1, tzinfo=dt.UTC)
@@ -136,3 +139,111 @@ def test_duplicate_default_is_degraded_and_oldest_wins() -> None:
     assert default_cluster([older, ClusterRef(name="aa", default=True, created=NOW)]) == "zz"
     assert default_cluster([ClusterRef(name="b", default=True), ClusterRef(name="a", default=True)]) == "a"
     assert default_cluster([ClusterRef(name="a", default=False)]) is None
+
+
+# -- spec.gpuResource applied on request (ADR 0046) ----------------------------------------------
+
+
+def _next(
+    spec: dict[str, Any],
+    previous: InferenceClusterStatus,
+    *,
+    now: dt.datetime = NOW,
+    pods: list[Any] | None = None,
+) -> InferenceClusterStatus:
+    return plan_status(
+        name="pool",
+        spec=InferenceClusterSpec.model_validate({"nodes": {"names": ["a"]}, **spec}),
+        generation=3,
+        previous=previous,
+        nodes=[
+            ObservedNode(
+                name="a",
+                ready=True,
+                capacity={GPU: 8, "amd.com/gpu": 2},
+                allocatable={GPU: 8, "amd.com/gpu": 2},
+            )
+        ],
+        pods=pods or [],
+        clusters=[],
+        now=now,
+    )
+
+
+def _up_to_date(status: InferenceClusterStatus) -> tuple[str, str]:
+    cond = find_condition(status.conditions, c.UP_TO_DATE)
+    assert cond is not None
+    return cond.status, cond.reason
+
+
+def test_first_sight_applies_the_spec() -> None:
+    status = _next({"gpuResource": "amd.com/gpu"}, InferenceClusterStatus())
+    assert status.applied is not None
+    assert status.applied.gpu_resource == "amd.com/gpu"
+    assert status.applied.revision == settings_hash({"gpuResource": "amd.com/gpu"})
+    assert status.drift is None
+    assert _up_to_date(status) == ("True", c.REASON_REVISION_CURRENT)
+    assert status.totals.gpus.allocatable == 2  # accounted with the value in use
+
+
+def test_a_changed_gpu_resource_is_drift_until_approved() -> None:
+    first = _next({}, InferenceClusterStatus())
+    assert first.applied is not None
+    changed = _next({"gpuResource": "amd.com/gpu"}, first)
+    # the value in use stays, the change is recorded
+    assert changed.applied == first.applied
+    assert changed.totals.gpus.allocatable == 8
+    drift = changed.drift
+    assert drift is not None
+    assert drift.revision == settings_hash({"gpuResource": "amd.com/gpu"}) != first.applied.revision
+    assert drift.since == NOW
+    assert [(i.field, i.applied, i.desired) for i in drift.items] == [("gpuResource", GPU, "amd.com/gpu")]
+    assert _up_to_date(changed) == ("False", c.REASON_DRIFT_PENDING)
+    cond = find_condition(changed.conditions, c.UP_TO_DATE)
+    assert cond is not None
+    assert drift.revision in cond.message
+    assert "amd.com/gpu" in cond.message
+    # later passes keep `since`; another hash applies nothing
+    later = _next(
+        {"gpuResource": "amd.com/gpu", "approve": "0" * 10}, changed, now=NOW + dt.timedelta(hours=1)
+    )
+    assert later.drift == drift
+    assert later.applied == first.applied
+    # approving the drift's hash applies it
+    approved = _next({"gpuResource": "amd.com/gpu", "approve": drift.revision}, later)
+    assert approved.drift is None
+    assert approved.applied is not None
+    assert (approved.applied.gpu_resource, approved.applied.revision) == ("amd.com/gpu", drift.revision)
+    assert approved.totals.gpus.allocatable == 2
+    assert _up_to_date(approved) == ("True", c.REASON_REVISION_CURRENT)
+
+
+def test_going_back_to_the_applied_value_clears_the_drift() -> None:
+    first = _next({}, InferenceClusterStatus())
+    changed = _next({"gpuResource": "amd.com/gpu"}, first)
+    assert changed.drift is not None
+    back = _next({}, changed)
+    assert back.drift is None
+    assert back.applied == first.applied
+    assert _up_to_date(back) == ("True", c.REASON_REVISION_CURRENT)
+
+
+def test_a_second_change_is_a_new_hash_and_an_old_approval_applies_nothing() -> None:
+    first = _next({}, InferenceClusterStatus())
+    amd = _next({"gpuResource": "amd.com/gpu"}, first)
+    assert amd.drift is not None
+    other = _next({"gpuResource": "example.com/gpu", "approve": amd.drift.revision}, amd)
+    assert other.drift is not None
+    assert other.drift.revision != amd.drift.revision
+    assert other.drift.since == amd.drift.since  # drifted since then, without a break
+    assert other.applied == first.applied
+
+
+def test_a_hostile_value_is_bounded_in_the_message() -> None:
+    first = _next({}, InferenceClusterStatus())
+    value = "x" * 240 + "/\u202egpu"
+    changed = _next({"gpuResource": value}, first)
+    cond = find_condition(changed.conditions, c.UP_TO_DATE)
+    assert cond is not None
+    assert "\u202e" not in cond.message
+    assert len(cond.message) < 600

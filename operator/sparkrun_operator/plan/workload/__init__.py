@@ -24,7 +24,8 @@ Rules (``docs/resources/inferenceworkload.md``, "What runs" and "Changing it"):
 - children are deleted with UID preconditions (a new object may reuse the name).
 
 :func:`plan` is a pipeline of stages, one module each: ``gates`` (recipe, spec, cache,
-cluster: may block) -> ``identity`` (ids, the serving revision) -> ``rolloutgate`` (the
+cluster: may block) -> ``history`` (the kept revisions: the newest serves; rollback, drift,
+pruning, ADR 0046) -> ``identity`` (ids, the served names) -> ``rolloutgate`` (the
 benchmark a gated rollout waits for, and its verdict) -> ``children`` (Service,
 JobSets) -> ``sleep`` (engine sleep/wake calls) -> ``counts``, ``scheduled`` and ``conditions``
 (the status) -> ``scaling`` (``status.scaling``: the autoscaler's news, the measured wakes; it
@@ -40,6 +41,7 @@ from sparkrun_operator.plan.workload import (
     conditions,
     counts,
     gates,
+    history,
     identity,
     rolloutgate,
     scaling,
@@ -99,10 +101,12 @@ def plan(obs: Observation) -> Plan:
     cond = Conditions(obs.status.conditions, obs.generation, obs.now)
     status = _carried(obs)
     found = gates.check(obs, cond, status)
-    inputs = identity.settle(obs, found, status, out)
+    serving = history.settle(obs, found, identity.desired(obs, found), cond, status, out)
+    inputs = serving.inputs
+    identity.settle(obs, found, serving, status)
     verdict = rolloutgate.plan_gate(obs, out)
     children.plan_children(obs, out, inputs, verdict)
-    engines = sleep.plan_engines(obs, out, found.effective)
+    engines = sleep.plan_engines(obs, out, out.effective or found.effective)
     counted = counts.count(obs, status, revision=out.revision)
     scheduled.scheduled(
         cond=cond,
@@ -118,10 +122,12 @@ def plan(obs: Observation) -> Plan:
         cond=cond,
         status=status,
         counted=counted,
-        blocked=found.blocked,
+        blocked=serving.blocked,
         sleep=engines,
         gate=verdict,
     )
+    counts.reset_first_failure(obs, status, out)
+    history.fit_budget(status)
     scaling.track(obs, status, out)
     return out
 
@@ -146,5 +152,8 @@ def _carried(obs: Observation) -> InferenceWorkloadStatus:
         recipe_revision=prev.recipe_revision,
         startup=list(prev.startup),
         last_failure=prev.last_failure,
+        history=prev.history.model_copy(deep=True) if prev.history is not None else None,
+        effective=prev.effective.model_copy(deep=True) if prev.effective is not None else None,
+        drift=prev.drift.model_copy(deep=True) if prev.drift is not None else None,
         scaling=prev.scaling.model_copy(deep=True) if prev.scaling is not None else None,
     )

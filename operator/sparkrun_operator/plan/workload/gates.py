@@ -1,11 +1,15 @@
 """Stage 1, gates: what may serve. The recipe, the spec, the ModelCache and the cluster.
 
 Each gate sets its own condition (``RecipeResolved``, ``CacheReady``) and may block: while
-blocked, nothing new is created (running JobSets are kept). The first block found is the one
-reported as the Ready/Progressing reason. The last gate, GPU memory (``plan/fit.py``), runs only
-when nothing else blocks and no JobSet of the workload has a Ready leader (a running replica
-proves the model fits): a replica too large for every candidate node gets no JobSet, and
-``Scheduled`` says what it needs and what the nodes have.
+blocked, nothing new is created (running JobSets are kept). The history stage
+(``plan/workload/history.py``) tells the blocks apart: a *source* block (the Recipe is missing
+or invalid, the spec is invalid) leaves the newest kept revision serving; a *runtime* block
+(cache, cluster, GPU memory) stops new pods. A recipe revision pin the Recipe has moved past is
+no block: it is drift (``recipe_pin``), and the newest revision keeps serving. The first block
+found is the one reported as the Ready/Progressing reason. The last gate, GPU memory
+(``plan/fit.py``), runs only when nothing else blocks and no JobSet of the workload has a Ready
+leader (a running replica proves the model fits): a replica too large for every candidate node
+gets no JobSet, and ``Scheduled`` says what it needs and what the nodes have.
 """
 
 from __future__ import annotations
@@ -30,6 +34,12 @@ class Gates:
     """What the gates found: the effective spec, the cache and placement, and any block."""
 
     blocked: Block | None = None
+    #: The desired settings cannot be resolved (RecipeNotFound, RecipeInvalid, InvalidSpec).
+    source: Block | None = None
+    #: A block of new pods whatever serves: the cache, the cluster or the GPU memory.
+    runtime: Block | None = None
+    #: ``spec.recipe.revision`` pins a revision the Recipe has moved past: why (RecipeResolved says it).
+    recipe_pin: str | None = None
     effective: EffectiveSpec | None = None
     cache: CacheMount | None = None
     placement: Placement | None = None
@@ -41,24 +51,29 @@ class Gates:
 
 def check(obs: Observation, cond: Conditions, status: InferenceWorkloadStatus) -> Gates:
     """Run every gate in order (recipe, spec, cache, cluster); ``status.startup`` may grow."""
-    blocked, recipe_spec = _recipe_exists(obs, cond)
+    source, recipe_spec = _recipe_exists(obs, cond)
     effective: EffectiveSpec | None = None
-    if blocked is None:
+    recipe_pin: str | None = None
+    if source is None:
         resolution = resolve(workload=obs.spec, recipe=recipe_spec)
-        blocked = _resolved(obs, cond, resolution)
+        source, recipe_pin = _resolved(obs, cond, resolution)
         effective = resolution.spec
-    if blocked is None and effective is not None:
-        blocked = _spec_allowed(obs, effective)
-    cache, cache_block = _cache(obs, cond, status, effective)
+    if source is None and effective is not None:
+        source = _spec_allowed(obs, effective)
+    cache, runtime = _cache(obs, cond, status, effective)
     placement, cluster_problem = _cluster(obs)
-    blocked = blocked or cache_block
     if cluster_problem is not None:
-        blocked = blocked or (c.REASON_CLUSTER_NOT_FOUND, cluster_problem)
-    memory_problem = _memory(obs, effective) if blocked is None else None
+        runtime = runtime or (c.REASON_CLUSTER_NOT_FOUND, cluster_problem)
+    memory_problem = None
+    if source is None and runtime is None and recipe_pin is None:
+        memory_problem = _memory(obs, effective)
     if memory_problem is not None:
-        blocked = (c.REASON_INSUFFICIENT_GPU_MEMORY, memory_problem)
+        runtime = (c.REASON_INSUFFICIENT_GPU_MEMORY, memory_problem)
     return Gates(
-        blocked=blocked,
+        blocked=source or runtime,
+        source=source,
+        runtime=runtime,
+        recipe_pin=recipe_pin,
         effective=effective,
         cache=cache,
         placement=placement,
@@ -114,19 +129,20 @@ def _recipe_exists(obs: Observation, cond: Conditions) -> tuple[Block | None, Re
     return None, observed.spec
 
 
-def _resolved(obs: Observation, cond: Conditions, resolution: Resolution) -> Block | None:
-    """``RecipeResolved`` from the resolution; a block when it has errors or misses the pin."""
+def _resolved(obs: Observation, cond: Conditions, resolution: Resolution) -> tuple[Block | None, str | None]:
+    """``RecipeResolved`` from the resolution; a block when it has errors, and why a recipe
+    revision pin is missed (drift: the newest revision keeps serving)."""
     ref = obs.spec.recipe
     if resolution.spec is None:
         detail = "; ".join(f"{i.field}: {i.message}" if i.field else i.message for i in resolution.errors)
         if ref is not None and any(not (i.field or "").startswith("spec.") for i in resolution.errors):
             cond.set(c.RECIPE_RESOLVED, False, c.REASON_RECIPE_INVALID, detail)
-            return (c.REASON_RECIPE_INVALID, detail)
+            return (c.REASON_RECIPE_INVALID, detail), None
         if ref is not None:
             cond.set(c.RECIPE_RESOLVED, True, c.REASON_RECIPE_RESOLVED, f"Recipe {ref.name!r}")
-        return (c.REASON_INVALID_SPEC, detail)
+        return (c.REASON_INVALID_SPEC, detail), None
     if ref is None:
-        return None
+        return None, None
     got = resolution.spec.recipe_revision
     pinned = ref.revision
     if pinned and got != pinned:
@@ -135,13 +151,13 @@ def _resolved(obs: Observation, cond: Conditions, resolution: Resolution) -> Blo
             "nothing is rolled out until the pin is updated or removed"
         )
         cond.set(c.RECIPE_RESOLVED, False, c.REASON_RECIPE_REVISION_MISMATCH, msg)
-        return (c.REASON_RECIPE_REVISION_MISMATCH, msg)
+        return None, msg
     warnings = [i.message for i in resolution.issues if i.severity == "warning"]
     msg = f"Recipe {ref.name!r} at revision {got}"
     if warnings:
         msg += "; warnings: " + "; ".join(warnings)
     cond.set(c.RECIPE_RESOLVED, True, c.REASON_RECIPE_RESOLVED, msg)
-    return None
+    return None, None
 
 
 def _spec_allowed(obs: Observation, effective: EffectiveSpec) -> Block | None:

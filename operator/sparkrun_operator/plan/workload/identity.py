@@ -1,33 +1,50 @@
-"""Stage 2, identity: sparkrun's ids and the served names in the status, and the serving
-revision to run.
+"""Stage 2a, identity: sparkrun's ids and the served names in the status, and the desired
+serving inputs.
 
-``status.intentId`` / ``recipeRevision`` / ``workloadId`` follow the effective spec; the serving
-revision (a hash of everything that changes the pods) is only settled when no gate blocks.
+``status.intentId`` / ``recipeRevision`` / ``workloadId`` follow the effective spec; the desired
+serving inputs (:func:`desired`, whose hash is the revision that would serve) exist only when no
+gate blocks, and the history stage (``plan/workload/history.py``) decides what serves.
 ``status.model`` (the model and the names it answers to, by the one naming rule of
 ``plan/served.py``) follows the revision that serves: see :func:`served_model`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Iterable
 
 from sparkrun_operator.api.workload import InferenceWorkloadStatus, ServedModel, StartupEvent
 from sparkrun_operator.plan import served
 from sparkrun_operator.plan.workload.gates import Gates
-from sparkrun_operator.plan.workload.model import Observation, ObservedJobSet, Plan
+from sparkrun_operator.plan.workload.history import Serving
+from sparkrun_operator.plan.workload.model import Observation, ObservedJobSet
 from sparkrun_operator.recipe import identity as recipe_identity
 from sparkrun_operator.render.workload import ServingInputs
 
 _EPOCH = dt.datetime.fromtimestamp(0, dt.UTC)
 
 
-def settle(
-    obs: Observation, gates: Gates, status: InferenceWorkloadStatus, out: Plan
-) -> ServingInputs | None:
-    """Ids and the ``accepted`` stage into ``status``; the serving inputs (``None``: blocked)."""
+def desired(obs: Observation, gates: Gates) -> ServingInputs | None:
+    """The desired serving inputs (spec, Recipe, cluster and cache resolved now); ``None`` while a
+    gate blocks (the history stage then decides what serves)."""
     effective = gates.effective
-    status.model = served_model(obs, gates)
+    if gates.blocked is not None or effective is None:
+        return None
+    return ServingInputs(
+        spec=effective,
+        scheduling=obs.spec.scheduling,
+        placement=gates.placement,
+        cache=gates.cache,
+        pod=obs.spec.pod,
+    )
+
+
+def settle(obs: Observation, gates: Gates, serving: Serving, status: InferenceWorkloadStatus) -> None:
+    """Ids, ``status.model`` (from ``serving``, what the pods are rendered from) and the
+    ``accepted`` stage into ``status``."""
+    effective = gates.effective
+    status.model = served_model(obs, gates, serving.inputs, blocked=serving.blocked is not None)
     if effective is not None:
         status.intent_id = effective.intent_id
         status.recipe_revision = effective.recipe_revision
@@ -36,25 +53,17 @@ def settle(
         )
     if not any(e.stage == "accepted" for e in status.startup):
         status.startup.insert(0, StartupEvent(stage="accepted", time=obs.created or obs.now))
-    if gates.blocked is not None or effective is None:
-        return None
-    inputs = ServingInputs(
-        spec=effective,
-        scheduling=obs.spec.scheduling,
-        placement=gates.placement,
-        cache=gates.cache,
-        pod=obs.spec.pod,
-    )
-    out.revision = inputs.revision()
-    out.effective = effective
-    status.revision = out.revision
-    return inputs
 
 
-def served_model(obs: Observation, gates: Gates) -> ServedModel | None:
+def served_model(
+    obs: Observation, gates: Gates, serving: ServingInputs | None = None, *, blocked: bool | None = None
+) -> ServedModel | None:
     """``status.model``: what the workload's engines are started with and answer to.
 
-    Unblocked, it is the resolution of the desired revision. While a gate blocks, the JobSets
+    With a serving revision (``serving``), it is that revision's resolution (the aliases, which
+    change no pod, from the desired settings when they resolve): under a rollback or a pending
+    drift the engines answer to the names they were started with. While a gate blocks
+    (``blocked``; default: whether ``gates`` block), the JobSets
     that exist keep running the revision they were started with (a Recipe edited to something
     invalid, deleted, or past a pinned revision stops nothing), so the names are theirs while any
     of them runs: the last ``status.model`` when one was recorded, else (as right after an
@@ -65,11 +74,16 @@ def served_model(obs: Observation, gates: Gates) -> ServedModel | None:
     cluster), else ``None``: a name nothing serves or will serve must not hold a claim against
     other tenants.
     """
+    raw = {"routing": {"capabilities": list(obs.spec.routing.capabilities)}}
+    if serving is not None:
+        spec = serving.spec
+        if gates.effective is not None:
+            spec = dataclasses.replace(spec, aliases=gates.effective.aliases)
+        return ServedModel.model_validate(served.to_status(served.served(raw, spec)))
     resolved = None
     if gates.effective is not None:
-        raw = {"routing": {"capabilities": list(obs.spec.routing.capabilities)}}
         resolved = ServedModel.model_validate(served.to_status(served.served(raw, gates.effective)))
-    if gates.blocked is None:
+    if not (gates.blocked is not None if blocked is None else blocked):
         return resolved
     live = [js for js in obs.jobsets if not js.deleting]
     if live and obs.status.model is not None:

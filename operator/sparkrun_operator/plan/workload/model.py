@@ -13,6 +13,7 @@ from typing import Any, Final, Literal
 
 from sparkrun_operator.api.benchmark import ScenarioResult
 from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
+from sparkrun_operator.api.history import ServingRevision
 from sparkrun_operator.api.meta import Condition, LabelSelector, Toleration, set_condition
 from sparkrun_operator.api.modelshape import ModelShape
 from sparkrun_operator.api.namepolicy import NamePolicy
@@ -144,6 +145,8 @@ class ObservedCluster:
 
     name: str
     exists: bool = True
+    #: The GPU resource in use: ``status.applied`` (a changed ``spec.gpuResource`` waits for
+    #: ``spec.approve``, ADR 0046), the spec's before the cluster's first status.
     gpu_resource: str = DEFAULT_GPU_RESOURCE
     node_names: tuple[str, ...] = ()
     node_selector: LabelSelector | None = None
@@ -172,6 +175,26 @@ class ObservedGate:
     results: tuple[ScenarioResult, ...] = ()
     #: ``Failed``: the reason and message of its Failed condition.
     failure: tuple[str, str] | None = None
+    deleting: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObservedRevision:
+    """A ControllerRevision labelled with the workload (a serving revision, ADR 0046)."""
+
+    name: str
+    uid: str
+    #: ``revision`` of the ControllerRevision (the serving revision's number).
+    number: int
+    #: The hash label (``keys.LABEL_REVISION``).
+    hash: str | None = None
+    #: Its ``data``; ``None`` when it is not a :class:`ServingRevision` (malformed, or not ours).
+    data: ServingRevision | None = None
+    #: The UID of its controller owner (the revision is the workload's only when it is its UID).
+    owner: str | None = None
+    served_from: dt.datetime | None = None
+    served_until: dt.datetime | None = None
+    created: dt.datetime | None = None
     deleting: bool = False
 
 
@@ -219,6 +242,14 @@ class Observation:
     #: ``controllers/autoscale.py``); ``None``: nothing since this process started (the
     #: planner then carries ``status.scaling`` over).
     scaling: ScalingView | None = None
+    #: The workload's ControllerRevisions (its serving revisions, ADR 0046; ``plan/workload/history.py``).
+    #: ``None``: not observed (a caller without the index): the history stage is off and the
+    #: desired settings serve, as before revisions were kept.
+    revisions: tuple[ObservedRevision, ...] | None = None
+    #: Failures the pod events recorded (``controllers/failurelog.py``): with their log lines,
+    #: redacted, oldest first; they outlive the pods (a group restart deletes them at once).
+    #: Empty after an operator restart (the status keeps what was reported).
+    failures: tuple[FailureRecord, ...] = ()
     #: Now with sub-second precision, for the wake times it measures (``obs.now`` is whole
     #: seconds, as conditions store time; a wake from Sleeping takes a few seconds). ``None``:
     #: ``obs.now``.
@@ -263,6 +294,14 @@ class SetSuspend:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Annotate:
+    """Merge these annotations into a ControllerRevision of the workload (served-from/until)."""
+
+    name: str
+    annotations: Mapping[str, str]
+
+
+@dataclass(frozen=True, kw_only=True)
 class EngineCall:
     """Ask a leader's engine to sleep (``POST /sleep?level=1``) or wake (``POST /wake_up``)."""
 
@@ -293,11 +332,19 @@ class Plan:
     requeue_after: float | None = None
     effective: EffectiveSpec | None = None
     revision: str | None = None
+    #: ControllerRevisions to create (a new serving revision; its name is deterministic, so an
+    #: AlreadyExists means another pass made it: the next pass plans from what it sees).
+    revisions: list[dict[str, Any]] = field(default_factory=list)
+    #: Annotations to set on kept ControllerRevisions (when a revision served).
+    annotate: list[Annotate] = field(default_factory=list)
+    #: The serving revision copies revision N's settings (a rollback): the rollout gate may skip it.
+    rollback_of: int | None = None
 
     @property
     def idle(self) -> bool:
         """No child action (the status may still change)."""
-        return not (self.apply or self.suspend or self.delete or self.engine)
+        children = self.apply or self.suspend or self.delete or self.engine
+        return not (children or self.revisions or self.annotate)
 
     def later(self, seconds: float) -> None:
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)

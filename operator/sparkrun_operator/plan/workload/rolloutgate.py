@@ -15,6 +15,9 @@ template's hash) aimed at its leader pod. Its outcome decides:
   the old revision keeps serving. A new spec change (a new revision) or a changed template starts
   over; deleting the gate's benchmark measures the same revision again.
 
+A rollback (a revision copying an older one's settings, ``plan/workload/history.py``) is gated
+like any new revision unless ``gate.onRollback: Skip``: then it is promoted at once.
+
 Gate benchmarks of other revisions or templates are deleted. :func:`check` is the pure
 comparison of results with thresholds.
 """
@@ -129,6 +132,9 @@ def plan_gate(obs: Observation, out: Plan) -> Verdict:
                     kind="InferenceBenchmark", name=found.name, uid=found.uid, reason="a stale rollout gate"
                 )
             )
+    if out.rollback_of is not None and gate.on_rollback == "Skip":
+        # a rollback serves settings that served before: promoted without its benchmark
+        return Verdict()
     rolling = any(js.revision != revision and not js.deleting and js.terminal is None for js in obs.jobsets)
     if mine is None:
         if not rolling or obs.spec.state == "Stopped":
