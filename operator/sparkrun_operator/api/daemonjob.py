@@ -91,7 +91,8 @@ class DaemonJobSpec(KubeModel):
         "(a plugin id has hyphens: plugins.sparkrun-k8s.workloads.rollback).",
         min_length=1,
         max_length=128,
-        pattern=r"^[a-z0-9_]+(\.[a-z0-9_-]+)+$",
+        # NB: a hyphen only in a plugin id (ADR 0048), as the reference names operations
+        pattern=r"^([a-z0-9_]+(\.[a-z0-9_]+)+|plugins\.[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9_]+)+)$",
         json_schema_extra={"x-kubernetes-validations": [cel.immutable("operation")]},
     )
     operation_version: int = Field(

@@ -18,6 +18,8 @@ reason               HTTP  when
 (LookupError)        404   no such workload or cluster
 revision_not_kept    404   the rollback's revision is not a kept revision of the workload
 no_previous_revision 409   a rollback without a revision, and status.history has no previous one
+rollback_refused     409   the revision ran as a ServiceAccount, or read a Secret or ConfigMap, the
+                           spec no longer names (the operator would not roll back to it)
 no_drift             409   apply_drift, and status.drift is empty (or the cluster has none)
 drift_unresolved     409   the drift's desired settings cannot be resolved (no hash to approve)
 recipe_revision_pin  409   the drift is spec.recipe.revision's pin: edit that field instead
@@ -52,12 +54,14 @@ from sparkrun_operator.api.pluginops import (
     RevisionEntry,
     RollbackResult,
 )
+from sparkrun_operator.api.workload import InferenceWorkloadSpec
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.k8s.resources import CONTROLLER_REVISIONS, Resource
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.errors import Conflict, NotFound
-from sparkrun_operator.render import keys
+from sparkrun_operator.plan.workload import revisions
+from sparkrun_operator.render import frozen, keys
 
 __all__ = [
     "apply_cluster_drift",
@@ -72,6 +76,11 @@ __all__ = [
 #: The most revisions read for one workload (the operator keeps at most the history limit plus the
 #: pinned one and those with live JobSets).
 MAX_REVISIONS_READ: Final = 2 * MAX_HISTORY_LIMIT
+#: The most ControllerRevisions labelled with the workload looked at (pages of
+#: :data:`_PAGE`): a StatefulSet whose pods carry the workload label has its own, and a namespace
+#: may hold many; what is beyond is not read.
+MAX_REVISIONS_SCANNED: Final = 2000
+_PAGE: Final = 250
 
 
 def _refuse(detail: str, reason: str, **attrs: Any) -> Conflict:
@@ -113,23 +122,40 @@ async def kept_revisions(
     """The workload's trusted ControllerRevisions, ``(number, object, data)``, oldest first."""
     meta = workload.get("metadata") or {}
     uid = str(meta.get("uid") or "")
-    found = await rest.list(
-        CONTROLLER_REVISIONS,
-        meta.get("namespace"),
-        label_selector=f"{keys.LABEL_WORKLOAD}={meta.get('name')}",
-    )
-    kept: list[tuple[int, dict[str, Any], ServingRevision]] = []
-    for obj in found[:MAX_REVISIONS_READ]:
+    owned: list[tuple[int, dict[str, Any]]] = []
+    selector = f"{keys.LABEL_WORKLOAD}={meta.get('name')}"
+    for obj in await _labelled(rest, meta.get("namespace"), selector) if uid else ():
         number = obj.get("revision")
-        if not uid or not _controlled_by(obj, uid) or type(number) is not int or number < 1:
-            continue
+        if _controlled_by(obj, uid) and type(number) is int and 1 <= number <= revisions.MAX_NUMBER:
+            owned.append((number, obj))
+    owned.sort(key=lambda item: item[0])
+    kept: list[tuple[int, dict[str, Any], ServingRevision]] = []
+    for number, obj in owned[-MAX_REVISIONS_READ:]:
         try:
             data = ServingRevision.model_validate(obj.get("data") or {})
         except ValidationError:
             continue  # NB: not the operator's document: never shown, never a rollback target
         kept.append((number, obj, data))
-    kept.sort(key=lambda item: item[0])
     return kept
+
+
+async def _labelled(rest: Kube, namespace: str | None, selector: str) -> list[dict[str, Any]]:
+    """The ControllerRevisions ``selector`` matches, page by page, at most
+    :data:`MAX_REVISIONS_SCANNED` of them."""
+    items: list[dict[str, Any]] = []
+    token: str | None = None
+    while len(items) < MAX_REVISIONS_SCANNED:
+        page = await rest.request(
+            "GET",
+            CONTROLLER_REVISIONS.path(namespace),
+            query={"labelSelector": selector, "limit": _PAGE, "continue": token},
+        )
+        found = (page or {}).get("items") or []
+        items.extend(obj for obj in found[:_PAGE] if isinstance(obj, dict))
+        token = ((page or {}).get("metadata") or {}).get("continue") or None
+        if not token:
+            break
+    return items[:MAX_REVISIONS_SCANNED]
 
 
 def _entry(number: int, obj: Mapping[str, Any], data: ServingRevision, *, current: bool) -> RevisionEntry:
@@ -265,12 +291,15 @@ async def rollback(
         target = None
     else:
         target = revision if revision is not None else default_revision(workload)
-        numbers = [n for n, _obj, _data in await kept_revisions(rest, workload)]
-        if target not in numbers:
+        kept = {n: data for n, _obj, data in await kept_revisions(rest, workload)}
+        numbers = list(kept)
+        if target not in kept:
             raise NotFound(
                 f"InferenceWorkload {name} keeps no revision {target} (kept: {numbers or 'none'})",
                 attrs={"reason": "revision_not_kept", "kept": numbers},
             )
+        if (why := _refused(workload, target, kept[target])) is not None:
+            raise _refuse(f"InferenceWorkload {name}: {why}", "rollback_refused")
     changed = before != target
     if changed:
         if target is None:
@@ -278,6 +307,19 @@ async def rollback(
         else:
             await _write(rest, kube.WORKLOADS, workload, sets={"/rollout/revision": target})
     return RollbackResult(workload=name, namespace=namespace, revision=target, before=before, changed=changed)
+
+
+def _refused(workload: Mapping[str, Any], pin: int, data: ServingRevision) -> str | None:
+    """Why the operator would not make a rollback to ``data`` with the spec as it is
+    (``revisions.rollback_refused``: an account or env reference the spec does not name), said
+    before the pin is written; ``None`` when it would (or the spec or data do not read: the
+    operator decides then)."""
+    try:
+        spec = InferenceWorkloadSpec.model_validate(workload.get("spec") or {})
+        inputs = frozen.from_wire(data.inputs)
+    except ValueError:
+        return None
+    return revisions.rollback_refused(pin, inputs, spec)
 
 
 def _pending(present: bool, pending: str | None, given: str | None, what: str) -> str:

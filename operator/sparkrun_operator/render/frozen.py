@@ -24,6 +24,7 @@ from sparkrun_operator.api import bounds
 from sparkrun_operator.api.meta import EnvVar, KubeModel, LabelSelector, Toleration
 from sparkrun_operator.api.podoverride import PodOverride
 from sparkrun_operator.api.workload import SchedulingSpec, TopologySpec
+from sparkrun_operator.recipe.flags import MAX_COMMAND_WORDS
 from sparkrun_operator.recipe.resolve import EffectiveSpec, Topology
 from sparkrun_operator.render.workload import CacheMount, Placement, ServingInputs
 
@@ -32,8 +33,9 @@ WIRE_VERSION: Final = 1
 #: The largest frozen document read (its JSON): a ControllerRevision must stay far below etcd's
 #: object limit (1.5 MiB), and the planner reads every kept revision on every pass.
 MAX_WIRE_BYTES: Final = 256 * 1024
-#: Engine arguments of one effective spec: the workload's (128) after the Recipe's own.
-MAX_ENGINE_ARGS: Final = 1024
+#: Engine arguments of one effective spec: the workload's (128) after the Recipe's own (its
+#: command's words, or its defaults as flags, fewer).
+MAX_ENGINE_ARGS: Final = MAX_COMMAND_WORDS + 128
 #: Environment variables of one effective spec (the Recipe's env merged with the workload's).
 MAX_ENV: Final = 256
 
@@ -141,6 +143,31 @@ def to_wire(inputs: ServingInputs) -> dict[str, Any]:
     return doc
 
 
+def problem(inputs: ServingInputs) -> str | None:
+    """Why ``inputs`` cannot be kept as a revision that :func:`from_wire` reads back (a field
+    beyond the frozen bounds, a document over :data:`MAX_WIRE_BYTES`), else ``None``. Checked
+    before a revision is made: one that could not be read back would never serve, and the next
+    pass would make another."""
+    try:
+        doc = to_wire(inputs)
+    except ValidationError as error:
+        return _invalid(error)
+    size = len(json.dumps(doc, separators=(",", ":")))
+    if size > MAX_WIRE_BYTES:
+        return f"the serving inputs are {size} bytes as a revision, over the {MAX_WIRE_BYTES} kept"
+    return None
+
+
+def _invalid(error: ValidationError) -> str:
+    """The first problem, by place and message (never the value: it may be a credential)."""
+    first = error.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ()))
+    return (
+        f"frozen serving inputs: {where or 'document'}: {str(first.get('msg', 'invalid'))[:200]}"
+        f" ({error.error_count()} problem(s))"
+    )
+
+
 def from_wire(doc: Any) -> ServingInputs:
     """The serving inputs a frozen document holds; ``ValueError`` (naming the problem) when it is
     not one: too large, not an object, another version, a field out of its bounds, unknown fields,
@@ -160,12 +187,7 @@ def from_wire(doc: Any) -> ServingInputs:
     try:
         parsed = _FrozenInputs.model_validate(doc)
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        raise ValueError(
-            f"frozen serving inputs: {where or 'document'}: {str(first.get('msg', 'invalid'))[:200]}"
-            f" ({error.error_count()} problem(s))"
-        ) from None
+        raise ValueError(_invalid(error)) from None
     return ServingInputs(
         spec=_spec(parsed.spec),
         scheduling=parsed.scheduling,

@@ -30,6 +30,7 @@ With ``obs.revisions is None`` (not observed) the stage is off: the desired sett
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -60,7 +61,15 @@ from sparkrun_operator.plan.workload.model import (
     ObservedRevision,
     Plan,
 )
-from sparkrun_operator.plan.workload.revisions import Kept, render_revision, revision_name, stamp, usable
+from sparkrun_operator.plan.workload.revisions import (
+    Kept,
+    number_in_name,
+    render_revision,
+    revision_name,
+    rollback_refused,
+    stamp,
+    usable,
+)
 from sparkrun_operator.recipe import provenance
 from sparkrun_operator.render import frozen, keys
 from sparkrun_operator.render.workload import Owner, ServingInputs
@@ -147,6 +156,12 @@ def settle(
     if obs.revisions is None:
         serving = _without_history(gates, desired)
     else:
+        if desired is not None and (problem := frozen.problem(desired)) is not None:
+            # NB: a spec the admission takes may still resolve past what a revision keeps (a
+            # Recipe's long command with the workload's arguments): a source problem, the newest
+            # revision keeps serving
+            source = (c.REASON_INVALID_SPEC, problem)
+            gates, desired = dataclasses.replace(gates, source=source, blocked=gates.blocked or source), None
         run = _Pass(obs=obs, gates=gates, desired=desired, ours=_ours(obs))
         serving = _decide(run)
         _act(run, out, serving)
@@ -244,6 +259,9 @@ def _pinned(run: _Pass, pin: int, wanted: str | None) -> None:
     newest = run.newest
     assert newest is not None
     target = next((run.usable(r) for r in run.ours if r.number == pin), None)
+    refused = rollback_refused(pin, target.inputs, run.obs.spec) if target is not None else None
+    message = f"spec.rollout.revision pins {pin}: its settings serve"
+    message += "; changes to the spec or its sources are drift until the pin is removed"
     if newest.number == pin or newest.data.rollback_of == pin:
         run.serve = newest
     elif target is None:
@@ -254,6 +272,9 @@ def _pinned(run: _Pass, pin: int, wanted: str | None) -> None:
         )
         run.up_to_date = (False, c.REASON_REVISION_NOT_FOUND, message)
         return
+    elif refused is not None:
+        run.serve = newest
+        message = f"{refused}; revision {newest.number} keeps serving"
     else:
         data = target.data.model_copy(
             update={
@@ -267,9 +288,7 @@ def _pinned(run: _Pass, pin: int, wanted: str | None) -> None:
     serving_hash = run.new.data.hash if run.new is not None else newest.data.hash
     if wanted is not None and wanted != serving_hash:
         run.drift = ("RevisionPinned", wanted)
-    message = f"spec.rollout.revision pins {pin}: its settings serve"
-    message += "; changes to the spec or its sources are drift until the pin is removed"
-    run.up_to_date = (False, c.REASON_REVISION_PINNED, message)
+    run.up_to_date = (False, c.REASON_REVISION_PINNED, clip(message))
 
 
 def _changed(run: _Pass) -> RevisionCause:
@@ -304,8 +323,11 @@ def _make(run: _Pass, desired: ServingInputs, cause: RevisionCause) -> None:
 
 
 def _next_number(run: _Pass) -> int:
-    """One above every number seen (any revision labelled with the workload: names never collide)."""
-    return max((r.number for r in run.obs.revisions or ()), default=0) + 1
+    """One above every number seen (any revision labelled with the workload: names never collide),
+    and above the number any such revision's name takes (one named ``w-7`` numbered 3)."""
+    found = run.obs.revisions or ()
+    named = (number_in_name(r.name, run.obs.name) for r in found)
+    return max((*(r.number for r in found), *(n for n in named if n is not None)), default=0) + 1
 
 
 def _serving(run: _Pass) -> Serving:

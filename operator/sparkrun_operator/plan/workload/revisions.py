@@ -8,19 +8,25 @@ ownerReference, so garbage collection removes it with the workload), and its ``d
 get no write on ControllerRevisions), yet one is used only after the same checks a spec gets:
 ``data`` validated by the pydantic model, its frozen inputs by ``render/frozen.py``, the names
 its topology gives the children by ``render/names.py``, and only when its controller owner is
-the workload's UID. Pure: no I/O.
+the workload's UID. A rollback to one (:func:`rollback_refused`) never brings back a
+ServiceAccount or an env reference the spec does not name: admission checks those on the spec.
+Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from pydantic import ValidationError
 
+from sparkrun_operator.api.clip import echo
 from sparkrun_operator.api.history import ServingRevision
+from sparkrun_operator.api.meta import EnvVar
+from sparkrun_operator.api.workload import InferenceWorkloadSpec
 from sparkrun_operator.plan.workload.model import ObservedRevision
 from sparkrun_operator.render import frozen, keys, names
 from sparkrun_operator.render.workload import Owner, ServingInputs, workload_labels
@@ -28,6 +34,10 @@ from sparkrun_operator.render.workload import Owner, ServingInputs, workload_lab
 #: The ControllerRevision API (apps/v1).
 API_VERSION: Final = "apps/v1"
 KIND: Final = "ControllerRevision"
+#: The highest revision number read (15 digits): a ControllerRevision numbered above it (made by
+#: hand: the operator counts up from 1) is no revision of the workload, so one near the int64
+#: limit cannot make the next number overflow and stop every new revision.
+MAX_NUMBER: Final = 10**15 - 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +59,16 @@ def revision_name(workload: str, number: int) -> str:
     return f"{workload}-{number}"
 
 
+def number_in_name(name: str, workload: str) -> int | None:
+    """The number a name ``<workload>-<number>`` takes (``None``: no such name), so that a
+    revision numbered otherwise than its name says cannot make the next name collide."""
+    prefix = f"{workload}-"
+    digits = name[len(prefix) :] if name.startswith(prefix) else ""
+    if not digits or len(digits) > len(str(MAX_NUMBER)) or not (digits.isascii() and digits.isdigit()):
+        return None
+    return int(digits)
+
+
 def revision_from(body: Mapping[str, Any]) -> ObservedRevision | None:
     """The ControllerRevision ``body`` as the planner sees it (``data`` ``None`` when it is not a
     valid :class:`ServingRevision`); ``None`` when it is not a revision at all."""
@@ -58,7 +78,7 @@ def revision_from(body: Mapping[str, Any]) -> ObservedRevision | None:
     name, uid, number = meta.get("name"), meta.get("uid"), body.get("revision")
     if not isinstance(name, str) or not isinstance(uid, str):
         return None
-    if not isinstance(number, int) or isinstance(number, bool) or number < 1:
+    if not isinstance(number, int) or isinstance(number, bool) or not 1 <= number <= MAX_NUMBER:
         return None
     data: ServingRevision | None
     try:
@@ -147,3 +167,49 @@ def render_revision(
 def stamp(now: dt.datetime) -> str:
     """A served-from/until annotation's value (RFC 3339, seconds, UTC)."""
     return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def rollback_refused(pin: int, target: ServingInputs, spec: InferenceWorkloadSpec) -> str | None:
+    """Why a rollback to ``target`` may not be made while the spec is as it is: admission checks
+    on the spec only who may run engines as a ServiceAccount (the chart's tenancy.serviceAccounts)
+    and who may put a Secret or ConfigMap into their environment (the requester may read it,
+    ADR 0041). A pin is no such check, so a rollback never brings back an account or a reference
+    the spec does not name: an account since withdrawn, a Secret its author could read and the
+    one who sets the pin cannot."""
+    then = target.pod.service_account_name if target.pod is not None else None
+    now = spec.pod.service_account_name if spec.pod is not None else None
+    if then not in (None, "default") and then != now:
+        return (
+            f"spec.rollout.revision pins {pin}, whose engine pods ran as ServiceAccount {echo(then, 64)}: "
+            f"a rollback never changes the account (admission checks it on the spec); "
+            f"set spec.pod.serviceAccountName: {echo(then, 64)} with the pin"
+        )
+    missing = sorted(_references(target.spec.env) - _references(spec.engine.env))
+    if missing:
+        kind, name = missing[0]
+        return (
+            f"spec.rollout.revision pins {pin}, whose env names {kind} {echo(name, 64)} (and "
+            f"{len(missing) - 1} more) that spec.engine.env does not: a rollback never brings a "
+            "reference back (admission checks on the spec that it may be read); name it in "
+            "spec.engine.env with the pin"
+        )
+    return None
+
+
+#: ``valueFrom`` sources that name no object (the pod's own fields and resources).
+_NO_OBJECT: Final = frozenset({"fieldRef", "resourceFieldRef"})
+
+
+def _references(env: Iterable[EnvVar]) -> set[tuple[str, str]]:
+    """The objects an env's ``valueFrom`` names: (source, name); a source that is neither a
+    field of the pod nor a known reference counts by its whole value."""
+    out: set[tuple[str, str]] = set()
+    for var in env:
+        for kind, ref in (var.value_from or {}).items():
+            if kind in _NO_OBJECT:
+                continue
+            name = ref.get("name") if isinstance(ref, Mapping) else None
+            out.add(
+                (str(kind), name if isinstance(name, str) else json.dumps(ref, sort_keys=True, default=str))
+            )
+    return out
