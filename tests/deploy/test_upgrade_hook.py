@@ -128,3 +128,22 @@ def test_turned_off_or_with_crds_managed_elsewhere(helm_bin: str, tmp_path: Path
     no_policies = render(helm_bin, tmp_path, {"networkPolicy": {"enabled": False}})
     assert no_policies.find("NetworkPolicy", NAME, NAMESPACE) is None
     assert no_policies.find("Job", NAME, NAMESPACE) is not None
+
+
+def test_an_upgrade_that_reuses_the_previous_releases_values_still_renders_the_check(
+    helm_bin: str, tmp_path: Path
+) -> None:
+    """``helm upgrade --reuse-values`` (docs/install.md) renders the new chart with the previous
+    release's values in place of the new chart's defaults: a release from before the check has
+    no ``upgradeCheck``. The check runs then with its defaults (as if the value were there)."""
+    reused = render(helm_bin, tmp_path, {"upgradeCheck": None})
+    job = reused.get("Job", NAME, NAMESPACE)
+    assert job["spec"]["activeDeadlineSeconds"] == 300
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["resources"]["limits"]["memory"] == "512Mi"
+    assert (
+        container["resources"]
+        == render(helm_bin, tmp_path).get("Job", NAME, NAMESPACE)["spec"]["template"]["spec"]["containers"][
+            0
+        ]["resources"]
+    )

@@ -9,6 +9,7 @@ or field path and the message.
 from __future__ import annotations
 
 import copy
+import time
 from pathlib import Path
 from typing import Any
 
@@ -181,3 +182,55 @@ def test_the_report_exit_codes_and_text() -> None:
     assert "warning: Recipe team-a/r: spec.gone: dropped\n" in out
     assert "Recipe team-a/r: spec.x: x must exceed one  [rule: self.x > 1]\n" in out
     assert out.endswith("1 object (1 Recipe): FAILED (2 findings that stop the upgrade)\n")
+
+
+# -- hostile stored objects (review of issue 28) ---------------------------------------------------
+
+
+def test_a_new_pattern_over_a_long_stored_string_is_matched_in_linear_time(
+    chart_crds: dict[str, Any],
+) -> None:
+    """The apiserver matches OpenAPI patterns with RE2 (Go's regexp); a backtracking matcher
+    is quadratic on this pattern (a quantity's) and a string that fails it: hours for 200,000
+    characters stored before the bound (ratcheting keeps such an object)."""
+    crds = copy.deepcopy(chart_crds)
+    model = _version(crds["InferenceWorkload"])["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    name = model["properties"]["model"]["properties"]["name"]
+    name["pattern"] = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+    obj = workload()
+    obj["spec"]["model"]["name"] = "1" * 200_000 + "x"
+    started = time.perf_counter()
+    findings = check_object(crds, obj)
+    assert time.perf_counter() - started < 30  # RE2: milliseconds; backtracking: hours
+    assert {f.path for f in findings} == {"spec.model.name"}
+    assert any("does not match" in f.message for f in findings)
+    assert all(len(f.message) <= 1024 for f in findings)
+
+
+def test_an_object_the_evaluator_cannot_walk_is_named_not_a_crash(chart_crds: dict[str, Any]) -> None:
+    """A free-form value nested deeper than Python's recursion (stored before the depth bound;
+    the apiserver decodes 10,000 levels) is one object's finding, not the end of the check."""
+    deep: Any = "x"
+    for _ in range(5000):
+        deep = [deep]
+    job = stored(next(d for d in VALID if d["kind"] == "DaemonJob"))
+    job["spec"]["arguments"] = {"deep": deep}
+    other = workload()
+    findings = check(chart_crds, [job, other])
+    [finding] = findings
+    assert (finding.kind, finding.name, finding.problem) == (
+        "DaemonJob",
+        job["metadata"]["name"],
+        "unreadable",
+    )
+    assert finding.blocking
+    assert "nested too deeply" in finding.message
+
+
+def test_a_finding_quotes_a_stored_name_bounded(chart_crds: dict[str, Any]) -> None:
+    obj = workload()
+    obj["spec"]["x" * 100_000] = 1  # a field the new schema drops, named by its author
+    [finding] = check_object(chart_crds, obj)
+    assert finding.problem == "pruned"
+    assert len(finding.path) <= 1024
+    assert finding.path.startswith("spec.xxx")

@@ -3,7 +3,10 @@
 It applies the CRD's structural defaults, validates against the OpenAPI v3 schema with strict
 field validation (unknown fields are errors, as with ``kubectl apply --server-side``), then
 evaluates every CEL rule (``x-kubernetes-validations``), transition rules too when the old
-object is given. Each finding carries the field path the apiserver would report.
+object is given. Each finding carries the field path the apiserver would report. Patterns are
+matched with RE2, as the apiserver's Go ``regexp`` matches them (and CEL's ``matches``, which
+celpy runs on RE2 too): linear in the text, which a stored object's author chose
+(``sparkrun-k8s upgrade --check`` runs this over every tenant's objects).
 
 Used by ``sparkrun-k8s validate``, ``make demo`` before the testbed exists, and the tests; the
 real apiserver remains the authority (the testbed tests run the same corpus against it).
@@ -18,6 +21,7 @@ from typing import Any
 
 import celpy
 import jsonschema
+import re2
 from celpy.adapter import json_to_cel
 from celpy.evaluation import CELEvalError
 
@@ -92,6 +96,34 @@ def _path(parts: Any) -> str:
 
 
 _REQUIRED = re.compile(r"^'(.+)' is a required property$")
+_PATTERNS: dict[str, Any] = {}
+
+
+def _search(pattern: str, text: str) -> bool:
+    """Whether ``pattern`` matches somewhere in ``text``, with RE2 (a pattern RE2 cannot
+    compile, which the apiserver would refuse in a CRD, falls back to Python's ``re``)."""
+    compiled = _PATTERNS.get(pattern)
+    if compiled is None:
+        options = re2.Options()
+        options.log_errors = False
+        try:
+            compiled = re2.compile(pattern, options)
+        except re2.error:
+            compiled = re.compile(pattern)
+        _PATTERNS[pattern] = compiled
+    return compiled.search(text) is not None
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    """JSON Schema's ``pattern`` keyword on RE2 (jsonschema's own uses Python's backtracking
+    ``re``: quadratic and worse on some patterns)."""
+    if validator.is_type(instance, "string") and not _search(pattern, instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+_VALIDATOR: Any = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+    jsonschema.Draft4Validator, {"pattern": _pattern}
+)
 _ENV = celpy.Environment()
 _PROGRAMS: dict[str, Any] = {}
 
@@ -153,7 +185,7 @@ def validate(
     obj = apply_defaults(schema, copy.deepcopy(manifest))
     old_obj = apply_defaults(schema, copy.deepcopy(old)) if old is not None else None
     errors: list[FieldError] = []
-    validator = jsonschema.Draft4Validator(_strict(schema))
+    validator = _VALIDATOR(_strict(schema))
     for err in sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path))):
         parts = list(err.absolute_path)
         if err.validator == "required":

@@ -11,6 +11,11 @@ blocking), defaulted, validated against the OpenAPI schema and every CEL rule wi
 ``api/admission.py``'s evaluator (ADR 0002, the one ``sparkrun-k8s validate`` uses), transition
 rules (``oldSelf``) as an update of the object onto itself.
 
+Every stored object is a tenant's: each one's findings are bounded (:data:`MESSAGE_CHARS`; a
+schema error quotes the value it refuses), and an object the evaluator cannot walk (nested
+beyond Python's recursion: stored before the depth bounds of ``api/bounds.py``) is a finding of
+its own, never the end of the check.
+
 Pure: CRD documents and objects in, :class:`Finding` values out. Reading the chart and the
 cluster is the caller's (``cli/upgrade.py``).
 """
@@ -19,11 +24,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Final, Literal
 
 from sparkrun_operator import safeload
 from sparkrun_operator.api.admission import validate
+from sparkrun_operator.api.clip import ELLIPSIS
 from sparkrun_operator.api.meta import GROUP
 from sparkrun_operator.api.resources import KINDS_BY_NAME
 
@@ -35,6 +41,8 @@ Problem = Literal["rejected", "version", "unreadable", "pruned"]
 BLOCKING: Final = frozenset({"rejected", "version", "unreadable"})
 #: The chart's CRD files (all of them together are about 300 KB today).
 CRD_FILES: Final = safeload.Bounds("CRD YAML", 4 * safeload.MIB, 64)
+#: A finding's message (and path) at most, in characters.
+MESSAGE_CHARS: Final = 1024
 #: A CEL failure's message carries the rule's evaluation error after this marker.
 _RULE_ERROR: Final = " (rule error:"
 
@@ -187,7 +195,29 @@ def _served_version(
 
 
 def check_object(crds: dict[str, dict[str, Any]], obj: Any) -> list[Finding]:
-    """Every finding for one stored object against the new CRDs (``crds``: kind -> CRD)."""
+    """Every finding for one stored object against the new CRDs (``crds``: kind -> CRD), each
+    message and path clipped to :data:`MESSAGE_CHARS` (a path names the keys of maps)."""
+    try:
+        findings = _check_object(crds, obj)
+    except RecursionError:
+        kind, namespace, name = _identity(obj)
+        message = (
+            "nested too deeply for the check to evaluate: the check cannot tell whether the new CRDs take it"
+        )
+        return [Finding(kind, namespace, name, "unreadable", "", "read", message)]
+    return [replace(f, message=_middle(f.message), path=_middle(f.path)) for f in findings]
+
+
+def _middle(message: str) -> str:
+    """``message`` within :data:`MESSAGE_CHARS`, cut in the middle: a schema error quotes the
+    value first and says what is wrong with it last (``'...' is too long``)."""
+    if len(message) <= MESSAGE_CHARS:
+        return message
+    half = (MESSAGE_CHARS - len(ELLIPSIS)) // 2
+    return message[:half] + ELLIPSIS + message[-half:]
+
+
+def _check_object(crds: dict[str, dict[str, Any]], obj: Any) -> list[Finding]:
     ident = _identity(obj)
     kind, namespace, name = ident
     api_version = obj.get("apiVersion") if isinstance(obj, dict) else None

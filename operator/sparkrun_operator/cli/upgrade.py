@@ -27,8 +27,12 @@ from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.k8s.resources import resource_of
 
-#: Objects a page.
-PAGE: Final = 250
+#: Objects a page: a stored object may be as large as etcd keeps (1.5 MiB), and its decoded
+#: form up to about 20 times that (small containers): a page of these fits the hook pod's memory
+#: limit (``upgradeCheck.resources``, 512 MiB) with room for the evaluator (about 140 MiB for
+#: four: ``tests/unit/test_upgrade_cli_bounds.py``). Each page is one more LIST: 15,000 objects
+#: take about 3,750, seconds in all.
+PAGE: Final = 4
 #: Objects checked a kind at most (a kind with more is reported unreadable: the check is incomplete).
 MAX_OBJECTS: Final = 100_000
 #: Findings listed at most (the rest are counted).
@@ -133,6 +137,13 @@ async def _check_kind(kube: Kube, kind: Kind, crds: dict[str, dict[str, Any]], r
                 raise ValueError(f"more than {MAX_OBJECTS} objects: the rest were not checked")
     except errors.KubeNotFound:
         return  # the kind is not installed: nothing stored
+    except RecursionError:  # NB: the JSON decoder's, on an object stored before the depth bounds
+        report.read_errors.append(common.EXIT_REFUSED)
+        message = (
+            f"cannot read {resource.plural}: an object after the first {count} is nested too deeply to be "
+            "decoded (stored before the depth bounds of free-form fields)"
+        )
+        report.add(Finding(kind.kind, "", "", "unreadable", "", "read", message))
     except errors.KubeError as error:
         report.read_errors.append(common.exit_code_of(error))
         message = f"cannot list {resource.plural}: {error}"

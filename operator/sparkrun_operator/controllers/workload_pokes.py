@@ -134,8 +134,9 @@ def _register_own_pokes(
     @kopf.on.event("", "v1", "pods", id="iw-pod-changed", labels=OURS, registry=registry)
     async def iw_pod_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
         ctx: Memo = memo.ctx
-        # NB: before the group restart deletes the pod: the pass this pokes reads the record
-        ctx.failures.record(body)
+        # NB: before the group restart deletes the pod: the pass this pokes reads the record;
+        # a workload known is one a full pass has looked at (``dependencies``)
+        ctx.failures.record(body, known=ctx.dependencies.__contains__)
         _child_changed(ctx, body)
 
     @kopf.timer(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
@@ -39,6 +40,10 @@ COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
 #: How much of a termination message is read at all (the kubelet writes at most 4096 bytes; a
 #: hostile status could hold more): the end of it, the partial first line dropped.
 LOG_INPUT_CHARS: Final = 8192
+#: With ``FallbackToLogsOnError`` the kubelet keeps the last 2048 bytes of the log's last 80
+#: lines (a ring buffer): a message this long (in UTF-8; a character cut in half comes back as
+#: U+FFFD, never shorter) may begin inside a line, so its first line is not shown.
+KUBELET_LOG_BYTES: Final = 2048
 #: ``FailureRecord.message`` of a pod failure: what the kubelet said, clipped.
 MESSAGE_CHARS: Final = 1024
 _REVISION_CHARS: Final = 16
@@ -176,18 +181,22 @@ def log_lines(text: str, redact: Redact) -> list[str]:
     JSON (quotes, escapes and separators included) is at most :data:`FAILURE_LOG_BYTES` bytes.
 
     Linear in ``text`` whatever it holds: only its last :data:`LOG_INPUT_CHARS` characters are
-    read (from the first line break on, when it was cut: a secret cut in half would escape the
-    redaction), redacted whole (a secret spanning a line stays recognisable), then split.
-    Control characters (terminal colours, carriage returns) are dropped; blank lines are skipped."""
-    if len(text) > LOG_INPUT_CHARS:
-        tail = text[-LOG_INPUT_CHARS:]
-        cut = tail.find("\n")
-        text = tail[cut + 1 :] if cut >= 0 else ""
-    clean = redact(text)
+    read; when it was cut (there, or by the kubelet: :data:`KUBELET_LOG_BYTES`) its first line
+    is dropped (a secret cut in half would escape the redaction). What a terminal does not show
+    as text is removed *before* the redaction, so that it cannot split a secret's name from its
+    value (:func:`_visible`); then the text is redacted whole (a secret spanning a line stays
+    recognisable) and split. Blank lines are skipped."""
+    cut = len(text) > LOG_INPUT_CHARS
+    if cut:
+        text = text[-LOG_INPUT_CHARS:]
+    if cut or len(text.encode("utf-8", "surrogatepass")) >= KUBELET_LOG_BYTES:
+        first = text.find("\n")
+        text = text[first + 1 :] if first >= 0 else ""
+    clean = redact(_visible(text))
     out: list[str] = []
     budget = FAILURE_LOG_BYTES - 2  # the brackets of the list
     for raw in reversed(clean.split("\n")):
-        line = "".join(ch for ch in raw if ch == "\t" or (ch >= " " and ch != "\x7f")).rstrip()
+        line = raw.rstrip()
         if not line:
             continue
         line = clip(line, FAILURE_LOG_LINE_CHARS)
@@ -200,6 +209,64 @@ def log_lines(text: str, redact: Redact) -> list[str]:
             break
     out.reverse()
     return out
+
+
+#: Line breaks besides ``\n``: a carriage return (a progress bar redraws its line), NEL, the
+#: Unicode line and paragraph separators.
+_BREAKS: Final = frozenset("\r\x85\u2028\u2029")
+_ESC: Final = "\x1b"
+
+
+def _escape_end(text: str, at: int) -> int:
+    """Where the terminal escape sequence starting at ``text[at]`` (ESC) ends: a CSI sequence
+    (``ESC [`` parameters, intermediates, a final byte), an OSC string (``ESC ]`` up to BEL,
+    ``ESC \\`` or the line's end), or ESC and one character. Never beyond ``len(text)``."""
+    n = len(text)
+    if at + 1 >= n:
+        return n
+    kind = text[at + 1]
+    i = at + 2
+    if kind == "[":
+        while i < n and "\x20" <= text[i] <= "\x3f":
+            i += 1
+        return min(n, i + 1) if i < n and "\x40" <= text[i] <= "\x7e" else i
+    if kind == "]":
+        while i < n and text[i] not in "\x07\x1b\n":
+            i += 1
+        if i < n and text[i] == "\x07":
+            return i + 1
+        return min(n, i + 2) if text.startswith(_ESC + "\\", i) else i
+    return at + 2
+
+
+def _visible(text: str) -> str:
+    """``text`` as a terminal shows it, in one pass: line breaks become ``\n``; terminal escape
+    sequences, other control characters and format characters (bidi overrides and isolates,
+    zero-width spaces, the byte order mark) are dropped; other spaces become a plain space; a
+    lone surrogate (invalid UTF-8 read leniently) becomes U+FFFD. Tabs stay."""
+    out: list[str] = []
+    append = out.append
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if " " <= ch <= "~" or ch in "\n\t":
+            append(ch)
+        elif ch == _ESC:
+            i = _escape_end(text, i)
+            continue
+        elif ch in _BREAKS:
+            if not (ch == "\r" and text.startswith("\n", i + 1)):
+                append("\n")
+        elif ch > "\x9f":
+            kind = unicodedata.category(ch)
+            if kind == "Cs":
+                append("\ufffd")
+            elif kind == "Zs":
+                append(" ")
+            elif kind != "Cf":
+                append(ch)
+        i += 1
+    return "".join(out)
 
 
 # -- keeping: status.firstFailure and status.lastFailure --------------------------------------

@@ -397,7 +397,7 @@ def cluster_from(obj: Obj) -> tuple[ObservedCluster, ClusterRef] | None:
         return None
     observed = ObservedCluster(
         name=str(name),
-        gpu_resource=_applied_gpu_resource(obj) or spec.gpu_resource,
+        gpu_resource=applied_gpu_resource(obj) or spec.gpu_resource,
         node_names=tuple(spec.nodes.names or ()),
         node_selector=spec.nodes.selector if isinstance(spec.nodes.selector, LabelSelector) else None,
         tolerations=tuple(spec.tolerations),
@@ -407,8 +407,9 @@ def cluster_from(obj: Obj) -> tuple[ObservedCluster, ClusterRef] | None:
     return observed, ref
 
 
-def _applied_gpu_resource(obj: Obj) -> str | None:
-    """``status.applied.gpuResource`` of a stored InferenceCluster, when it has a valid one."""
+def applied_gpu_resource(obj: Obj) -> str | None:
+    """``status.applied.gpuResource`` of a stored InferenceCluster, when it has a valid one: the
+    GPU resource in use (a changed ``spec.gpuResource`` waits for ``spec.approve``)."""
     status = obj.get("status")
     raw = status.get("applied") if isinstance(status, Mapping) else None
     if not isinstance(raw, Mapping):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkrun_operator.controllers.failurelog import FailureLog
+from sparkrun_operator.controllers.failurelog import STRANGERS, FailureLog
 from sparkrun_operator.ops.redact import REDACTED
 from sparkrun_operator.render import keys
 
@@ -67,3 +67,23 @@ def test_bounded_per_workload_and_in_workloads_and_dropped_with_the_workload() -
     log.drop(("team-a", "w3"))
     assert log.of(("team-a", "w3")) == ()
     assert len(log) == 2
+
+
+def test_pods_labelled_with_made_up_workloads_cannot_push_out_the_records_of_real_ones() -> None:
+    # a tenant's own pods may carry any workload label in its namespace; failing ones for names
+    # no workload has are kept apart, in a small pool of their own
+    log = FailureLog(workloads=8)
+    real = {("team-a", f"real{i}") for i in range(8)}
+    for i in range(8):
+        assert log.record(_pod(f"real{i}", 1), known=real.__contains__) is not None
+    for i in range(5000):
+        log.record(_pod(f"fake{i}", 1, ns="team-b"), known=real.__contains__)
+    assert all(log.of(key) for key in real)
+    assert len(log) <= 8 + STRANGERS
+    # a workload not planned yet (the operator just started) still has its record when it is
+    kept = log.record(_pod("late", 2), known=real.__contains__)
+    assert kept is not None
+    assert log.of(("team-a", "late")) == (kept,)
+    assert log.record(_pod("late", 2), known=lambda _: True) is None  # the same failure, once
+    log.drop(("team-a", "late"))
+    assert log.of(("team-a", "late")) == ()

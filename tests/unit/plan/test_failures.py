@@ -164,8 +164,8 @@ def test_the_log_is_bounded_for_a_mebibyte_and_for_ten_thousand_lines() -> None:
 
 
 def test_control_characters_and_blank_lines_are_dropped() -> None:
-    lines = failures.log_lines("\x1b[31mred\x1b[0m\r\n\n   \nlast\x00 line\n", REDACT)
-    assert lines == ["[31mred[0m", "last line"]
+    lines = failures.log_lines("\x1b[31mred\x1b[0m\r\n\n   \nlast\x00 line\n  indented\n", REDACT)
+    assert lines == ["red", "last line", "  indented"]
 
 
 # -- keeping --------------------------------------------------------------------------------------
@@ -316,3 +316,49 @@ def test_count_reads_the_pod_events_records_when_the_pods_are_gone() -> None:
     count(obs, status, revision=None)
     assert status.first_failure == _record(1)
     assert status.last_failure == _record(4, rank=0)
+
+
+# -- hostile termination messages (review of issue 28) --------------------------------------------
+
+
+def test_a_first_line_the_kubelet_may_have_cut_is_not_shown() -> None:
+    # the kubelet keeps the last 2048 bytes of the log's last 80 lines: its first line may begin
+    # inside a secret ("...Bearer " cut away), whose rest has no shape the redaction knows
+    secret_tail = "0123456789abcdefSECRETSECRET"
+    message = secret_tail + "\n" + "".join(f"line {i:04d} " + "x" * 40 + "\n" for i in range(40))
+    message = message[len(message.encode()) - failures.KUBELET_LOG_BYTES :]
+    assert len(message.encode()) == failures.KUBELET_LOG_BYTES
+    lines = failures.log_lines(message, REDACT)
+    assert lines
+    assert all("SECRET" not in line for line in lines)
+    # shorter than the kubelet's cut: the whole message is the log's end, its first line whole
+    assert failures.log_lines("first\nsecond\n", REDACT) == ["first", "second"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "api\x00_key=SEKRETSEKRET\n",  # a NUL inside the name: dropped only after the redaction
+        "\x1b[1mAPI_KEY\x1b[0m=SEKRETSEKRET\n",  # a coloured log line
+        "api_\u200bkey=SEKRETSEKRET\n",  # a zero-width space inside the name
+        "Authorization: Bearer\u00a0SEKRETSEKRET\n",  # a no-break space after the scheme
+        "progress 10%\rtoken=\u2066SEKRETSEKRET\n",  # a carriage return and a bidi isolate
+    ],
+)
+def test_what_a_terminal_hides_is_removed_before_the_redaction(text: str) -> None:
+    lines = failures.log_lines(text, REDACT)
+    assert lines
+    assert all("SEKRET" not in line for line in lines), lines
+
+
+def test_bidi_controls_escapes_and_lone_surrogates_never_reach_the_status() -> None:
+    text = (
+        "ok \u202etxt.exe\n"
+        "\u202e\u2066\u200f\u2069\n"  # a line of bidi controls only: blank, skipped
+        "\x1b]0;title\x07shown\x1b[2K\n"
+        "bad \ud800 utf-8\n"
+        "\x01\x02\x7f\x85\n"
+    )
+    lines = failures.log_lines(text, REDACT)
+    assert lines == ["ok txt.exe", "shown", "bad \ufffd utf-8"]
+    FailureRecord(reason="Error", time=T0, log=lines).model_dump_json().encode()  # valid UTF-8

@@ -10,7 +10,9 @@
   selected nodes from the pods bound to them (no SSH: the kubelet already reports it).
 
 Cluster definitions are returned in the daemon's ClusterDefinition shape with
-``transport: "kubernetes"`` and per-node hardware from node labels and capacity.
+``transport: "kubernetes"`` and per-node hardware from node labels and capacity, counted in the
+GPU resource in use (``status.applied.gpuResource``: a changed ``spec.gpuResource`` waits for
+``spec.approve``, ADR 0046).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.errors import Conflict, NotFound
 from sparkrun_operator.ops.invocation import Executor, OperationContext
+from sparkrun_operator.plan import observe as plan_observe
 from sparkrun_operator.plan.cluster import GPU_PRODUCT_LABEL, ObservedNode
 from sparkrun_operator.render import keys
 
@@ -64,7 +67,9 @@ def cluster_definition(cluster: Mapping[str, Any], nodes: Mapping[str, ObservedN
     """The daemon's ClusterDefinition of an InferenceCluster."""
     meta, spec = cluster.get("metadata", {}), cluster.get("spec", {})
     hosts = kube.declared_hosts(cluster)
-    gpu_resource = spec.get("gpuResource", DEFAULT_GPU_RESOURCE)
+    gpu_resource = (
+        plan_observe.applied_gpu_resource(cluster) or spec.get("gpuResource") or DEFAULT_GPU_RESOURCE
+    )
     return {
         "name": meta.get("name", ""),
         "hosts": hosts,
