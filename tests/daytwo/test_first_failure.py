@@ -66,8 +66,12 @@ def test_the_first_failure_of_a_group_is_kept_through_restarts(
             scheduling=ON_PROCESS_NODES,
         )
     )
+    # NB: a pass may write firstFailure from the JobSet's view before the pod event's record with
+    # the log arrives, and enrich it then: wait for the record with its log lines
     first = wait_for(
-        lambda: _status(kube, namespace).get("firstFailure"), timeout=180, what="status.firstFailure"
+        lambda: (found := _status(kube, namespace).get("firstFailure")) and found.get("log") and found,
+        timeout=180,
+        what="status.firstFailure with its log lines",
     )
     assert first["rank"] == 1, first
     assert first["role"] == "worker"

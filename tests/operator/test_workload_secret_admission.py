@@ -4,7 +4,8 @@ ADR 0041) on the testbed's real kube-apiserver.
 An engine runs an image and arguments its workload's author chooses, with the Secrets and
 ConfigMaps that ``spec.engine.env[].valueFrom`` names in its environment: so only who may ``get``
 each of them may name it (CEL's ``authorizer``), on CREATE and on an UPDATE that changes anything
-but ``state`` and ``replicas`` (a new image or new arguments could print what the old ones kept).
+but ``state``, ``replicas`` and ``rollout`` (a new image or new arguments could print what the old
+ones kept; a rollout change only picks among admitted revisions).
 
 Two ServiceAccounts may create and update InferenceWorkloads in a namespace of their own; only
 ``owner`` may also get the Secret ``hf-owned`` and the ConfigMap ``cm-owned``. Every chart policy
@@ -201,6 +202,40 @@ def test_updates_of_another_s_workload(tenants: Tenants) -> None:
     tenants.owner.create(workload("free", ns))
     free = tenants.maker.resource_path(API, "InferenceWorkload", namespace=ns, name="free")
     tenants.maker.request("PATCH", free, json={"spec": {"engine": {"image": "x.example/e:1"}}}, headers=MERGE)
+
+
+def test_rollout_only_changes_need_no_secret_rights(tenants: Tenants) -> None:
+    """``spec.rollout`` picks among revisions the operator made from admitted specs (a rollback
+    never brings back a reference the spec no longer names): ``maker``, who may not get the
+    Secret, may pin, unpin and approve (what the daemon API's rollback / apply_drift and the
+    CLI's rollout verbs write), but a rollout change that also touches the engine is refused."""
+    ns = tenants.namespace
+    tenants.owner.create(
+        workload("rolled", ns, engine={"env": [_secret("HF_TOKEN")]}, rollout={"apply": "OnRequest"})
+    )
+    path = tenants.maker.resource_path(API, "InferenceWorkload", namespace=ns, name="rolled")
+    patches: list[dict[str, Any]] = [
+        {"rollout": {"revision": 1}},
+        {"rollout": {"revision": None, "approve": "0123456789"}},
+        {"rollout": {"approve": None, "revisionHistoryLimit": 3}},
+    ]
+    for change in patches:
+        tenants.maker.request("PATCH", path, json={"spec": change}, headers=MERGE)
+    rollout = (tenants.admin.get(API, "InferenceWorkload", "rolled", namespace=ns) or {})["spec"]["rollout"]
+    assert (rollout.get("revision"), rollout.get("approve"), rollout["revisionHistoryLimit"]) == (
+        None,
+        None,
+        3,
+    )
+    with pytest.raises(ApiError) as denied:
+        tenants.maker.request(
+            "PATCH",
+            path,
+            json={"spec": {"rollout": {"revision": 1}, "engine": {"image": "caller.example/prints-env:1"}}},
+            headers=MERGE,
+        )
+    assert denied.value.status == 403
+    assert f"valueFrom.secretKeyRef names Secret {SECRET}, which" in denied.value.message
 
 
 def test_the_apiserver_type_checks_the_policy_without_warnings(tenants: Tenants) -> None:

@@ -3,18 +3,21 @@
 The installed console script runs as a subprocess with the testbed's kubeconfig; ``-o json`` is
 parsed. The namespace has no operator: the test writes what the operator would (the workload's
 ControllerRevisions, owned by it, and its status through the status subresource), so every
-answer is the CLI's and the ops layer's alone. Beside the workload's two revisions it holds a
-decoy ControllerRevision with the workload's label but no owner and one owned with data that is
-not a ServingRevision: neither is listed nor a rollback target.
+answer is the CLI's and the ops layer's alone. Each test has a workload of its own (their order
+never matters). Beside the workload's two revisions it holds ControllerRevisions the operator
+would not serve (read as the planner reads them): one with the workload's label but no owner,
+one owned with data that is not a ServingRevision, one whose frozen inputs do not read back;
+none is listed nor a rollback target.
 
 Tested: history lists the kept revisions oldest first with the current one marked, the pin and
 the pending drift (text and JSON); a missing workload is exit 4; ``undo`` pins the previous
 revision by default, writing as field manager ``sparkrun-k8s``; a revision not kept is exit 4;
 ``apply`` with a stale hash is exit 5 and changes nothing, with the pending hash it approves it
-and removes the pin; ``unpin`` when not pinned writes nothing; ``apply --cluster`` approves an
-InferenceCluster's drift and one without drift is exit 5; a write from a stale read is the
-refusal (the JSON patch tests ``metadata.generation``), not a lost write, while status and label
-writes since the read do not refuse it.
+and removes the pin; ``undo`` and ``unpin`` remove ``spec.rollout.approve`` in the same write
+(a rollback forgets earlier approvals); ``unpin`` when not pinned writes nothing; ``apply
+--cluster`` approves an InferenceCluster's drift and one without drift is exit 5; a write from
+a stale read is the refusal (the JSON patch tests ``metadata.generation``), not a lost write,
+while status and label writes since the read do not refuse it.
 """
 
 from __future__ import annotations
@@ -35,22 +38,24 @@ from sparkrun_operator.ops import rollout
 from sparkrun_operator.ops.errors import Conflict
 from sparkrun_testbed.kubeapi import KubeApi
 from tests.corpus import VALID
+from tests.unit.plan.test_history import IMAGE_A, _image, _world
 
 pytestmark = pytest.mark.testbed
 
 API = "sparkrun.dev/v1alpha1"
 SCRIPT = Path(sys.executable).parent / "sparkrun-k8s"
-NAME = "roll"
 PENDING = "abcdef0123"
 HASHES = {1: "0123456789", 2: "1111111111"}
 SINCE = "2026-12-06T12:00:00Z"
 NODES = {"nodes": {"selector": {"matchLabels": {"sparkrun.dev/pool": "rollout-cli"}}}}
+#: A ServingRevision the planner made: its frozen inputs read back, so the operator would serve it.
+SERVED: dict[str, Any] = _world(_image(IMAGE_A))[0].revisions[0]["data"]
 
 
-def _revision(number: int, owner: dict[str, Any] | None, data: dict[str, Any]) -> dict[str, Any]:
+def _revision(name: str, number: int, owner: dict[str, Any] | None, data: dict[str, Any]) -> dict[str, Any]:
     meta: dict[str, Any] = {
-        "name": f"{NAME}-{number}",
-        "labels": {"sparkrun.dev/workload": NAME, "sparkrun.dev/revision": str(data.get("hash", "x"))},
+        "name": f"{name}-{number}",
+        "labels": {"sparkrun.dev/workload": name, "sparkrun.dev/revision": str(data.get("hash", "x"))},
         "annotations": {"sparkrun.dev/served-from": f"2026-12-0{number}T10:00:00Z"},
     }
     if owner is not None:
@@ -66,11 +71,9 @@ def _revision(number: int, owner: dict[str, Any] | None, data: dict[str, Any]) -
 
 def _data(number: int, cause: str) -> dict[str, Any]:
     return {
-        "apiVersion": API,
-        "kind": "ServingRevision",
+        **SERVED,
         "hash": HASHES[number],
         "cause": cause,
-        "inputs": {},
         "changes": [{"field": "engine.image", "source": "workload", "before": '"a"', "after": '"b"'}]
         if number == 2
         else [],
@@ -79,11 +82,11 @@ def _data(number: int, cause: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def stored(kube: KubeApi, crds: list[str]) -> Iterator[str]:
-    """A namespace with a workload of two revisions, a pending drift, and a drifted cluster."""
+    """A namespace for the tests' workloads, and a drifted cluster beside a calm one."""
     namespace = f"t-rollout-cli-{secrets.token_hex(3)}"
     kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     try:
-        _store(kube, namespace)
+        _clusters(kube)
         yield namespace
     finally:
         kube.delete(API, "InferenceCluster", "rollout-cli-pool")
@@ -91,38 +94,54 @@ def stored(kube: KubeApi, crds: list[str]) -> Iterator[str]:
         kube.delete("v1", "Namespace", namespace)
 
 
-def _store(kube: KubeApi, namespace: str) -> None:
+@pytest.fixture
+def name(kube: KubeApi, stored: str) -> str:
+    """A workload of this test's own (tests never share one, so their order never matters) with
+    two revisions and a pending drift, beside ControllerRevisions the operator would not serve."""
+    name = f"roll-{secrets.token_hex(3)}"
+    _store(kube, stored, name)
+    return name
+
+
+def _store(kube: KubeApi, namespace: str, name: str) -> None:
     workload = copy.deepcopy(next(d for d in VALID if d["kind"] == "InferenceWorkload"))
-    workload["metadata"] = {"name": NAME}
+    workload["metadata"] = {"name": name}
     workload["spec"]["rollout"] = {"apply": "OnRequest"}
     made = kube.apply(workload, namespace=namespace)
     owner = {
         "apiVersion": API,
         "kind": "InferenceWorkload",
-        "name": NAME,
+        "name": name,
         "uid": made["metadata"]["uid"],
         "controller": True,
     }
-    kube.create(_revision(1, owner, _data(1, "Created")), namespace=namespace)
-    kube.create(_revision(2, owner, _data(2, "SpecChanged")), namespace=namespace)
-    kube.create(_revision(9, None, _data(1, "Created")), namespace=namespace)  # not owned
-    kube.create(_revision(8, owner, {"kind": "Something"}), namespace=namespace)  # not a ServingRevision
-    ref = {"number": 2, "hash": HASHES[2], "name": f"{NAME}-2"}
+    kube.create(_revision(name, 1, owner, _data(1, "Created")), namespace=namespace)
+    kube.create(_revision(name, 2, owner, _data(2, "SpecChanged")), namespace=namespace)
+    kube.create(_revision(name, 9, None, _data(1, "Created")), namespace=namespace)  # not owned
+    kube.create(
+        _revision(name, 8, owner, {"kind": "Something"}), namespace=namespace
+    )  # not a ServingRevision
+    unreadable = {**_data(1, "Created"), "inputs": {"spec": {"image": 7}}}  # its inputs do not read back
+    kube.create(_revision(name, 7, owner, unreadable), namespace=namespace)
+    ref = {"number": 2, "hash": HASHES[2], "name": f"{name}-2"}
     status = {
         "history": {
             "current": ref,
-            "previous": {"number": 1, "hash": HASHES[1], "name": f"{NAME}-1"},
+            "previous": {"number": 1, "hash": HASHES[1], "name": f"{name}-1"},
             "kept": 2,
         },
         "drift": {"reason": "OnRequest", "revision": PENDING, "since": SINCE, "changes": []},
     }
-    path = kube.resource_path(API, "InferenceWorkload", namespace=namespace, name=NAME) + "/status"
+    path = kube.resource_path(API, "InferenceWorkload", namespace=namespace, name=name) + "/status"
     kube.request(
         "PATCH",
         path,
         content=json.dumps({"status": status}),
         headers={"Content-Type": "application/merge-patch+json"},
     )
+
+
+def _clusters(kube: KubeApi) -> None:
     cluster = {
         "apiVersion": API,
         "kind": "InferenceCluster",
@@ -160,14 +179,15 @@ def _json(done: subprocess.CompletedProcess[str]) -> Any:
     return json.loads(done.stdout)
 
 
-def _workload(kube: KubeApi, namespace: str) -> dict[str, Any]:
-    found = kube.get(API, "InferenceWorkload", NAME, namespace=namespace)
+def _workload(kube: KubeApi, namespace: str, name: str) -> dict[str, Any]:
+    found = kube.get(API, "InferenceWorkload", name, namespace=namespace)
     assert found is not None
     return found
 
 
-def test_history_lists_the_kept_revisions(kubeconfig: Path, stored: str) -> None:
-    data = _json(_cli(kubeconfig, stored, "history", NAME, "-o", "json"))
+def test_history_lists_the_kept_revisions(kubeconfig: Path, stored: str, name: str) -> None:
+    data = _json(_cli(kubeconfig, stored, "history", name, "-o", "json"))
+    # 7 (inputs that do not read back), 8 (not a ServingRevision), 9 (not owned): not served, not listed
     assert [(r["number"], r["hash"], r["current"]) for r in data["revisions"]] == [
         (1, HASHES[1], False),
         (2, HASHES[2], True),
@@ -179,7 +199,7 @@ def test_history_lists_the_kept_revisions(kubeconfig: Path, stored: str) -> None
         PENDING,
         1,
     )
-    text = _cli(kubeconfig, stored, "history", NAME)
+    text = _cli(kubeconfig, stored, "history", name)
     assert text.returncode == 0, text.stderr
     current = next(line for line in text.stdout.splitlines() if HASHES[2] in line)
     assert current.lstrip().startswith("*")
@@ -189,29 +209,38 @@ def test_history_lists_the_kept_revisions(kubeconfig: Path, stored: str) -> None
     assert missing.stderr.startswith("error: InferenceWorkload no-such-workload not found")
 
 
-def test_undo_apply_and_unpin(kubeconfig: Path, stored: str, kube: KubeApi) -> None:
-    assert _cli(kubeconfig, stored, "undo", NAME, "--to-revision", "8").returncode == 4  # not a revision
-    assert _cli(kubeconfig, stored, "undo", NAME, "--to-revision", "9").returncode == 4  # not owned
-    undone = _json(_cli(kubeconfig, stored, "undo", NAME, "-o", "json"))
+def test_undo_apply_and_unpin(kubeconfig: Path, stored: str, name: str, kube: KubeApi) -> None:
+    for number in ("7", "8", "9"):  # inputs that do not read back, not a revision, not owned
+        assert _cli(kubeconfig, stored, "undo", name, "--to-revision", number).returncode == 4, number
+    assert "revision" not in _workload(kube, stored, name)["spec"]["rollout"]
+    undone = _json(_cli(kubeconfig, stored, "undo", name, "-o", "json"))
     assert (undone["revision"], undone["changed"]) == (1, True)
-    workload = _workload(kube, stored)
+    workload = _workload(kube, stored, name)
     assert workload["spec"]["rollout"]["revision"] == 1
     managers = {m["manager"] for m in workload["metadata"]["managedFields"] if "f:rollout" in json.dumps(m)}
     assert "sparkrun-k8s" in managers
-    again = _json(_cli(kubeconfig, stored, "undo", NAME, "--to-revision", "1", "-o", "json"))
+    again = _json(_cli(kubeconfig, stored, "undo", name, "--to-revision", "1", "-o", "json"))
     assert again["changed"] is False
 
-    stale = _cli(kubeconfig, stored, "apply", NAME, "--revision", "0000000000")
+    stale = _cli(kubeconfig, stored, "apply", name, "--revision", "0000000000")
     assert stale.returncode == 5
     assert PENDING in stale.stderr
-    assert "approve" not in _workload(kube, stored)["spec"]["rollout"]
-    applied = _json(_cli(kubeconfig, stored, "apply", NAME, "--revision", PENDING, "-o", "json"))
+    assert "approve" not in _workload(kube, stored, name)["spec"]["rollout"]
+    applied = _json(_cli(kubeconfig, stored, "apply", name, "--revision", PENDING, "-o", "json"))
     assert (applied["approved"], applied["unpinned"], applied["changed"]) == (PENDING, 1, True)
-    rollout_spec = _workload(kube, stored)["spec"]["rollout"]
+    rollout_spec = _workload(kube, stored, name)["spec"]["rollout"]
     assert rollout_spec["approve"] == PENDING
     assert "revision" not in rollout_spec
 
-    unpinned = _json(_cli(kubeconfig, stored, "unpin", NAME, "-o", "json"))
+    # a rollback forgets earlier approvals: the pin and the approve's removal are one write
+    _json(_cli(kubeconfig, stored, "undo", name, "--to-revision", "1", "-o", "json"))
+    rollout_spec = _workload(kube, stored, name)["spec"]["rollout"]
+    assert (rollout_spec.get("revision"), rollout_spec.get("approve")) == (1, None)
+    unpinned = _json(_cli(kubeconfig, stored, "unpin", name, "-o", "json"))
+    assert (unpinned["before"], unpinned["changed"]) == (1, True)
+    assert "revision" not in _workload(kube, stored, name)["spec"]["rollout"]
+    # unpin when not pinned writes nothing
+    unpinned = _json(_cli(kubeconfig, stored, "unpin", name, "-o", "json"))
     assert unpinned["changed"] is False
     assert "revision" not in unpinned
 
@@ -232,12 +261,14 @@ def test_apply_cluster_drift(kubeconfig: Path, stored: str, kube: KubeApi) -> No
     assert _cli(kubeconfig, stored, "apply", "no-such-pool", "--cluster").returncode == 4
 
 
-async def test_a_write_from_a_stale_read_is_refused(kubeconfig: Path, stored: str, kube: KubeApi) -> None:
+async def test_a_write_from_a_stale_read_is_refused(
+    kubeconfig: Path, stored: str, name: str, kube: KubeApi
+) -> None:
     """A status or label write since the read does not refuse the write; a spec change does."""
-    path = kube.resource_path(API, "InferenceWorkload", namespace=stored, name=NAME)
+    path = kube.resource_path(API, "InferenceWorkload", namespace=stored, name=name)
     rest = await Kube.connect(field_manager="test-rollout", kubeconfig=str(kubeconfig))
     try:
-        read = await rollout.find_workload(rest, stored, NAME)
+        read = await rollout.find_workload(rest, stored, name)
         kube.request(
             "PATCH",
             path + "/status",
@@ -252,8 +283,8 @@ async def test_a_write_from_a_stale_read_is_refused(kubeconfig: Path, stored: st
         )
         done = await rollout.rollback(rest, read, revision=2)
         assert done.changed
-        assert _workload(kube, stored)["spec"]["rollout"]["revision"] == 2
-        read = await rollout.find_workload(rest, stored, NAME)
+        assert _workload(kube, stored, name)["spec"]["rollout"]["revision"] == 2
+        read = await rollout.find_workload(rest, stored, name)
         kube.request(
             "PATCH",
             path,
@@ -265,4 +296,4 @@ async def test_a_write_from_a_stale_read_is_refused(kubeconfig: Path, stored: st
         assert refused.value.attrs["reason"] == "changed"
     finally:
         await rest.close()
-    assert _workload(kube, stored)["spec"]["rollout"]["revision"] == 2
+    assert _workload(kube, stored, name)["spec"]["rollout"]["revision"] == 2

@@ -2,7 +2,8 @@
 
 The real CLI runs as a subprocess with the testbed's kubeconfig. Objects stored by the apiserver
 (a workload with a status the apiserver wrote through the status subresource, a Recipe) pass
-the unchanged chart (exit 0); a copy of the chart whose workload CRD allows only 8-character
+the unchanged chart (no blocking finding of ours; exit 0 unless another module's leftovers on the
+shared testbed block); a copy of the chart whose workload CRD allows only 8-character
 names rejects the workload (exit 1), naming object, field path and message, in text and JSON.
 """
 
@@ -73,11 +74,15 @@ def _check(kubeconfig: Path, chart: Path, *extra: str) -> subprocess.CompletedPr
 
 
 def test_the_unchanged_chart_passes(kubeconfig: Path, stored: str) -> None:
+    """None of this module's objects has a blocking finding. NB: the testbed is shared by the
+    session's modules, and the check reads every namespace: another module's leftovers may
+    block, so the exit code is judged against the findings reported, and only ours must be none."""
     done = _check(kubeconfig, CHART, "-o", "json")
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode in (0, 1), done.stdout + done.stderr
     report = json.loads(done.stdout)
-    assert report["passed"] is True
-    assert [f for f in report["findings"] if f["blocking"]] == []
+    blocking = [f for f in report["findings"] if f["blocking"]]
+    assert [f for f in blocking if f["namespace"] == stored] == []
+    assert (done.returncode, report["passed"]) == ((1, False) if blocking else (0, True)), blocking
     assert report["checked"]["InferenceWorkload"] >= 1
     assert report["checked"]["Recipe"] >= 1
     assert set(report["checked"]) == {

@@ -3,10 +3,10 @@ drift applied on request (ADR 0046), on the same code as the daemon API's
 ``plugins.sparkrun-k8s.*`` operations (``ops/rollout.py``).
 
 The verbs act with the user's own kubeconfig rights and write as field manager ``sparkrun-k8s``;
-each write carries the object's resourceVersion, so a change made meanwhile is refused (exit 5)
-instead of overwritten. Exit codes are ``cli/common.py``'s: 4 when the workload, cluster or
-revision does not exist, 5 when the change is refused (no drift pending, a stale hash, the
-apiserver's 403/409/422).
+each write is a JSON patch that first tests ``metadata.generation``, so a spec change made
+meanwhile is refused (exit 5) instead of overwritten (status writes are not changes). Exit
+codes are ``cli/common.py``'s: 4 when the workload, cluster or revision does not exist, 5 when
+the change is refused (no drift pending, a stale hash, the apiserver's 403/409/422).
 """
 
 from __future__ import annotations

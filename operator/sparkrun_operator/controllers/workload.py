@@ -20,7 +20,7 @@ Handlers (all registered on an explicit kopf registry, with explicit ids):
 
 The planner (``plan/workload/``) decides and is the only author of the status (``finalize``
 folds in what the apiserver refused); this module only gathers what it looks at, carries out
-its actions (serving revisions created, server-side apply, suspend patches, deletes with UID
+its actions (serving revisions and children server-side applied, suspend patches, deletes with UID
 preconditions, served-from/until annotations, engine sleep/wake calls) and writes the status it
 computed. Nothing is stored outside the status.
 """

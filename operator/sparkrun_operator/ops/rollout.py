@@ -19,7 +19,8 @@ reason               HTTP  when
 revision_not_kept    404   the rollback's revision is not a kept revision of the workload
 no_previous_revision 409   a rollback without a revision, and status.history has no previous one
 rollback_refused     409   the revision ran as a ServiceAccount, or read a Secret or ConfigMap, the
-                           spec no longer names (the operator would not roll back to it)
+                           spec no longer names, or spec.state is Sleeping and it ran without sleep
+                           mode (the operator would not roll back to it)
 no_drift             409   apply_drift, and status.drift is empty (or the cluster has none)
 drift_unresolved     409   the drift's desired settings cannot be resolved (no hash to approve)
 recipe_revision_pin  409   the drift is spec.recipe.revision's pin: edit that field instead
@@ -29,8 +30,10 @@ changed              409   the spec changed between the read and the write
 ==================== ===== ==========================================================================
 
 The ControllerRevisions are the operator's (the chart grants tenants no write on them); a
-revision is trusted only when the workload controls it (``ownerReferences`` with the workload's
-uid) and its ``data`` validates as :class:`~sparkrun_operator.api.history.ServingRevision`.
+revision is listed, and may be a rollback target, only when the operator would serve it: read
+with the planner's own functions (``plan/workload/revisions.py`` ``revision_from`` and
+``usable``: controlled by the workload's UID, ``data`` a
+:class:`~sparkrun_operator.api.history.ServingRevision` whose frozen inputs read back).
 """
 
 from __future__ import annotations
@@ -45,7 +48,6 @@ from sparkrun_operator.api.history import (
     ClusterDrift,
     DriftStatus,
     HistoryStatus,
-    ServingRevision,
 )
 from sparkrun_operator.api.pluginops import (
     ApplyDriftResult,
@@ -61,7 +63,8 @@ from sparkrun_operator.k8s.resources import CONTROLLER_REVISIONS, Resource
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.errors import Conflict, NotFound
 from sparkrun_operator.plan.workload import revisions
-from sparkrun_operator.render import frozen, keys
+from sparkrun_operator.plan.workload.model import ObservedRevision
+from sparkrun_operator.render import keys
 
 __all__ = [
     "apply_cluster_drift",
@@ -109,33 +112,28 @@ async def find_cluster(rest: Kube, name: str) -> dict[str, Any]:
     return found
 
 
-def _controlled_by(obj: Mapping[str, Any], uid: str) -> bool:
-    return any(
-        ref.get("controller") is True and ref.get("uid") == uid
-        for ref in (obj.get("metadata") or {}).get("ownerReferences") or ()
-    )
-
-
 async def kept_revisions(
     rest: Kube, workload: Mapping[str, Any]
-) -> list[tuple[int, dict[str, Any], ServingRevision]]:
-    """The workload's trusted ControllerRevisions, ``(number, object, data)``, oldest first."""
+) -> list[tuple[dict[str, Any], revisions.Kept]]:
+    """The workload's revisions the operator would serve, ``(object, kept)``, oldest first: read
+    as the planner reads them (``revisions.revision_from``: a number in range, the controller
+    owner an InferenceWorkload; ``revisions.usable``: owned by this workload's UID, not being
+    deleted, a ServingRevision whose frozen inputs read back and give valid child names). One
+    the operator would not serve is neither listed nor a rollback target."""
     meta = workload.get("metadata") or {}
-    uid = str(meta.get("uid") or "")
-    owned: list[tuple[int, dict[str, Any]]] = []
-    selector = f"{keys.LABEL_WORKLOAD}={meta.get('name')}"
+    uid, name = str(meta.get("uid") or ""), str(meta.get("name") or "")
+    owned: dict[int, tuple[dict[str, Any], ObservedRevision]] = {}
+    selector = f"{keys.LABEL_WORKLOAD}={name}"
     for obj in await _labelled(rest, meta.get("namespace"), selector) if uid else ():
-        number = obj.get("revision")
-        if _controlled_by(obj, uid) and type(number) is int and 1 <= number <= revisions.MAX_NUMBER:
-            owned.append((number, obj))
-    owned.sort(key=lambda item: item[0])
-    kept: list[tuple[int, dict[str, Any], ServingRevision]] = []
-    for number, obj in owned[-MAX_REVISIONS_READ:]:
-        try:
-            data = ServingRevision.model_validate(obj.get("data") or {})
-        except ValidationError:
-            continue  # NB: not the operator's document: never shown, never a rollback target
-        kept.append((number, obj, data))
+        found = revisions.revision_from(obj)
+        if found is not None and found.owner == uid and found.data is not None and not found.deleting:
+            owned[found.number] = (obj, found)
+    kept: list[tuple[dict[str, Any], revisions.Kept]] = []
+    for number in sorted(owned)[-MAX_REVISIONS_READ:]:
+        obj, found = owned[number]
+        usable = revisions.usable(found, workload=name, uid=uid)
+        if usable is not None:
+            kept.append((obj, usable))
     return kept
 
 
@@ -158,7 +156,8 @@ async def _labelled(rest: Kube, namespace: str | None, selector: str) -> list[di
     return items[:MAX_REVISIONS_SCANNED]
 
 
-def _entry(number: int, obj: Mapping[str, Any], data: ServingRevision, *, current: bool) -> RevisionEntry:
+def _entry(obj: Mapping[str, Any], kept: revisions.Kept, *, current: bool) -> RevisionEntry:
+    number, data = kept.number, kept.data
     meta = obj.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     return RevisionEntry(
@@ -200,14 +199,14 @@ async def history(rest: Kube, namespace: str, ref: str) -> HistoryResult:
     workload = await find_workload(rest, namespace, ref)
     kept = await kept_revisions(rest, workload)
     rollout = _rollout(workload)
-    newest = kept[-1][0] if kept else None
+    newest = kept[-1][1].number if kept else None
     return HistoryResult(
         workload=workload["metadata"]["name"],
         namespace=namespace,
         apply=rollout.get("apply") if rollout.get("apply") in ("Immediate", "OnRequest") else "Immediate",
         pinned=rollout.get("revision"),
         approved=rollout.get("approve"),
-        revisions=[_entry(n, obj, data, current=n == newest) for n, obj, data in kept],
+        revisions=[_entry(obj, found, current=found.number == newest) for obj, found in kept],
         history=_status_part(workload, "history", HistoryStatus),
         drift=_status_part(workload, "drift", DriftStatus),
     )
@@ -283,7 +282,8 @@ async def rollback(
     rest: Kube, workload: Mapping[str, Any], *, revision: int | None = None, clear: bool = False
 ) -> RollbackResult:
     """Pin ``spec.rollout.revision`` to ``revision`` (default: the previous one), which must be
-    kept; with ``clear``, remove the pin. No write when the spec already says so."""
+    kept; with ``clear``, remove the pin. Either write removes ``spec.rollout.approve`` in the same
+    patch (a rollback forgets earlier approvals). No write when the pin is already so."""
     meta = workload["metadata"]
     name, namespace = meta["name"], meta["namespace"]
     before = _rollout(workload).get("revision")
@@ -291,7 +291,7 @@ async def rollback(
         target = None
     else:
         target = revision if revision is not None else default_revision(workload)
-        kept = {n: data for n, _obj, data in await kept_revisions(rest, workload)}
+        kept = {found.number: found for _obj, found in await kept_revisions(rest, workload)}
         numbers = list(kept)
         if target not in kept:
             raise NotFound(
@@ -302,24 +302,26 @@ async def rollback(
             raise _refuse(f"InferenceWorkload {name}: {why}", "rollback_refused")
     changed = before != target
     if changed:
-        if target is None:
-            await _write(rest, kube.WORKLOADS, workload, sets={}, removes=("/rollout/revision",))
-        else:
-            await _write(rest, kube.WORKLOADS, workload, sets={"/rollout/revision": target})
+        # NB: a rollback (or its end) forgets earlier approvals: an approve left in the spec would
+        # name a hash the user approved before going back (the planner also honours one only
+        # for drift it has shown)
+        sets = {} if target is None else {"/rollout/revision": target}
+        await _write(
+            rest, kube.WORKLOADS, workload, sets=sets, removes=("/rollout/revision", "/rollout/approve")
+        )
     return RollbackResult(workload=name, namespace=namespace, revision=target, before=before, changed=changed)
 
 
-def _refused(workload: Mapping[str, Any], pin: int, data: ServingRevision) -> str | None:
-    """Why the operator would not make a rollback to ``data`` with the spec as it is
-    (``revisions.rollback_refused``: an account or env reference the spec does not name), said
-    before the pin is written; ``None`` when it would (or the spec or data do not read: the
-    operator decides then)."""
+def _refused(workload: Mapping[str, Any], pin: int, target: revisions.Kept) -> str | None:
+    """Why the operator would not make a rollback to ``target`` with the spec as it is
+    (``revisions.rollback_refused``: an account or env reference the spec does not name, a
+    state its settings cannot serve), said before the pin is written; ``None`` when it would
+    (or the spec does not read: the operator decides then)."""
     try:
         spec = InferenceWorkloadSpec.model_validate(workload.get("spec") or {})
-        inputs = frozen.from_wire(data.inputs)
     except ValueError:
         return None
-    return revisions.rollback_refused(pin, inputs, spec)
+    return revisions.rollback_refused(pin, target.inputs, spec)
 
 
 def _pending(present: bool, pending: str | None, given: str | None, what: str) -> str:

@@ -11,7 +11,8 @@ Apply on request (ADR 0046, Skyward's semantics for fields that would move runni
 ``spec.gpuResource`` in use is ``status.applied`` (the spec's at first sight). A spec that
 differs is recorded as ``status.drift`` (the hash of the desired values, since when, each field
 applied and desired) with ``UpToDate=False DriftPending``, and is applied when ``spec.approve``
-names that hash. GPU accounting and workload placement use the applied value.
+names that hash once a previous status has shown it as drift. GPU accounting and workload
+placement use the applied value.
 """
 
 from __future__ import annotations
@@ -219,12 +220,15 @@ def plan_applied(
     *, spec: InferenceClusterSpec, previous: InferenceClusterStatus, now: dt.datetime
 ) -> tuple[AppliedClusterSettings, ClusterDrift | None]:
     """The values in use and the drift, if any: the spec's at first sight (or when they equal
-    it, or when ``spec.approve`` names their hash); else the previous ones, with the difference
-    recorded (``since`` kept while the cluster stays drifted)."""
+    it, or when ``spec.approve`` names their hash and the previous status showed that hash as
+    drift: an approval counts only for what was shown, so one left from an earlier change never
+    applies a value unseen); else the previous ones, with the difference recorded (``since``
+    kept while the cluster stays drifted)."""
     desired = desired_values(spec)
     revision = settings_hash(desired)
     in_use = previous.applied
-    if in_use is None or _applied_values(in_use) == desired or spec.approve == revision:
+    shown = previous.drift is not None and previous.drift.revision == revision
+    if in_use is None or _applied_values(in_use) == desired or (spec.approve == revision and shown):
         return AppliedClusterSettings(gpu_resource=spec.gpu_resource, revision=revision), None
     current = _applied_values(in_use)
     applied = AppliedClusterSettings(gpu_resource=in_use.gpu_resource, revision=settings_hash(current))

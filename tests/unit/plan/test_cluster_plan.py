@@ -247,3 +247,18 @@ def test_a_hostile_value_is_bounded_in_the_message() -> None:
     assert cond is not None
     assert "\u202e" not in cond.message
     assert len(cond.message) < 600
+
+
+def test_an_approve_written_with_the_change_applies_only_after_the_drift_is_shown() -> None:
+    first = _next({}, InferenceClusterStatus())
+    wanted = settings_hash({"gpuResource": "amd.com/gpu"})
+    ahead = _next({"gpuResource": "amd.com/gpu", "approve": wanted}, first)
+    # no status showed that hash: the value in use stays, the drift is recorded
+    assert ahead.applied == first.applied
+    assert ahead.drift is not None
+    assert ahead.drift.revision == wanted
+    # the next pass saw it shown: the approve is honoured
+    then = _next({"gpuResource": "amd.com/gpu", "approve": wanted}, ahead)
+    assert then.drift is None
+    assert then.applied is not None
+    assert then.applied.gpu_resource == "amd.com/gpu"

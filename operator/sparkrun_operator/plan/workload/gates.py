@@ -164,8 +164,17 @@ def _spec_allowed(obs: Observation, effective: EffectiveSpec) -> Block | None:
     problem = names.check_workload_name(workload=obs.name, nodes=effective.topology.nodes)
     if problem is not None:
         return (c.REASON_INVALID_SPEC, problem)
-    if obs.spec.state == "Sleeping" and not effective.enable_sleep_mode:
-        return (c.REASON_INVALID_SPEC, "state Sleeping needs engine.enableSleepMode: true")
+    if (problem := state_refused(obs.spec.state, effective)) is not None:
+        return (c.REASON_INVALID_SPEC, problem)
+    return None
+
+
+def state_refused(state: str, effective: EffectiveSpec) -> str | None:
+    """Why ``effective`` settings cannot serve ``spec.state``: Sleeping needs an engine started
+    with sleep mode. A spec's gate, and a rollback target's (``revisions.rollback_refused``): a
+    kept revision's settings are checked against the state as the spec's are."""
+    if state == "Sleeping" and not effective.enable_sleep_mode:
+        return "state Sleeping needs engine.enableSleepMode: true"
     return None
 
 

@@ -18,7 +18,9 @@ revision:
 - the desired hash differs from the newest's: ``apply: Immediate`` makes a new revision (cause
   ``SpecChanged`` when the generation moved, else ``SourceChanged``); ``OnRequest`` records
   ``status.drift`` (``UpToDate=False`` ``DriftPending``) until ``spec.rollout.approve`` names the
-  desired hash (cause ``DriftApplied``).
+  desired hash (cause ``DriftApplied``), and only once a previous pass has shown that hash as
+  ``OnRequest`` drift (:func:`approved`): an ``approve`` left from before a rollback never rolls a
+  hash out unseen.
 
 A cache, cluster or GPU-memory block stops new pods whatever serves. Revisions beyond
 ``revisionHistoryLimit`` are deleted oldest first (UID precondition), never the serving one, the
@@ -79,6 +81,9 @@ DRIFT_CHANGES_MAX = 8
 HISTORY_CHANGES_MAX = 8
 #: ``ServingRevision.changes`` (the API's bound).
 REVISION_CHANGES_MAX = 32
+#: Seconds until the pass after one that shows drift its ``approve`` already names (the
+#: operator's own status write pokes no pass).
+APPROVAL_RECHECK_SECONDS = 1.0
 #: The inputs besides the effective spec, and where each comes from.
 _EXTRAS: tuple[tuple[str, Literal["workload", "cluster", "modelCache"]], ...] = (
     ("scheduling", "workload"),
@@ -221,9 +226,10 @@ def _decide(run: _Pass) -> Serving:
     elif wanted == newest.data.hash:
         run.serve = newest
         run.up_to_date = (True, c.REASON_REVISION_CURRENT, f"revision {newest.number} ({wanted}) is current")
-    elif obs.spec.rollout.apply == "Immediate" or obs.spec.rollout.approve == wanted:
-        cause: RevisionCause = "DriftApplied" if obs.spec.rollout.apply == "OnRequest" else _changed(run)
-        _make(run, desired, cause)
+    elif obs.spec.rollout.apply == "Immediate":
+        _make(run, desired, _changed(run))
+    elif approved(obs, wanted):
+        _make(run, desired, "DriftApplied")
     else:
         run.serve = newest
         run.drift = ("OnRequest", wanted)
@@ -234,6 +240,20 @@ def _decide(run: _Pass) -> Serving:
             f"set spec.rollout.approve: {wanted!r} to roll them out",
         )
     return _serving(run)
+
+
+def approved(obs: Observation, wanted: str) -> bool:
+    """``spec.rollout.approve`` names ``wanted`` and the previous pass showed it as pending drift
+    (``status.drift`` reason ``OnRequest``, that hash): an approval counts only for what was
+    shown. An ``approve`` left over from before a rollback (or set ahead of time) names a hash no
+    pass has shown yet: this pass records the drift, and only a later one may roll it out."""
+    shown = obs.status.drift
+    return (
+        obs.spec.rollout.approve == wanted
+        and shown is not None
+        and shown.reason == "OnRequest"
+        and shown.revision == wanted
+    )
 
 
 def _first(run: _Pass) -> Serving:
@@ -385,6 +405,8 @@ def _act(run: _Pass, out: Plan, serving: Serving) -> None:
         )
     elif run.serve is not None:
         out.rollback_of = run.serve.data.rollback_of
+    if run.drift is not None and run.drift[0] == "OnRequest" and obs.spec.rollout.approve == run.drift[1]:
+        out.later(APPROVAL_RECHECK_SECONDS)  # shown now: the next pass may honour the approve
     _prune(run, out)
     _annotate(run, out, serving)
 

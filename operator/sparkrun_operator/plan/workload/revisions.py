@@ -9,7 +9,8 @@ get no write on ControllerRevisions), yet one is used only after the same checks
 ``data`` validated by the pydantic model, its frozen inputs by ``render/frozen.py``, the names
 its topology gives the children by ``render/names.py``, and only when its controller owner is
 the workload's UID. A rollback to one (:func:`rollback_refused`) never brings back a
-ServiceAccount or an env reference the spec does not name: admission checks those on the spec.
+ServiceAccount or an env reference the spec does not name (admission checks those on the spec),
+nor serves settings that fail the spec's state gate (Sleeping needs sleep mode).
 Pure: no I/O.
 """
 
@@ -27,6 +28,7 @@ from sparkrun_operator.api.clip import echo
 from sparkrun_operator.api.history import ServingRevision
 from sparkrun_operator.api.meta import EnvVar
 from sparkrun_operator.api.workload import InferenceWorkloadSpec
+from sparkrun_operator.plan.workload.gates import state_refused
 from sparkrun_operator.plan.workload.model import ObservedRevision
 from sparkrun_operator.render import frozen, keys, names
 from sparkrun_operator.render.workload import Owner, ServingInputs, workload_labels
@@ -175,7 +177,13 @@ def rollback_refused(pin: int, target: ServingInputs, spec: InferenceWorkloadSpe
     and who may put a Secret or ConfigMap into their environment (the requester may read it,
     ADR 0041). A pin is no such check, so a rollback never brings back an account or a reference
     the spec does not name: an account since withdrawn, a Secret its author could read and the
-    one who sets the pin cannot."""
+    one who sets the pin cannot. Nor one whose settings fail the spec's own state gate
+    (``gates.state_refused``: state Sleeping with a revision started without sleep mode)."""
+    if (problem := state_refused(spec.state, target.spec)) is not None:
+        return (
+            f"spec.rollout.revision pins {pin}, whose settings cannot serve spec.state "
+            f"{spec.state}: {problem} (that revision ran without it); change spec.state with the pin"
+        )
     then = target.pod.service_account_name if target.pod is not None else None
     now = spec.pod.service_account_name if spec.pod is not None else None
     if then not in (None, "default") and then != now:
