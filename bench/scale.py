@@ -58,7 +58,7 @@ from bench._operator import (
 )
 from bench._scrapes import AUTOSCALING, POD_CIDR, ScrapeTargets, local_route, summary
 
-OPERATOR_RESOURCES = ("inferenceworkloads", "services", "jobsets")
+OPERATOR_RESOURCES = ("inferenceworkloads", "services", "jobsets", "controllerrevisions")
 #: ``--probe``: the workload a probe object stands for.
 PROBE_LABEL = "bench.sparkrun.dev/probe-for"
 #: ``--probe``'s custom resource: written and watched through the apiserver's custom-resource

@@ -384,7 +384,8 @@ def prepare_status(
     workload_pokes.record_memory_wait(ctx, key, p.status)
     # NB: the full lane is only poked when it has something to do: most child events (a pod
     # scheduled, running, Ready) only change the status, written here (ADR 0030).
-    if not p.idle or p.events or p.requeue_after is not None or obs.spec.engine.enable_sleep_mode:
+    pending = not p.idle or p.annotate or p.events or p.requeue_after is not None
+    if pending or obs.spec.engine.enable_sleep_mode:
         ctx.triggers.poke(full_key(*key))
     if not p.idle or p.events:
         # an Event (a measured wake: Woke) is posted by the full pass, which writes the status

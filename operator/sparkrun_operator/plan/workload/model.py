@@ -342,9 +342,12 @@ class Plan:
 
     @property
     def idle(self) -> bool:
-        """No child action (the status may still change)."""
+        """No child action (the status may still change). Annotations of kept revisions
+        (``annotate``) are not actions: they only inform, so they neither hold the status lane's
+        write back nor count as progress (the served-from mark falls due exactly when a replica
+        turns Ready, the write readiness waits for; ADR 0030). The full pass makes them."""
         children = self.apply or self.suspend or self.delete or self.engine
-        return not (children or self.revisions or self.annotate)
+        return not (children or self.revisions)
 
     def later(self, seconds: float) -> None:
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
