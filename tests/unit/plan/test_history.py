@@ -570,3 +570,27 @@ def test_a_controller_revision_is_read_defensively() -> None:
     assert bad_inputs.data is not None
     p = plan(_obs(_image(IMAGE_A), revisions=(bad_inputs,)))
     assert [d["metadata"]["name"] for d in p.revisions] == [f"{NAME}-2"]
+
+
+def test_the_served_from_mark_does_not_hold_the_readiness_write_back() -> None:
+    """The mark falls due in the pass that sees a replica turn Ready: it must not make that pass
+    look busy (the status lane leaves a busy pass's status to the full lane, ADR 0030: readiness
+    waited behind full passes, p99 59 s in bench.scale at 1,000 workloads), nor report progress."""
+    first, revisions, rev = _world(_image(IMAGE_A))
+    ready = _running(rev)
+    obs = _obs(
+        _image(IMAGE_A),
+        revisions=revisions,
+        jobsets=ready,
+        pods=(_leader(ready[0]),),
+        status=first.status,
+        service=SERVICE,
+    )
+    p = plan(obs)
+    assert [a.name for a in p.annotate] == [f"{NAME}-1"]
+    assert p.idle
+    written = status_only(obs)
+    assert written is not None
+    assert written.ready_replicas == 1
+    progressing = find_condition(written.conditions, c.PROGRESSING)
+    assert progressing is not None and progressing.status == "False"
