@@ -593,4 +593,5 @@ def test_the_served_from_mark_does_not_hold_the_readiness_write_back() -> None:
     assert written is not None
     assert written.ready_replicas == 1
     progressing = find_condition(written.conditions, c.PROGRESSING)
-    assert progressing is not None and progressing.status == "False"
+    assert progressing is not None
+    assert progressing.status == "False"
