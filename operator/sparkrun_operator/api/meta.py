@@ -87,6 +87,19 @@ class Condition(KubeModel):
     )
 
 
+def parse_time(value: Any) -> dt.datetime | None:
+    """An RFC 3339 timestamp as the apiserver writes it (``creationTimestamp``, a condition's or a
+    container state's time, an annotation the operator stamped), else ``None``; a time without a
+    zone is UTC. Longer than any timestamp (64 characters): ``None`` without parsing."""
+    if not isinstance(value, str) or not 0 < len(value) <= 64:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
 def utcnow() -> dt.datetime:
     """Now, in UTC, truncated to whole seconds as metav1.Time serialises it."""
     return dt.datetime.now(dt.UTC).replace(microsecond=0)

@@ -31,6 +31,7 @@ from typing import Any, Final
 
 from sparkrun_operator.api.clip import clip
 from sparkrun_operator.api.history import FAILURE_LOG_BYTES, FAILURE_LOG_LINE_CHARS, FAILURE_LOG_LINES
+from sparkrun_operator.api.meta import parse_time
 from sparkrun_operator.api.workload import MAX_NODES, FailureRecord
 from sparkrun_operator.render import keys
 
@@ -66,16 +67,6 @@ def _int(value: Any) -> int | None:
     return None
 
 
-def _time(value: Any) -> dt.datetime | None:
-    if not isinstance(value, str) or not 0 < len(value) <= 64:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
-
-
 def rank_of(meta: Mapping[str, Any]) -> tuple[str | None, int | None]:
     """The role and node rank of an engine pod from its labels and annotations: the leader is
     rank 0; a worker is its completion index plus 1 (``--node-rank $((JOB_COMPLETION_INDEX+1))``)."""
@@ -95,7 +86,7 @@ def rank_of(meta: Mapping[str, Any]) -> tuple[str | None, int | None]:
 def _killed_by_deletion(meta: Mapping[str, Any], finished: dt.datetime) -> bool:
     """Whether a container ended because its pod was being deleted (a group restart, a scale
     down): it finished after the deletion was asked for (``deletionTimestamp`` minus the grace)."""
-    deleting = _time(meta.get("deletionTimestamp"))
+    deleting = parse_time(meta.get("deletionTimestamp"))
     if deleting is None:
         return False
     grace = _int(meta.get("deletionGracePeriodSeconds")) or 0
@@ -141,7 +132,7 @@ def failure_of(obj: Mapping[str, Any], redact: Redact | None = None) -> FailureR
         reason = term.get("reason")
         if code == 0 and reason != "OOMKilled":
             continue
-        finished = _time(term.get("finishedAt"))
+        finished = parse_time(term.get("finishedAt"))
         if finished is None or _killed_by_deletion(meta, finished):
             continue
         if best is None or finished > best[0]:
@@ -161,7 +152,7 @@ def failure_of(obj: Mapping[str, Any], redact: Redact | None = None) -> FailureR
             **common,
         )
     if status.get("phase") == "Failed" and status.get("reason"):
-        when = _time(meta.get("deletionTimestamp")) or _time(status.get("startTime"))
+        when = parse_time(meta.get("deletionTimestamp")) or parse_time(status.get("startTime"))
         return FailureRecord(
             reason=clip(str(status["reason"]), 64),
             message=clip(_text(status.get("message"))[:MESSAGE_CHARS], MESSAGE_CHARS),

@@ -10,7 +10,6 @@ workload's planner looks at.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any, Final
@@ -18,6 +17,9 @@ from typing import Any, Final
 from sparkrun_operator.api.benchmark import ScenarioResult
 from sparkrun_operator.api.cluster import AppliedClusterSettings, InferenceClusterSpec
 from sparkrun_operator.api.meta import LabelSelector
+from sparkrun_operator.api.meta import (
+    parse_time as parse_time,  # where the planner and controllers look for it
+)
 from sparkrun_operator.api.modelshape import ModelShape, shape_from_event
 from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.plan import cluster as cluster_plan
@@ -39,17 +41,6 @@ Obj = Mapping[str, Any]
 
 #: The flag ``render/`` starts the engine with its served name by.
 SERVED_NAME_FLAG: Final = "--served-model-name"
-
-
-def parse_time(value: Any) -> dt.datetime | None:
-    """An RFC 3339 timestamp as the apiserver writes it, else ``None``."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 def _meta(obj: Obj) -> Mapping[str, Any]:

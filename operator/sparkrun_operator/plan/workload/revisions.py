@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from sparkrun_operator.api.clip import echo
 from sparkrun_operator.api.history import ServingRevision
-from sparkrun_operator.api.meta import EnvVar
+from sparkrun_operator.api.meta import EnvVar, parse_time
 from sparkrun_operator.api.workload import InferenceWorkloadSpec
 from sparkrun_operator.plan.workload.gates import state_refused
 from sparkrun_operator.plan.workload.model import ObservedRevision
@@ -105,9 +105,9 @@ def revision_from(body: Mapping[str, Any]) -> ObservedRevision | None:
         hash=label if isinstance(label, str) else None,
         data=data,
         owner=owner,
-        served_from=_time(annotations.get(keys.ANNOTATION_SERVED_FROM)),
-        served_until=_time(annotations.get(keys.ANNOTATION_SERVED_UNTIL)),
-        created=_time(meta.get("creationTimestamp")),
+        served_from=parse_time(annotations.get(keys.ANNOTATION_SERVED_FROM)),
+        served_until=parse_time(annotations.get(keys.ANNOTATION_SERVED_UNTIL)),
+        created=parse_time(meta.get("creationTimestamp")),
         deleting=bool(meta.get("deletionTimestamp")),
     )
 
@@ -118,19 +118,6 @@ def _list(value: Any) -> list[Any]:
 
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
-
-
-def _time(value: Any) -> dt.datetime | None:
-    """An RFC 3339 timestamp (an annotation, ``creationTimestamp``), else ``None``.
-
-    NB: not ``plan/observe.py``'s twin: that module imports the planner's package."""
-    if not isinstance(value, str) or not value or len(value) > 64:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 def usable(found: ObservedRevision, *, workload: str, uid: str) -> Kept | None:
