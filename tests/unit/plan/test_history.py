@@ -595,3 +595,36 @@ def test_the_served_from_mark_does_not_hold_the_readiness_write_back() -> None:
     progressing = find_condition(written.conditions, c.PROGRESSING)
     assert progressing is not None
     assert progressing.status == "False"
+
+
+def test_a_rollback_serves_and_routes_the_names_of_the_revision_it_copies() -> None:
+    """The gateway, the daemon API and kubectl read names from status.model: after a rollback to a
+    revision served under another name, they must see the name its engine answers to again (a
+    workload, model and served name that all differ)."""
+
+    def named(served: str, **extra: Any) -> InferenceWorkloadSpec:
+        return _spec(model={"name": "org/Some-Model-7B", "servedName": served}, **extra)
+
+    first, one, rev_a = _world(named("team-chat"))
+    assert first.status.model is not None
+    assert first.status.model.served_name == "team-chat"
+    second = plan(
+        _obs(named("team-chat-v2"), generation=4, revisions=one, jobsets=_running(rev_a), status=first.status)
+    )
+    assert second.status.model is not None
+    assert second.status.model.served_name == "team-chat-v2"
+    assert second.revision is not None
+    both = one + _seen(second)
+    pinned = named("team-chat-v2", rollout={"revision": 1})
+    p = plan(
+        _obs(pinned, generation=5, revisions=both, jobsets=_running(second.revision), status=second.status)
+    )
+    assert p.revision == rev_a
+    assert p.status.model is not None
+    assert p.status.model.served_name == "team-chat"
+    jobsets = [d for d in p.apply if d["kind"] == "JobSet"]
+    args = jobsets[0]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
+    assert "team-chat" in args
+    assert "team-chat-v2" not in args
