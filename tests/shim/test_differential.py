@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
+from sparkrun_operator.api.pluginops import PLUGIN_ID, PLUGIN_PREFIX, declarations
 from tests.shim.conftest import Daemon
 from tests.shim.harness import free_port
 
@@ -208,7 +209,14 @@ def test_info_envelope(both: Both) -> None:
 def test_operation_discovery(both: Both) -> None:
     pair = both.send("GET", "/v1/ops").both(200)
     ref = {op["name"]: op for op in pair.reference.json()}
-    ours = {op["name"]: op for op in pair.shim.json()}
+    listed = {op["name"]: op for op in pair.shim.json()}
+    # the project's own operations (ADR 0048) are the only ones the reference lacks: in the
+    # plugin namespace, owned by our plugin id, never under a reference name
+    own = {name: op for name, op in listed.items() if name.startswith(PLUGIN_PREFIX)}
+    assert set(own) == {d["name"] for d in declarations()}
+    assert not set(own) & set(ref)
+    assert {op["owner"] for op in own.values()} == {PLUGIN_ID}
+    ours = {name: op for name, op in listed.items() if name not in own}
     assert set(ours) < set(ref)  # intended: disabled operations are not advertised
     for name, op in ours.items():
         assert list(op) == list(ref[name])
@@ -395,7 +403,10 @@ def test_job_lifecycle_matches(both: Both) -> None:
 def test_openapi_registers_the_same_operations(both: Both) -> None:
     pair = both.send("GET", "/openapi.json").both(200)
     ref, ours = pair.reference.json(), pair.shim.json()
-    assert set(ref["x-sparkrun-operations"]) == set(ours["x-sparkrun-operations"])
+    registered = set(ours["x-sparkrun-operations"])
+    own = {name for name in registered if name.startswith(PLUGIN_PREFIX)}
+    assert own == {d["name"] for d in declarations()}  # the project's own (ADR 0048)
+    assert set(ref["x-sparkrun-operations"]) == registered - own
     for name in (
         "DaemonJob",
         "DaemonPrompt",
