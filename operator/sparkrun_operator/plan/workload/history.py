@@ -373,8 +373,7 @@ def _changes_between(
     after_inputs: ServingInputs,
 ) -> list[Change]:
     """What differs from ``before`` to ``after`` (effective fields, then the other inputs)."""
-    found = provenance.changes([*before.effective, *_extras(before_inputs)], [*after, *_extras(after_inputs)])
-    return found
+    return provenance.changes([*before.effective, *_extras(before_inputs)], [*after, *_extras(after_inputs)])
 
 
 # -- actions ----------------------------------------------------------------------------------
