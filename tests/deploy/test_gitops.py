@@ -41,7 +41,13 @@ from sparkrun_operator.api.scaling import ScalingFigures
 from sparkrun_operator.api.workload import InferenceWorkloadSpec
 from sparkrun_operator.controllers import autoscale
 from sparkrun_operator.gateway.kube import KubeRoutingSource, KubeWaker
-from sparkrun_operator.k8s.client import AUTOSCALER_MANAGER, DAEMON_API_MANAGER, GATEWAY_MANAGER, Kube
+from sparkrun_operator.k8s.client import (
+    AUTOSCALER_MANAGER,
+    DAEMON_API_MANAGER,
+    GATEWAY_MANAGER,
+    Kube,
+    retry_conflicts,
+)
 from sparkrun_operator.ops.executors.workloads import lifecycle
 from sparkrun_operator.ops.invocation import OperationContext
 from sparkrun_operator.ops.settings import Settings
@@ -374,7 +380,15 @@ async def _autoscaler_writes(
     api: Any, kube: KubeApi, namespace: str, action: Any, to: int, state: Any = "Running"
 ) -> None:
     """A decision written as the operator's autoscaler writes it: its merge patch (only the fields
-    it changes, the resourceVersion it decided on as a precondition) as ``sparkrun-autoscaler``."""
+    it changes, the resourceVersion it decided on as a precondition) as ``sparkrun-autoscaler``.
+    A write made meanwhile (the operator's status) refuses it with 409, and the autoscaler decides
+    again on its next scrape: here at once, from a fresh read (``retry_conflicts``)."""
+    await retry_conflicts(lambda: _autoscaler_patch(api, kube, namespace, action, to, state))
+
+
+async def _autoscaler_patch(
+    api: Any, kube: KubeApi, namespace: str, action: Any, to: int, state: Any
+) -> None:
     live = kube.get(API, "InferenceWorkload", ELASTIC, namespace=namespace)
     assert live is not None
     spec = InferenceWorkloadSpec.model_validate(live["spec"])
