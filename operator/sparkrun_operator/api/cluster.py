@@ -8,6 +8,7 @@ from __future__ import annotations
 from pydantic import ConfigDict, Field
 
 from sparkrun_operator.api import bounds, cel
+from sparkrun_operator.api.drain import ClusterDrainStatus, DrainSpec
 from sparkrun_operator.api.history import REVISION_HASH_PATTERN, ClusterDrift
 from sparkrun_operator.api.meta import DNS_LABEL, Condition, KubeModel, LabelSelector, Toleration
 
@@ -77,6 +78,11 @@ class InferenceClusterSpec(KubeModel):
         pattern=REVISION_HASH_PATTERN,
         max_length=10,
     )
+    drain: DrainSpec | None = Field(
+        default=None,
+        description="Drain and replace: move serving groups off cordoned member nodes one group at a "
+        "time (docs/day-two.md).",
+    )
 
 
 class AppliedClusterSettings(KubeModel):
@@ -139,4 +145,7 @@ class InferenceClusterStatus(KubeModel):
     drift: ClusterDrift | None = Field(
         default=None,
         description="Spec values recorded but not applied: approve status.drift.revision to apply them.",
+    )
+    drain: ClusterDrainStatus | None = Field(
+        default=None, description="The drain of cordoned member nodes: request, nodes, each group's move."
     )

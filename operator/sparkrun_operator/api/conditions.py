@@ -26,6 +26,8 @@ PROMOTED: Final = "Promoted"
 UP_TO_DATE: Final = "UpToDate"
 #: Every source of the effective settings exists (False: the newest revision keeps serving).
 SOURCES_AVAILABLE: Final = "SourcesAvailable"
+#: Whether an ownership lease (``spec.lease``) has a live holder (ADR 0049).
+OWNED: Final = "Owned"
 
 # -- reasons ------------------------------------------------------------------------------
 # Ready
@@ -101,6 +103,10 @@ REASON_RECIPE_REVISION_PINNED: Final = "RecipeRevisionPinned"
 REASON_REVISION_NOT_FOUND: Final = "RevisionNotFound"
 # SourcesAvailable (False reasons are RecipeNotFound, RecipeInvalid, InvalidSpec)
 REASON_SOURCES_AVAILABLE: Final = "AllSourcesAvailable"
+# Owned (spec.lease)
+REASON_LEASE_HELD: Final = "LeaseHeld"
+REASON_LEASE_UNCLAIMED: Final = "LeaseUnclaimed"
+REASON_LEASE_EXPIRED: Final = "LeaseExpired"
 # generic
 REASON_INVALID_SPEC: Final = "InvalidSpec"
 REASON_RECONCILE_ERROR: Final = "ReconcileError"

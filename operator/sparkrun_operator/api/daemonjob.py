@@ -5,7 +5,13 @@ immutable except that ``cancel`` may be set (never withdrawn); answers to prompt
 ``spec.answers`` (secret answers only as references to Secrets, never as values). ``arguments``
 is bounded in depth by its schema, which leaves it no CEL type and so no CEL immutability rule:
 the required, immutable ``requestDigest`` pins it instead (the executor refuses arguments whose
-digest differs; ``ops/jobs.py`` ``verify_digest``).
+digest differs; ``ops/jobs.py`` ``verify_digest``). ``ifMatch`` (ADR 0049), the resourceVersion an
+``If-Match`` matched at submission, is set only at creation, immutable, and covered by the digest
+when present (a job without it keeps the digest it always had).
+
+Each answer carries who gave it (the principal the daemon API authenticated), when, and an
+optional comment; ``status.answers`` repeats that record per prompt with the prompt's kind and
+the answer's replays (the same answer given again), never a secret's value (issue 29).
 
 ``status.result`` holds any JSON value (operation results may be objects, arrays, scalars or
 null). Results whose JSON encoding exceeds :data:`RESULT_INLINE_BYTES` are stored gzip-compressed
@@ -28,6 +34,10 @@ JobState = Literal[
 ]
 
 MAX_EVENTS = 200
+#: The longest comment an answer (or a replay of it) keeps, in characters.
+ANSWER_COMMENT_MAX = 500
+#: Replays of one answer kept in ``status.answers[].replays`` (the newest; ``replayCount`` counts all).
+MAX_ANSWER_REPLAYS = 8
 #: Results whose JSON encoding is larger than this are stored compressed (``status.resultGzip``).
 RESULT_INLINE_BYTES = 256 * 1024
 
@@ -69,6 +79,24 @@ class PromptAnswer(KubeModel):
     prompt_id: str = Field(description="The prompt answered.", min_length=1, max_length=128)
     value: bool | None = Field(default=None, description="Approval or decision value.")
     secret_ref: SecretKeyRef | None = Field(default=None, description="Secret holding a secret answer.")
+    answered_by: str | None = Field(
+        default=None,
+        description="The principal the daemon API authenticated for the answer (never a name the caller "
+        "gave); absent on answers recorded before it was kept.",
+        max_length=1024,
+    )
+    answered_at: dt.datetime | None = Field(
+        default=None,
+        description="When the daemon API took the answer.",
+        # An RFC 3339 time is at most 35 characters; the bound keeps every spec string bounded.
+        json_schema_extra={"maxLength": 64},
+    )
+    comment: str | None = Field(
+        default=None,
+        description="The answer's comment (X-Sparkrun-Comment header): at most "
+        f"{ANSWER_COMMENT_MAX} characters, no control characters.",
+        max_length=ANSWER_COMMENT_MAX,
+    )
 
 
 class DaemonJobSpec(KubeModel):
@@ -82,7 +110,12 @@ class DaemonJobSpec(KubeModel):
                 "has(self.requestDigest) == has(oldSelf.requestDigest)",
                 "requestDigest cannot be added or removed",
                 field_path=".requestDigest",
-            )
+            ),
+            cel.rule(
+                "has(self.ifMatch) == has(oldSelf.ifMatch)",
+                "ifMatch cannot be added or removed",
+                field_path=".ifMatch",
+            ),
         )
     )
 
@@ -141,12 +174,22 @@ class DaemonJobSpec(KubeModel):
     )
     request_digest: str = Field(
         description="sha256 (hex) of the canonical JSON of {op, version, arguments, manager} "
-        "(docs/daemon-api.md): the idempotency check, and what pins arguments (the operator refuses "
-        "to execute arguments whose digest differs).",
+        "(and ifMatch when set; docs/daemon-api.md): the idempotency check, and what pins arguments "
+        "(the operator refuses to execute arguments whose digest differs).",
         pattern=r"^[0-9a-f]{64}$",
         min_length=64,
         max_length=64,
         json_schema_extra={"x-kubernetes-validations": [cel.immutable("requestDigest")]},
+    )
+    if_match: str | None = Field(
+        default=None,
+        description="The resourceVersion the operation's target must still have when the job writes it "
+        "(the If-Match the daemon API checked, ADR 0049): the write carries it as a precondition, so a "
+        "change in between fails the job with revision_conflict. Covered by requestDigest when set.",
+        min_length=1,
+        max_length=128,
+        pattern=r"^[!#-~]+$",
+        json_schema_extra={"x-kubernetes-validations": [cel.immutable("ifMatch")]},
     )
     cancel: bool = Field(
         default=False,
@@ -157,6 +200,39 @@ class DaemonJobSpec(KubeModel):
     )
     answers: list[PromptAnswer] = Field(
         default_factory=list, description="Answers to prompts.", max_length=64
+    )
+
+
+class AnswerReplay(KubeModel):
+    """The same answer given again (a retry, or a second principal confirming it): nothing changed."""
+
+    by: str = Field(description="The principal the daemon API authenticated.", min_length=1, max_length=1024)
+    at: dt.datetime = Field(description="When.")
+    comment: str | None = Field(
+        default=None, description="The replay's comment (X-Sparkrun-Comment).", max_length=ANSWER_COMMENT_MAX
+    )
+
+
+class AnswerRecord(KubeModel):
+    """Who answered a prompt, when, with which comment; never a secret answer's value."""
+
+    prompt_id: str = Field(description="The prompt answered.", min_length=1, max_length=128)
+    kind: str = Field(description="The prompt's kind: approval, decision, secret, ...", max_length=64)
+    value: bool | None = Field(default=None, description="The approval or decision value (never a secret's).")
+    answered_by: str = Field(
+        description="The principal the daemon API authenticated for the answer.",
+        min_length=1,
+        max_length=1024,
+    )
+    answered_at: dt.datetime = Field(description="When the daemon API took the answer.")
+    comment: str | None = Field(
+        default=None, description="The answer's comment (X-Sparkrun-Comment).", max_length=ANSWER_COMMENT_MAX
+    )
+    replay_count: int = Field(default=0, description="How often the same answer was given again.", ge=0)
+    replays: list[AnswerReplay] = Field(
+        default_factory=list,
+        description=f"The newest replays (at most {MAX_ANSWER_REPLAYS}).",
+        max_length=MAX_ANSWER_REPLAYS,
     )
 
 
@@ -230,6 +306,12 @@ class DaemonJobStatus(KubeModel):
     )
     error: JobError | None = Field(default=None, description="Failure, when state is failed or lost.")
     prompt: JobPrompt | None = Field(default=None, description="Pending prompt.")
+    answers: list[AnswerRecord] = Field(
+        default_factory=list,
+        description="Who answered each prompt, when, with which comment, and its replays (written by the "
+        "daemon API; the chart's admission policy lets nobody else change them).",
+        max_length=64,
+    )
     events: list[JobEvent] = Field(
         default_factory=list, description=f"Most recent events (at most {MAX_EVENTS}).", max_length=MAX_EVENTS
     )

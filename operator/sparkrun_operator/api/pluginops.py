@@ -23,6 +23,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sparkrun_operator.api.drain import DrainRequest, DrainResult
 from sparkrun_operator.api.history import (
     REVISION_HASH_PATTERN,
     ApplyMode,
@@ -31,6 +32,15 @@ from sparkrun_operator.api.history import (
     DriftStatus,
     HistoryStatus,
     RevisionCause,
+)
+from sparkrun_operator.api.objects import ObjectGetRequest, ObjectGetResult
+from sparkrun_operator.api.ownership import (
+    LeaseClaimRequest,
+    LeaseClaimResult,
+    LeaseReleaseRequest,
+    LeaseReleaseResult,
+    LeasesRequest,
+    LeasesResult,
 )
 
 #: The plugin id the project's operations are declared under (the CLI's name).
@@ -221,12 +231,61 @@ OPERATIONS: Final = (
         ApplyDriftResult,
     ),
     PluginOperation(
+        "objects.get",
+        "query",
+        "read",
+        'Read the ETag ("<metadata.resourceVersion>", also the ETag header) of an InferenceWorkload, '
+        "InferenceCluster, ModelCache or DaemonJob, with its uid and generations: what a conditional "
+        "operation's If-Match names (ADR 0049).",
+        ObjectGetRequest,
+        ObjectGetResult,
+    ),
+    PluginOperation(
         "clusters.apply_drift",
         "job",
         "admin",
         "Apply an InferenceCluster's pending drift (gpuResource): set spec.approve to status.drift.revision.",
         ClusterApplyDriftRequest,
         ClusterApplyDriftResult,
+    ),
+    PluginOperation(
+        "clusters.drain",
+        "job",
+        "admin",
+        "Drain an InferenceCluster's cordoned nodes: write a new spec.drain.request; the operator moves "
+        "the serving groups there one at a time (out of routing, evicted, Ready elsewhere). Follows "
+        "status.drain with a feedback event per group until Done or Blocked (wait: false returns at once).",
+        DrainRequest,
+        DrainResult,
+    ),
+    PluginOperation(
+        "workloads.lease",
+        "query",
+        "operate",
+        "Claim or renew an ephemeral workload's ownership lease (spec.lease) as the authenticated "
+        "principal (optionally principal#session): a compare-and-swap, 409 lease_held while another live "
+        "holder has it. Renew every ttl/3; unrenewed for ttlSeconds it lapses (deleteOnExit deletes the "
+        "workload).",
+        LeaseClaimRequest,
+        LeaseClaimResult,
+    ),
+    PluginOperation(
+        "workloads.release",
+        "query",
+        "operate",
+        "Release the caller's claim on a workload's ownership lease (orderly detach): destroys nothing; the "
+        "lease is unclaimed and anyone may claim it at once.",
+        LeaseReleaseRequest,
+        LeaseReleaseResult,
+    ),
+    PluginOperation(
+        "workloads.leases",
+        "query",
+        "read",
+        "List the ephemeral workloads (spec.lease) with their owner, state and renew time; owned=false lists "
+        "orphans (no live owner), owned=true the owned ones.",
+        LeasesRequest,
+        LeasesResult,
     ),
 )
 

@@ -133,6 +133,7 @@ INFERENCE_CLUSTER = Kind(
         PrinterColumn("Free", ".status.totals.gpus.free", "integer", "Free GPUs"),
         PrinterColumn("Product", ".status.gpuProduct"),
         PrinterColumn("Default", ".spec.default", "boolean", priority=1),
+        PrinterColumn("Drain", ".status.drain.state", description="Drain and replace state", priority=1),
         AGE_COLUMN,
     ),
 )

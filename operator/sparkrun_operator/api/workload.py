@@ -9,6 +9,7 @@ from pydantic import ConfigDict, Field
 
 from sparkrun_operator.api import bounds, cel
 from sparkrun_operator.api.benchmark import LATENCY_METRICS, BenchmarkTemplate, GateMetric
+from sparkrun_operator.api.drain import WorkloadDrainStatus
 from sparkrun_operator.api.failures import MAX_RANKS, FailureSpec
 from sparkrun_operator.api.failures import (
     FailureRecord as FailureRecord,  # re-exported: its home before ADR 0046
@@ -31,6 +32,7 @@ from sparkrun_operator.api.meta import (
     LocalObjectReference,
     Toleration,
 )
+from sparkrun_operator.api.ownership import LeaseSpec, LeaseStatus
 from sparkrun_operator.api.podoverride import PodOverride
 from sparkrun_operator.api.scaling import AutoscalingSpec, IdleSpec, ScalingStatus
 from sparkrun_operator.api.servedname import ServedName
@@ -465,6 +467,12 @@ class InferenceWorkloadSpec(KubeModel):
         "token mounted, no privilege escalation, capabilities dropped, seccomp RuntimeDefault; the image's "
         "user).",
     )
+    lease: LeaseSpec | None = Field(
+        default=None,
+        description="An ownership lease (an ephemeral workload): a client renews it (the daemon API's "
+        "workloads.lease, sparkrun-k8s lease); unrenewed for ttlSeconds it lapses: deleteOnExit deletes the "
+        "workload, else it is marked an orphan. docs/day-two.md.",
+    )
 
 
 class Endpoint(KubeModel):
@@ -521,7 +529,7 @@ class InferenceWorkloadStatus(KubeModel):
     conditions: list[Condition] = Field(
         default_factory=list,
         description="Ready, Progressing, Degraded, Scheduled, CacheReady, Sleeping, RecipeResolved, "
-        "Routable, Promoted (with spec.rollout.gate).",
+        "Routable, Promoted (with spec.rollout.gate), Owned (with spec.lease).",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     revision: str | None = Field(default=None, description="Hash of the effective serving spec now desired.")
@@ -571,4 +579,14 @@ class InferenceWorkloadStatus(KubeModel):
         default=None,
         description="Autoscaling and idle decisions, the idle clock and measured wake times (with "
         "spec.autoscaling or spec.idle, or once a wake was measured).",
+    )
+    lease: LeaseStatus | None = Field(
+        default=None,
+        description="The ownership lease as last judged (with spec.lease): state, holder, since when; "
+        "written on transitions only, never on a renew.",
+    )
+    drain: WorkloadDrainStatus | None = Field(
+        default=None,
+        description="This workload's groups in its InferenceCluster's drain (moved off cordoned nodes "
+        "one at a time; the gateway stops routing to a group's listed pods while it moves).",
     )

@@ -159,3 +159,9 @@ LABEL_GATE_WORKLOAD: Final = f"{PREFIX}/gate-workload"
 LABEL_GATE_TEMPLATE: Final = f"{PREFIX}/gate-template"
 #: The tools image (downloader, benchmark runners) the download Jobs run.
 TOOLS_IMAGE_REPOSITORY: Final = "ghcr.io/sparkrun/sparkrun-tools"
+#: On every ownership Lease (ADR 0049; the operator watches Leases by it, nothing else).
+LABEL_OWNERSHIP: Final = f"{PREFIX}/ownership"
+#: On a workload whose ownership lease lapsed without deleteOnExit (``kubectl get -l``).
+LABEL_ORPHANED: Final = f"{PREFIX}/orphaned"
+#: On an ownership Lease: the client session of its holder (when one was given).
+ANNOTATION_LEASE_SESSION: Final = f"{PREFIX}/lease-session"
