@@ -36,6 +36,7 @@ import httpx
 import pytest
 import yaml
 
+from sparkrun_operator.api.pluginops import OPERATIONS
 from sparkrun_testbed.kubeapi import KubeApi
 from sparkrun_testbed.plane import Testbed
 from tests.shim.harness import DaemonEnv, free_port, retry
@@ -163,7 +164,8 @@ def test_the_daemon_api_through_the_aggregation_layer(
             assert info["protocol"] == 1
             assert info["runtime"]["identity"] == "front-proxy"
             assert info["runtime"]["principal"] == "sparkrun-admin"
-            assert len(_raw(kubectl, prefix + "/v1/ops")) == 67 + 4  # + the project's (ADR 0048)
+            # NB: the reference's enabled 67 and the project's (ADR 0048)
+            assert len(_raw(kubectl, prefix + "/v1/ops")) == 67 + len(OPERATIONS)
             reader_ops = _raw(kubectl, prefix + "/v1/ops", "--token", env.tokens["reader"])
             assert {op["scope"] for op in reader_ops} == {"read"}
             denied = kubectl(

@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
+from sparkrun_operator.api.pluginops import OPERATIONS
 from sparkrun_testbed.kubeapi import KubeApi
 from tests.shim.conftest import API, Daemon
 from tests.shim.harness import reference_client
@@ -479,7 +480,7 @@ def test_ops_are_filtered_by_permission_and_availability(daemon: Daemon) -> None
     assert "benchmarks.run" in views["operator"]
     assert "catalog.refresh" not in views["admin"]
     assert "model_cache.list" in views["reader"]
-    assert len(views["admin"]) == 67 + 4  # the reference's enabled 67, the project's 4 (ADR 0048)
+    assert len(views["admin"]) == 67 + len(OPERATIONS)  # the reference's enabled 67, the project's (ADR 0048)
     entry = views["admin"]["workloads.run"]
     assert list(entry) == [
         "name", "owner", "local_name", "version", "kind", "cacheable", "scope", "description",
@@ -726,7 +727,7 @@ def test_openapi_and_docs(daemon: Daemon) -> None:
         page = client.get("/docs")
         asset = client.get("/docs/static/swagger-ui-bundle.js")
     operations = document["x-sparkrun-operations"]
-    assert len(operations) == 94 + 4  # the reference's, the project's (ADR 0048)
+    assert len(operations) == 94 + len(OPERATIONS)  # the reference's, the project's (ADR 0048)
     alias = document["paths"]["/v1/setup/mesh_ssh_keys"]["post"]["x-sparkrun-operation"]
     assert alias["enabled"] is False
     assert alias["result"] == {"$ref": "#/components/schemas/setup.mesh_ssh_keysResult"}

@@ -2,10 +2,11 @@
 
 A shim and an operator serve a namespace of the testbed (``tests/shim/conftest.py``).
 
-Tested: ``GET /v1/ops`` lists the four operations with owner ``sparkrun-k8s``, their local names
-and HTTP aliases, filtered by scope (a reader sees only ``workloads.history``); ``/openapi.json``
-has each alias; a reader is refused a rollback (403, by name and by alias) and nothing runs; a
-missing workload is a typed ``LookupError`` (404 for the query, the job's error for a job).
+Tested: ``GET /v1/ops`` lists the project's operations with owner ``sparkrun-k8s``, their local
+names and HTTP aliases, filtered by scope (a reader sees only the read ones, ``workloads.history``
+among them); ``/openapi.json`` has each alias; a reader is refused a rollback (403, by name and
+by alias) and nothing runs; a missing workload is a typed ``LookupError`` (404 for the query, the
+job's error for a job).
 
 End to end with the operator (ADR 0046): a workload changed once has two revisions; a rollback
 through the alias with no revision pins the previous one (written as field manager
@@ -94,7 +95,9 @@ def test_listed_in_the_plugin_namespace_and_refused_below_their_scope(daemon: Da
         )
         assert entry["http_path"] == ALIAS + op.local_name.replace(".", "/")
         assert document["paths"][entry["http_path"]]["post"]["x-sparkrun-operation"]["name"] == op.name
-    assert {n for n in seen_by_reader if n.startswith(P)} == {P + "workloads.history"}
+    assert {n for n in seen_by_reader if n.startswith(P)} == {
+        op.name for op in OPERATIONS if op.scope == "read"
+    }
     for refused in (by_alias, by_name):
         assert (refused.status_code, refused.json()) == (403, {"detail": "Insufficient permission"})
     assert not [

@@ -47,6 +47,27 @@ EXPECTED = {
         "admin",
         "/v1/plugins/sparkrun-k8s/ops/clusters/apply_drift",
     ),
+    "plugins.sparkrun-k8s.objects.get": ("query", "read", "/v1/plugins/sparkrun-k8s/ops/objects/get"),
+    "plugins.sparkrun-k8s.clusters.drain": (
+        "job",
+        "admin",
+        "/v1/plugins/sparkrun-k8s/ops/clusters/drain",
+    ),
+    "plugins.sparkrun-k8s.workloads.lease": (
+        "query",
+        "operate",
+        "/v1/plugins/sparkrun-k8s/ops/workloads/lease",
+    ),
+    "plugins.sparkrun-k8s.workloads.release": (
+        "query",
+        "operate",
+        "/v1/plugins/sparkrun-k8s/ops/workloads/release",
+    ),
+    "plugins.sparkrun-k8s.workloads.leases": (
+        "query",
+        "read",
+        "/v1/plugins/sparkrun-k8s/ops/workloads/leases",
+    ),
 }
 FORBIDDEN_KEYWORDS = {"$ref", "$defs", "format", "const", "allOf", "oneOf", "exclusiveMinimum", "title"}
 

@@ -258,6 +258,7 @@ class JobExecutor:
             job_id=meta["name"],
             job_uid=meta.get("uid"),
             user=authz.principal_of(spec),
+            if_match=spec.get("ifMatch"),
         )
 
     def authorizer_in(self, namespace: str) -> Authorizer:

@@ -491,15 +491,19 @@ class Kube:
         *,
         propagation: str,
         uid: str | None = None,
+        resource_version: str | None = None,
     ) -> bool:
-        """Delete ``name`` (if its UID is still ``uid``); ``False`` when it is already gone.
+        """Delete ``name`` (if its UID is still ``uid`` and, when given, its resourceVersion still
+        ``resource_version``); ``False`` when it is already gone.
 
-        ``propagation`` (``Foreground``, ``Background`` or ``Orphan``) is always explicit. A UID
-        mismatch (a new object reused the name) raises ``KubeConflict`` and deletes nothing.
+        ``propagation`` (``Foreground``, ``Background`` or ``Orphan``) is always explicit. A
+        precondition mismatch (a new object reused the name, or the object changed) raises
+        ``KubeConflict`` and deletes nothing.
         """
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation}
-        if uid is not None:
-            body["preconditions"] = {"uid": uid}
+        preconditions = {"uid": uid, "resourceVersion": resource_version}
+        if uid is not None or resource_version is not None:
+            body["preconditions"] = {k: v for k, v in preconditions.items() if v is not None}
         try:
             await self.request("DELETE", resource.path(namespace, name), body=body)
         except errors.KubeNotFound:

@@ -115,14 +115,15 @@ class DaemonJobs:
         return await self.kube.delete(DAEMON_JOBS, name, self.namespace, uid=uid, propagation="Background")
 
     async def update_status(
-        self, obj: dict[str, Any], mutate: Mutation, *, fresh: bool = False
+        self, obj: dict[str, Any], mutate: Mutation, *, fresh: bool = False, conditional: bool = False
     ) -> dict[str, Any]:
         """Apply ``mutate(status, object)`` and write it; returns the written object.
 
         ``obj`` is the caller's latest copy; with ``fresh`` it is re-read first (and after
         every 409). Raises ``LookupError`` when the job no longer exists, ``RuntimeError`` after
         :data:`MAX_ATTEMPTS` conflicts, ``errors.KubeError`` on other failures, and whatever
-        ``mutate`` raises.
+        ``mutate`` raises. With ``conditional`` the write is tried once, at ``obj``'s
+        resourceVersion (an If-Match the caller checked), and a 409 is raised as ``KubeConflict``.
         """
         name = obj["metadata"]["name"]
         reread = fresh
@@ -150,6 +151,8 @@ class DaemonJobs:
             except errors.KubeNotFound as error:
                 raise LookupError(f"DaemonJob {name} no longer exists") from error
 
+        if conditional:
+            return await attempt()
         try:
             return await retry_conflicts(attempt, attempts=MAX_ATTEMPTS)
         except errors.KubeConflict as error:

@@ -25,6 +25,7 @@ Hierarchy::
     ├── RequestTimeout (408, detail only)
     ├── Conflict (409)
     ├── Gone (410, ReplayGap)
+    ├── PreconditionFailed (412, revision_conflict, retryable: If-Match named a stale ETag)
     ├── BodyTooLarge (413, detail only)
     ├── TooManyRequests (429, RateLimited, retryable, Retry-After)
     ├── Invalid (422, ValueError)
@@ -54,6 +55,7 @@ __all__ = [
     "KubernetesUnavailable",
     "NotFound",
     "OperationTimeout",
+    "PreconditionFailed",
     "RequestTimeout",
     "ResultContractError",
     "TooManyRequests",
@@ -153,6 +155,16 @@ class Conflict(DaemonError):
 class Gone(DaemonError):
     status = 410
     type_name = "ReplayGap"
+
+
+class PreconditionFailed(DaemonError):
+    """412: ``If-Match`` named an ETag the object no longer has (ADR 0049); ``attrs`` say the
+    current ``etag``, the ``if_match`` given, the ``kind`` and ``name``. Retryable: read the
+    object again (its matching query answers the ETag) and decide again."""
+
+    status = 412
+    type_name = "revision_conflict"
+    default_retryable = True
 
 
 class BodyTooLarge(DaemonError):

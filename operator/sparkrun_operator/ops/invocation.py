@@ -46,6 +46,12 @@ class OperationContext:
     #: The principal's full identity (groups included), for SubjectAccessReviews of what it may
     #: do outside the API's namespace (``ops.authz.require_access``); ``None``: unknown.
     user: UserInfo | None = None
+    #: The resourceVersion the job's write of its target must still find (the DaemonJob's
+    #: ``spec.ifMatch``, ADR 0049; ``ops/ifmatch.py``); ``None``: an unconditional write.
+    if_match: str | None = None
+    #: Set by a query that answers one object: its ETag (``"<resourceVersion>"``), which the daemon
+    #: API sends as the ``ETag`` header (``plugins.sparkrun-k8s.objects.get``, ``workloads.history``).
+    etag: str | None = None
     emit: Callable[[str, Mapping[str, Any]], Awaitable[None]] = _no_events
     prompt: Prompter | None = None
     clock: Callable[[], dt.datetime] = field(default=utcnow)

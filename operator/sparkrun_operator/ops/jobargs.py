@@ -55,11 +55,25 @@ def _stored(value: Any) -> Any:
     return value
 
 
-def request_digest(operation: str, version: int, arguments: Mapping[str, Any], manager: str) -> str:
+def request_digest(
+    operation: str, version: int, arguments: Mapping[str, Any], manager: str, *, if_match: str | None = None
+) -> str:
     """Digest of what makes two submissions the same request (canonical JSON, numbers and strings
-    as stored: the digest of submitted arguments is the digest of the same arguments read back)."""
+    as stored: the digest of submitted arguments is the digest of the same arguments read back).
+    ``if_match`` (``spec.ifMatch``, ADR 0049) is covered when set, and only then, so a job without
+    one keeps the digest it always had: a conditional request is another request than the
+    unconditional one (a reused Idempotency-Key answers 409), and its precondition is pinned as
+    its arguments are."""
+    document: dict[str, Any] = {
+        "op": operation,
+        "version": version,
+        "arguments": _stored(dict(arguments)),
+        "manager": manager,
+    }
+    if if_match is not None:
+        document["ifMatch"] = if_match
     canonical = json.dumps(
-        {"op": operation, "version": version, "arguments": _stored(dict(arguments)), "manager": manager},
+        document,
         sort_keys=True,
         separators=(",", ":"),
         allow_nan=False,
@@ -114,6 +128,7 @@ def verified_arguments(spec: Mapping[str, Any]) -> dict[str, Any]:
         int(spec.get("operationVersion", 1)),
         raw,
         str(spec.get("manager", "daemon")),
+        if_match=spec.get("ifMatch"),
     )
     if digest != recorded:
         raise DaemonError(

@@ -131,8 +131,9 @@ def new_job(
     client: str | None,
     key: str | None,
     digest: str,
+    if_match: str | None = None,
 ) -> dict[str, Any]:
-    """The DaemonJob object a submission creates."""
+    """The DaemonJob object a submission creates (``if_match``: ``spec.ifMatch``, ADR 0049)."""
     principal: dict[str, Any] = {"username": username, "groups": list(groups)}
     if uid:
         principal["uid"] = uid
@@ -148,6 +149,8 @@ def new_job(
         spec["client"] = client[:100]
     if key is not None:
         spec["idempotencyKey"] = key
+    if if_match is not None:
+        spec["ifMatch"] = if_match
     return {
         "apiVersion": API_VERSION,
         "kind": DAEMON_JOB.kind,

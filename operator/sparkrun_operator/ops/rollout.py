@@ -29,6 +29,10 @@ stale_revision       409   the caller's hash is not the pending drift's (it chan
 changed              409   the spec changed between the read and the write
 ==================== ===== ==========================================================================
 
+Given ``if_match`` (the daemon API's If-Match, ADR 0049), every write also tests
+``metadata.resourceVersion``, and a write that finds the object changed, or an operation that
+writes nothing on an object no longer at it, is ``PreconditionFailed`` (412 ``revision_conflict``).
+
 The ControllerRevisions are the operator's (the chart grants tenants no write on them); a
 revision is listed, and may be a rollback target, only when the operator would serve it: read
 with the planner's own functions (``plan/workload/revisions.py`` ``revision_from`` and
@@ -60,7 +64,7 @@ from sparkrun_operator.api.workload import InferenceWorkloadSpec
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.k8s.resources import CONTROLLER_REVISIONS, Resource
-from sparkrun_operator.ops import kube
+from sparkrun_operator.ops import ifmatch, kube
 from sparkrun_operator.ops.errors import Conflict, NotFound
 from sparkrun_operator.plan.workload import revisions
 from sparkrun_operator.plan.workload.model import ObservedRevision
@@ -196,7 +200,12 @@ def _status_part(
 
 async def history(rest: Kube, namespace: str, ref: str) -> HistoryResult:
     """The workload's kept revisions (the newest is current), its history and drift status."""
-    workload = await find_workload(rest, namespace, ref)
+    return await history_of(rest, await find_workload(rest, namespace, ref))
+
+
+async def history_of(rest: Kube, workload: Mapping[str, Any]) -> HistoryResult:
+    """:func:`history` of a workload already read (the daemon API answers its ETag too)."""
+    namespace = str(workload["metadata"].get("namespace") or "")
     kept = await kept_revisions(rest, workload)
     rollout = _rollout(workload)
     newest = kept[-1][1].number if kept else None
@@ -219,16 +228,21 @@ async def _write(
     *,
     sets: Mapping[str, Any],
     removes: tuple[str, ...] = (),
+    if_match: str | None = None,
 ) -> None:
     """A JSON patch of ``spec.<field>`` values (``sets``, ``None`` dropped) and removals, guarded
     by a test of ``metadata.generation``: the spec as read is the spec written over. Status writes
     (the operator's, every few seconds while pods move) leave the generation alone, so they never
-    refuse the write; a spec change since the read is a :class:`Conflict` (reason ``changed``)."""
+    refuse the write; a spec change since the read is a :class:`Conflict` (reason ``changed``).
+    ``if_match`` (the daemon API's If-Match, ADR 0049) tests ``metadata.resourceVersion`` too: any
+    write since is then a ``PreconditionFailed`` (412 ``revision_conflict``)."""
     meta = obj["metadata"]
     spec = obj.get("spec") or {}
     ops: list[dict[str, Any]] = [
         {"op": "test", "path": "/metadata/generation", "value": meta.get("generation")}
     ]
+    if if_match is not None:
+        ops.insert(0, ifmatch.version_test(if_match))
     for path in removes:
         parent, _, key = path.rpartition("/")
         if key in _at(spec, parent):
@@ -248,12 +262,24 @@ async def _write(
             content_type="application/json-patch+json",
         )
     except errors.KubeInvalid as error:
+        if if_match is not None and (
+            moved := await ifmatch.moved(rest, resource, meta["name"], namespace, if_match)
+        ):
+            raise moved from error
         current = await rest.get(resource, meta["name"], namespace)
         if current is not None and current["metadata"].get("generation") == meta.get("generation"):
             raise
         raise _refuse(
             f"{resource.kind} {meta['name']} changed since it was read; read it and try again", "changed"
         ) from error
+
+
+async def _unchanged(rest: Kube, resource: Resource, obj: Mapping[str, Any], if_match: str | None) -> None:
+    """Under If-Match, an object the operation leaves as it is must still be at the ETag checked
+    (its write would have tested it)."""
+    meta = obj["metadata"]
+    if if_match is not None and meta.get("resourceVersion") != if_match:
+        raise await ifmatch.conflict(rest, resource, meta["name"], meta.get("namespace"), if_match)
 
 
 def _at(spec: Mapping[str, Any], parent: str, default: Any = ()) -> Any:
@@ -279,11 +305,17 @@ def default_revision(workload: Mapping[str, Any]) -> int:
 
 
 async def rollback(
-    rest: Kube, workload: Mapping[str, Any], *, revision: int | None = None, clear: bool = False
+    rest: Kube,
+    workload: Mapping[str, Any],
+    *,
+    revision: int | None = None,
+    clear: bool = False,
+    if_match: str | None = None,
 ) -> RollbackResult:
     """Pin ``spec.rollout.revision`` to ``revision`` (default: the previous one), which must be
     kept; with ``clear``, remove the pin. Either write removes ``spec.rollout.approve`` in the same
-    patch (a rollback forgets earlier approvals). No write when the pin is already so."""
+    patch (a rollback forgets earlier approvals). No write when the pin is already so.
+    ``if_match``: the resourceVersion the workload must still be at (:func:`_write`)."""
     meta = workload["metadata"]
     name, namespace = meta["name"], meta["namespace"]
     before = _rollout(workload).get("revision")
@@ -307,8 +339,15 @@ async def rollback(
         # for drift it has shown)
         sets = {} if target is None else {"/rollout/revision": target}
         await _write(
-            rest, kube.WORKLOADS, workload, sets=sets, removes=("/rollout/revision", "/rollout/approve")
+            rest,
+            kube.WORKLOADS,
+            workload,
+            sets=sets,
+            removes=("/rollout/revision", "/rollout/approve"),
+            if_match=if_match,
         )
+    else:
+        await _unchanged(rest, kube.WORKLOADS, workload, if_match)
     return RollbackResult(workload=name, namespace=namespace, revision=target, before=before, changed=changed)
 
 
@@ -340,7 +379,7 @@ def _pending(present: bool, pending: str | None, given: str | None, what: str) -
 
 
 async def apply_drift(
-    rest: Kube, workload: Mapping[str, Any], *, revision: str | None = None
+    rest: Kube, workload: Mapping[str, Any], *, revision: str | None = None, if_match: str | None = None
 ) -> ApplyDriftResult:
     """Approve the workload's pending drift (``spec.rollout.approve``); while a rollback pins it,
     the pin is removed in the same write (applying drift means following the spec again)."""
@@ -362,8 +401,15 @@ async def apply_drift(
     changed = rollout.get("approve") != pending or pinned is not None
     if changed:
         await _write(
-            rest, kube.WORKLOADS, workload, sets={"/rollout/approve": pending}, removes=("/rollout/revision",)
+            rest,
+            kube.WORKLOADS,
+            workload,
+            sets={"/rollout/approve": pending},
+            removes=("/rollout/revision",),
+            if_match=if_match,
         )
+    else:
+        await _unchanged(rest, kube.WORKLOADS, workload, if_match)
     changes = drift.changes if drift is not None else []
     return ApplyDriftResult(
         workload=name,
@@ -376,7 +422,7 @@ async def apply_drift(
 
 
 async def apply_cluster_drift(
-    rest: Kube, cluster: Mapping[str, Any], *, revision: str | None = None
+    rest: Kube, cluster: Mapping[str, Any], *, revision: str | None = None, if_match: str | None = None
 ) -> ClusterApplyDriftResult:
     """Approve an InferenceCluster's pending drift (``spec.approve``)."""
     name = cluster["metadata"]["name"]
@@ -390,6 +436,8 @@ async def apply_cluster_drift(
     )
     changed = (cluster.get("spec") or {}).get("approve") != pending
     if changed:
-        await _write(rest, kube.CLUSTERS, cluster, sets={"/approve": pending})
+        await _write(rest, kube.CLUSTERS, cluster, sets={"/approve": pending}, if_match=if_match)
+    else:
+        await _unchanged(rest, kube.CLUSTERS, cluster, if_match)
     items = drift.items if drift is not None else []
     return ClusterApplyDriftResult(cluster=name, approved=pending, items=items, changed=changed)

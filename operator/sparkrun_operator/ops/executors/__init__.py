@@ -5,6 +5,8 @@ checks the two sets are equal). Each module's docstring says how its operations 
 Kubernetes resources.
 :data:`ARGUMENT_CHECKS` holds the pure argument checks some job operations have (every key is
 an enabled job operation; a unit test checks it).
+Importing this package also fills ``ops.ifmatch.TABLE`` (the operations that take ``If-Match``,
+:mod:`.targets`).
 """
 
 from __future__ import annotations
@@ -13,12 +15,16 @@ from sparkrun_operator.ops.executors import (
     benchmarks,
     clusters,
     diagnostics,
+    drain,
     gateway_deployment,
     kubernetes,
     modelcache,
+    objects,
+    ownership,
     proxy,
     recipes,
     rollout,
+    targets,  # noqa: F401  (registers the If-Match targets, ops/ifmatch.py)
     workloads,
 )
 from sparkrun_operator.ops.invocation import ArgumentCheck, Executor
@@ -36,6 +42,9 @@ EXECUTORS: dict[str, Executor] = {
     **modelcache.EXECUTORS,
     **benchmarks.EXECUTORS,
     **rollout.EXECUTORS,
+    **objects.EXECUTORS,
+    **ownership.EXECUTORS,
+    **drain.EXECUTORS,
 }
 
 #: The job operations whose arguments the daemon API checks at submission (422 before the 202).

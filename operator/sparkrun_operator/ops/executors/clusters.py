@@ -24,7 +24,7 @@ from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
 from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.api.resources import INFERENCE_CLUSTER
 from sparkrun_operator.k8s import errors as k8s_errors
-from sparkrun_operator.ops import kube
+from sparkrun_operator.ops import ifmatch, kube
 from sparkrun_operator.ops.errors import Conflict, NotFound
 from sparkrun_operator.ops.invocation import Executor, OperationContext
 from sparkrun_operator.plan import observe as plan_observe
@@ -146,12 +146,20 @@ async def update(ctx: OperationContext, args: dict[str, Any]) -> Any:
         patch.setdefault("spec", {})["description"] = args["description"] or None
     if "user" in args:
         patch["metadata"] = {"annotations": {SSH_USER_ANNOTATION: args["user"] or None}}
-    updated = (
-        await ctx.rest.merge_patch(kube.CLUSTERS, name, patch)
-        if patch
-        else await kube.get_cluster(ctx.rest, name)
-    )
+    if patch:
+        async with ifmatch.write(ctx.rest, kube.CLUSTERS, name, None, ctx.if_match):
+            updated = await ctx.rest.merge_patch(kube.CLUSTERS, name, ifmatch.patch_with(patch, ctx.if_match))
+    else:
+        updated = await kube.get_cluster(ctx.rest, name)
+        await _unchanged(ctx, updated)
     return cluster_definition(updated, await _nodes(ctx))
+
+
+async def _unchanged(ctx: OperationContext, cluster: Mapping[str, Any]) -> None:
+    """Under If-Match, a cluster the operation leaves as it is must still be at the ETag checked."""
+    if ctx.if_match is not None and cluster["metadata"].get("resourceVersion") != ctx.if_match:
+        name = cluster["metadata"]["name"]
+        raise await ifmatch.conflict(ctx.rest, kube.CLUSTERS, name, None, ctx.if_match)
 
 
 async def delete(ctx: OperationContext, args: dict[str, Any]) -> Any:
@@ -165,6 +173,18 @@ async def set_default(ctx: OperationContext, args: dict[str, Any]) -> Any:
     clusters = await ctx.rest.list(kube.CLUSTERS)
     if name is not None and not any(c["metadata"]["name"] == name for c in clusters):
         raise NotFound(f"Unknown cluster: {name}")
+    # NB: the named cluster first: under If-Match its write is the conditional one, and a refusal
+    # must leave the others' defaults as they were
+    clusters.sort(key=lambda c: c["metadata"]["name"] != name)
+    if name is not None and ctx.if_match is not None:
+        target = clusters[0]
+        if target.get("spec", {}).get("default"):
+            await _unchanged(ctx, target)
+        else:
+            async with ifmatch.write(ctx.rest, kube.CLUSTERS, name, None, ctx.if_match):
+                patch = ifmatch.patch_with({"spec": {"default": True}}, ctx.if_match)
+                await ctx.rest.merge_patch(kube.CLUSTERS, name, patch)
+        clusters = clusters[1:]
     for cluster in clusters:
         current = cluster["metadata"]["name"]
         wanted = current == name

@@ -17,7 +17,7 @@ from typing import Any
 
 from sparkrun_operator.api.pluginops import PLUGIN_PREFIX
 from sparkrun_operator.k8s.client import DAEMON_API_MANAGER
-from sparkrun_operator.ops import rollout
+from sparkrun_operator.ops import ifmatch, rollout
 from sparkrun_operator.ops.errors import Conflict
 from sparkrun_operator.ops.invocation import Executor, OperationContext
 
@@ -41,7 +41,9 @@ async def _owned(ctx: OperationContext, ref: str) -> dict[str, Any]:
 
 
 async def history(ctx: OperationContext, args: Mapping[str, Any]) -> Any:
-    return _dump(await rollout.history(ctx.rest, ctx.namespace, args["workload"]))
+    workload = await rollout.find_workload(ctx.rest, ctx.namespace, args["workload"])
+    ctx.etag = ifmatch.etag(str(workload["metadata"].get("resourceVersion") or ""))  # NB: ADR 0049
+    return _dump(await rollout.history_of(ctx.rest, workload))
 
 
 async def rollback(ctx: OperationContext, args: Mapping[str, Any]) -> Any:
@@ -51,6 +53,7 @@ async def rollback(ctx: OperationContext, args: Mapping[str, Any]) -> Any:
         workload,
         revision=args.get("revision"),
         clear=bool(args.get("clear")),
+        if_match=ctx.if_match,
     )
     what = f"spec.rollout.revision {done.revision}" if done.revision else "spec.rollout.revision removed"
     await ctx.feedback(f"InferenceWorkload {done.workload}: {what}", stage="rollback")
@@ -60,7 +63,10 @@ async def rollback(ctx: OperationContext, args: Mapping[str, Any]) -> Any:
 async def apply_drift(ctx: OperationContext, args: Mapping[str, Any]) -> Any:
     workload = await _owned(ctx, args["workload"])
     done = await rollout.apply_drift(
-        ctx.rest.as_manager(DAEMON_API_MANAGER), workload, revision=args.get("revision")
+        ctx.rest.as_manager(DAEMON_API_MANAGER),
+        workload,
+        revision=args.get("revision"),
+        if_match=ctx.if_match,
     )
     await ctx.feedback(f"InferenceWorkload {done.workload}: approved {done.approved}", stage="apply_drift")
     return _dump(done)
@@ -69,7 +75,7 @@ async def apply_drift(ctx: OperationContext, args: Mapping[str, Any]) -> Any:
 async def apply_cluster_drift(ctx: OperationContext, args: Mapping[str, Any]) -> Any:
     cluster = await rollout.find_cluster(ctx.rest, args["cluster"])
     done = await rollout.apply_cluster_drift(
-        ctx.rest.as_manager(DAEMON_API_MANAGER), cluster, revision=args.get("revision")
+        ctx.rest.as_manager(DAEMON_API_MANAGER), cluster, revision=args.get("revision"), if_match=ctx.if_match
     )
     await ctx.feedback(f"InferenceCluster {done.cluster}: approved {done.approved}", stage="apply_drift")
     return _dump(done)

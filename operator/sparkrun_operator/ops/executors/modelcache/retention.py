@@ -30,7 +30,7 @@ from typing import Any
 from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.k8s.daemonjobs import DAEMON_JOBS
-from sparkrun_operator.ops import jobs, kube
+from sparkrun_operator.ops import ifmatch, jobs, kube
 from sparkrun_operator.ops.errors import Conflict, Invalid, NotFound
 from sparkrun_operator.ops.executors.modelcache import inventory, steps
 from sparkrun_operator.ops.executors.modelcache.location import CACHES, Location, locate, parse_cache_dir
@@ -93,8 +93,15 @@ async def pin(ctx: OperationContext, args: dict[str, Any]) -> list[dict[str, Any
             f"{model}@{commit} is not tracked at {loc.cache_dir}: enrol it with model_cache.adopt "
             "(or create a ModelCache for it) before pinning"
         )
+    if ctx.if_match is not None and len(target.trackers) != 1:
+        raise Invalid(
+            f"If-Match on model_cache.pin names one ModelCache, and {len(target.trackers)} track "
+            f"{model}@{commit} at {loc.cache_dir}: send no If-Match to pin them all"
+        )
     for t in target.trackers:
-        await ctx.rest.merge_patch(CACHES, t.name, {"spec": {"pinned": pinned}}, ctx.namespace)
+        async with ifmatch.write(ctx.rest, CACHES, t.name, ctx.namespace, ctx.if_match):
+            patch = ifmatch.patch_with({"spec": {"pinned": pinned}}, ctx.if_match)
+            await ctx.rest.merge_patch(CACHES, t.name, patch, ctx.namespace)
     target.trackers = [inventory.Tracker(**{**t.__dict__, "pinned": pinned}) for t in target.trackers]
     inventory.protect(
         entries,

@@ -8,8 +8,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.k8s.errors import KubeInvalid
-from sparkrun_operator.ops import kube
+from sparkrun_operator.ops import ifmatch, kube
 from sparkrun_operator.ops.errors import Conflict, DaemonError, NotFound, OperationTimeout
 from sparkrun_operator.ops.executors.workloads.inventory import state, workload_row
 from sparkrun_operator.ops.invocation import OperationContext
@@ -70,7 +71,13 @@ async def wait_for(
 
 
 async def by_id(ctx: OperationContext, workload_id: str) -> dict[str, Any]:
-    for workload in await ctx.rest.list(kube.WORKLOADS, ctx.namespace):
+    return await find(ctx.rest, ctx.namespace, workload_id)
+
+
+async def find(rest: Kube, namespace: str, workload_id: str) -> dict[str, Any]:
+    """The workload whose workload id or name is ``workload_id`` (the If-Match check's resolver
+    too, ``ops/executors/targets.py``); ``NotFound`` when none is."""
+    for workload in await rest.list(kube.WORKLOADS, namespace):
         if kube.workload_id_of(workload) == workload_id or workload["metadata"]["name"] == workload_id:
             return workload
     raise NotFound(f"Unknown workload: {workload_id}")
@@ -110,7 +117,15 @@ async def status(ctx: OperationContext, args: dict[str, Any]) -> Any:
 async def stop(ctx: OperationContext, args: dict[str, Any]) -> Any:
     workload = await guarded(ctx, args, owner=True)
     name, uid = workload["metadata"]["name"], workload["metadata"].get("uid")
-    await ctx.rest.delete(kube.WORKLOADS, name, ctx.namespace, uid=uid, propagation="Background")
+    async with ifmatch.write(ctx.rest, kube.WORKLOADS, name, ctx.namespace, ctx.if_match):
+        await ctx.rest.delete(
+            kube.WORKLOADS,
+            name,
+            ctx.namespace,
+            uid=uid,
+            resource_version=ctx.if_match,
+            propagation="Background",
+        )
     await ctx.feedback(f"Deleted InferenceWorkload {name}", stage="stop")
     await wait_for(ctx, name, until="gone", limit=120.0)
     return {"state": "offline", "workload_ids": [args["workload_id"]]}
@@ -123,7 +138,9 @@ async def sleep(ctx: OperationContext, args: dict[str, Any]) -> Any:
         raise Conflict(
             f"InferenceWorkload {name} was not started with engine.enableSleepMode; it cannot sleep"
         )
-    await ctx.rest.merge_patch(kube.WORKLOADS, name, {"spec": {"state": "Sleeping"}}, ctx.namespace)
+    async with ifmatch.write(ctx.rest, kube.WORKLOADS, name, ctx.namespace, ctx.if_match):
+        patch = ifmatch.patch_with({"spec": {"state": "Sleeping"}}, ctx.if_match)
+        await ctx.rest.merge_patch(kube.WORKLOADS, name, patch, ctx.namespace)
     slept = await wait_for(ctx, name, until="sleeping", limit=300.0)
     return workload_row(slept, ctx.manager)
 
@@ -142,19 +159,23 @@ async def wake(ctx: OperationContext, args: dict[str, Any]) -> Any:
             "(scale it up instead)"
         )
     if not (resting == "Zero" and await _from_zero(ctx, workload)):
-        await ctx.rest.merge_patch(kube.WORKLOADS, name, wakeup.STATE_RUNNING, ctx.namespace)
+        async with ifmatch.write(ctx.rest, kube.WORKLOADS, name, ctx.namespace, ctx.if_match):
+            patch = ifmatch.patch_with(wakeup.STATE_RUNNING, ctx.if_match)
+            await ctx.rest.merge_patch(kube.WORKLOADS, name, patch, ctx.namespace)
     woken = await wait_for(ctx, name, until="ready", limit=ctx.settings.ready_timeout)
     return workload_row(woken, ctx.manager)
 
 
 async def _from_zero(ctx: OperationContext, workload: Mapping[str, Any]) -> bool:
-    """Replicas back from the idle policy's zero; ``False`` when something else scaled it first."""
+    """Replicas back from the idle policy's zero; ``False`` when something else scaled it first
+    (or, under If-Match, the workload changed: the state write that follows then refuses)."""
     name = workload["metadata"]["name"]
+    tested = [] if ctx.if_match is None else [ifmatch.version_test(ctx.if_match)]
     try:
         await ctx.rest.request(
             "PATCH",
             kube.WORKLOADS.path(ctx.namespace, name),
-            body=wakeup.from_zero(wakeup.resume_replicas(dict(workload))),
+            body=tested + wakeup.from_zero(wakeup.resume_replicas(dict(workload))),
             content_type="application/json-patch+json",
         )
     except KubeInvalid:
