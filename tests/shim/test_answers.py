@@ -15,7 +15,11 @@ bound to its namespace only):
 - the happy path: a secret prompt answered through the shim by a caller holding
   ``answer-secret``: the Secret has the deterministic name, the job and prompt labels and an
   owner reference to the job; the executor gets the value, deletes the Secret, and the value is
-  nowhere in the job.
+  nowhere in the job;
+- who answered (issue 29): an approval answered by one principal with a comment, then replayed
+  by another: each is recorded with the principal the shim authenticated, in the DaemonJob's
+  spec and status and in ``GET /v1/jobs/{id}?include=answers``; a different value is a 409;
+  nobody but the shim, ``system:masters`` included, may change ``status.answers``.
 
 No operation of the catalog asks for a secret yet, so the secret-prompt tests stop the module's
 operator and run the operator's DaemonJob executor (``controllers/daemonjob.py``, the real class)
@@ -442,7 +446,97 @@ def test_the_shim_does_not_answer_into_a_planted_secret(
         assert client.post(f"/v1/jobs/{job_id}/input", json=body).status_code == 200
         assert client.post(f"/v1/jobs/{job_id}/input", json=body).status_code == 200
     [answer] = daemon.job_object(job_id)["spec"]["answers"]
-    assert answer == {"promptId": "p1", "secretRef": {"name": name, "key": "token"}}
+    assert answer["secretRef"] == {"name": name, "key": "token"}
+    assert (answer["promptId"], answer["answeredBy"]) == ("p1", daemon.env.username("admin"))
     held = daemon.kube.get("v1", "Secret", name, namespace=ns)
     assert held is not None
     assert _value(held) == body["value"]
+
+
+# -- who answered (issue 29) ---------------------------------------------------------------------
+
+
+def test_an_approval_answered_then_replayed_says_who(daemon: Daemon, admission: None) -> None:
+    """The operator principal submits a launch that asks for approval; the admin principal
+    declines it with a comment; the operator principal gives the same answer again (a replay,
+    recorded as its own), and the admin's change of mind is refused."""
+    ns = daemon.namespace
+    admin, operator = daemon.env.username("admin"), daemon.env.username("operator")
+    workload = "approved-" + secrets.token_hex(3)
+    job_id = daemon.submit(
+        "operator",
+        "workloads.run",
+        {"recipe": "qwen3-8b-vllm", "confirm": True, "workload_id_override": workload},
+    )
+    try:
+        prompt = daemon.wait_job(job_id, "operator", states={"waiting_input"})["prompt"]
+        body = {"prompt_id": prompt["prompt_id"], "value": False}
+        url = f"/v1/jobs/{job_id}/input"
+        with daemon.http("admin") as client:
+            # Refused before anything is recorded: a name in the body, a bidirectional override.
+            named = client.post(url, json={**body, "answered_by": "someone-else"})
+            assert named.status_code == 422, named.text
+            bidi = "approved\u202e".encode()
+            refused = client.post(url, json=body, headers={"X-Sparkrun-Comment": bidi})
+            assert refused.status_code == 422, refused.text
+            assert "X-Sparkrun-Comment" in refused.json()["detail"]
+            assert not daemon.job_object(job_id)["spec"].get("answers")
+            comment = "not before the freeze ends ✓"
+            answered = client.post(url, json=body, headers={"X-Sparkrun-Comment": comment.encode()})
+            assert answered.status_code == 200, answered.text
+            assert answered.json() == {}
+            assert answered.headers["x-sparkrun-replayed"] == "false"
+        job = daemon.wait_job(job_id, "operator")
+        assert (job["state"], job["error"]["detail"]) == ("failed", "Launch declined")
+
+        with daemon.http("operator") as client:
+            replayed = client.post(url, json=body, headers={"X-Sparkrun-Comment": "confirmed"})
+            assert replayed.status_code == 200, replayed.text
+            assert replayed.json() == {}
+            assert replayed.headers["x-sparkrun-replayed"] == "true"
+            plain = client.get(f"/v1/jobs/{job_id}").json()
+            shown = client.get(f"/v1/jobs/{job_id}", params={"include": "answers"}).json()
+            assert client.get(f"/v1/jobs/{job_id}", params={"include": "arguments"}).status_code == 422
+        with daemon.http("admin") as client:
+            changed = client.post(url, json={**body, "value": True})
+        assert changed.status_code == 409, changed.text
+        assert changed.json()["error"]["attrs"] == {
+            "reason": "already_answered",
+            "prompt_id": body["prompt_id"],
+        }
+
+        assert "answers" not in plain  # the reference's Job envelope, unless asked
+        assert {k: v for k, v in shown.items() if k != "answers"} == plain
+        [record] = shown["answers"]
+        assert {k: record[k] for k in ("prompt_id", "kind", "value", "answered_by", "comment")} == {
+            "prompt_id": body["prompt_id"],
+            "kind": "approval",
+            "value": False,
+            "answered_by": admin,
+            "comment": comment,
+        }
+        assert record["replay_count"] == 1
+        [again] = record["replays"]
+        assert (again["by"], again["comment"]) == (operator, "confirmed")
+        assert record["answered_at"] <= again["at"] <= time.time() + 60
+
+        obj = daemon.job_object(job_id)
+        [entry] = obj["spec"]["answers"]
+        assert (entry["value"], entry["answeredBy"], entry["comment"]) == (False, admin, comment)
+        [stored] = obj["status"]["answers"]
+        assert (stored["answeredBy"], stored["replayCount"], stored["replays"][0]["by"]) == (
+            admin,
+            1,
+            operator,
+        )
+
+        # Nobody but the shim rewrites who answered, system:masters included.
+        path = f"/apis/{API}/namespaces/{ns}/daemonjobs/{job_id}/status"
+        forged = copy.deepcopy(obj)
+        forged["status"]["answers"][0]["answeredBy"] = operator
+        error = _refused(lambda: daemon.kube.request("PUT", path, json=forged))
+        assert error.status == 403, error
+        assert "status.answers (who answered a prompt) are written only by the daemon API shim" in str(error)
+        assert daemon.job_object(job_id)["status"]["answers"][0]["answeredBy"] == admin
+    finally:
+        daemon.kube.delete(API, "InferenceWorkload", workload, namespace=ns)

@@ -13,7 +13,12 @@ Authorization is the caller's (the shim) business; this module applies the job r
   chart's admission policy lets only the shim change ``spec.answers``). A secret answer goes
   into the answer Secret of the job and prompt (``ops/answers.py``: a name derived from both,
   their labels, owned by the DaemonJob; the spec holds only its reference; the executor reads
-  that Secret alone and deletes it); approval/decision answers must be booleans.
+  that Secret alone and deletes it); approval/decision answers must be booleans. Every answer
+  records who gave it, when and its comment (``ops/answerlog.py``), in the spec entry and in
+  ``status.answers``. The same value again is a replay (recorded in ``status.answers``, also
+  after the job finished); a different one a 409 ``already_answered``, as is a secret's once the
+  executor used it (its value can no longer be compared) or when given again by a principal other
+  than who gave it (a comparison would let it test guesses of the secret).
 - Quota: a principal may have at most ``max_active_jobs`` unfinished jobs (queued or active,
   counted from the cache plus its submissions in flight); one more is a 429 ``RateLimited``
   with ``attrs.quota = "active_jobs"``. A repeated Idempotency-Key of an existing job is not
@@ -23,6 +28,7 @@ Authorization is the caller's (the shim) business; this module applies the job r
 from __future__ import annotations
 
 import datetime as dt
+import hmac
 import re
 from collections.abc import Callable
 from typing import Any
@@ -31,9 +37,9 @@ from sparkrun_operator.api.daemonjob import DaemonJobStatus
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.k8s.auth import UserInfo
 from sparkrun_operator.k8s.client import retry_conflicts
-from sparkrun_operator.k8s.daemonjobs import DaemonJobs, JobCache
+from sparkrun_operator.k8s.daemonjobs import DAEMON_JOBS, DaemonJobs, JobCache
 from sparkrun_operator.k8s.resources import SECRETS
-from sparkrun_operator.ops import answers, jobs
+from sparkrun_operator.ops import answerlog, answers, ifmatch, jobs
 from sparkrun_operator.ops.catalog import Operation
 from sparkrun_operator.ops.errors import Conflict, Invalid, TooManyRequests
 
@@ -101,12 +107,14 @@ class JobService:
         manager: str,
         client: str | None,
         key: str | None,
+        if_match: str | None = None,
     ) -> str:
-        """Create (or find, for a repeated key) the job; returns its id."""
+        """Create (or find, for a repeated key) the job; returns its id. ``if_match``: the
+        resourceVersion the job's write of its target must still find (``spec.ifMatch``)."""
         if key is not None and len(key) > jobs.MAX_KEY_LENGTH:
             raise Invalid(f"Idempotency key exceeds {jobs.MAX_KEY_LENGTH} characters")
         jobs.check_arguments(arguments)  # the CRD's bounds, as a 422 naming the path
-        digest = jobs.request_digest(op.name, op.version, arguments, manager)
+        digest = jobs.request_digest(op.name, op.version, arguments, manager, if_match=if_match)
         name = jobs.job_name(user.username, key)
         obj = jobs.new_job(
             name=name,
@@ -121,6 +129,7 @@ class JobService:
             client=client,
             key=key,
             digest=digest,
+            if_match=if_match,
         )
         self._admit(user.username, name, key)
         self._submitting[user.username] = self._submitting.get(user.username, 0) + 1
@@ -169,6 +178,14 @@ class JobService:
 
     def listing(self, *, principal: str | None, state: str | None, limit: int) -> list[dict[str, Any]]:
         """Jobs (of ``principal`` unless ``None``), active first, then queued, newest first."""
+        rows = self.matching(principal=principal, state=state)
+        rows.sort(key=_created, reverse=True)
+        rows.sort(key=lambda o: _ORDER.get(jobs.state_of(o), 2))
+        return rows[: min(max(limit, 1), 1000)]
+
+    def matching(self, *, principal: str | None, state: str | None) -> list[dict[str, Any]]:
+        """Every job (of ``principal`` unless ``None``, in ``state`` unless ``None``), unordered:
+        the listing above, and the cursor pages of ``/v1/jobs`` (``ops/paging.py``)."""
         wanted = jobs.principal_label(principal) if principal is not None else None
         rows = []
         for obj in self.cache.values():
@@ -188,16 +205,16 @@ class JobService:
             if state is not None and current != state:
                 continue
             rows.append(obj)
-        rows.sort(key=_created, reverse=True)
-        rows.sort(key=lambda o: _ORDER.get(jobs.state_of(o), 2))
-        return rows[: min(max(limit, 1), 1000)]
+        return rows
 
-    async def cancel(self, obj: dict[str, Any]) -> dict[str, Any]:
+    async def cancel(self, obj: dict[str, Any], *, if_match: str | None = None) -> dict[str, Any]:
         """Request cancellation; returns the updated job. Raises ``Conflict`` when finished.
 
         The status moves first (``cancelling``, or ``cancelled`` for a queued job), then
         ``spec.cancel`` is set, which is what the executor acts on: the executor's terminal write
-        can therefore never race ahead of the request that caused it.
+        can therefore never race ahead of the request that caused it. ``if_match`` (the
+        resourceVersion an If-Match matched, ADR 0049): the status write is made at it, once; a
+        job that changed since is ``PreconditionFailed``.
         """
         name = obj["metadata"]["name"]
         fresh = await self.daemonjobs.get(name) or obj
@@ -207,27 +224,46 @@ class JobService:
         def mutate(status: DaemonJobStatus, current: dict[str, Any]) -> None:
             jobs.cancel(status, now=self.clock(), created=_created_at(current))
 
-        await self.daemonjobs.update_status(fresh, mutate)
+        if if_match is None:
+            await self.daemonjobs.update_status(fresh, mutate)
+        else:  # NB: If-Match (ADR 0049): once, at the version the caller saw; a 409 is a 412
+            where = (self.daemonjobs.kube, DAEMON_JOBS, name, self.daemonjobs.namespace)
+            if fresh["metadata"].get("resourceVersion") != if_match:
+                raise await ifmatch.conflict(*where, if_match)
+            async with ifmatch.write(*where, if_match):
+                await self.daemonjobs.update_status(fresh, mutate, conditional=True)
         written = await self.daemonjobs.patch_spec(name, {"cancel": True})
         await self.cache.observe(written)
         return written
 
-    async def answer(self, obj: dict[str, Any], prompt_id: str, value: Any) -> None:
-        """Answer the pending prompt ``prompt_id`` (see the module docstring)."""
+    async def answer(
+        self,
+        obj: dict[str, Any],
+        prompt_id: str,
+        value: Any,
+        *,
+        by: str,
+        comment: str | None = None,
+        if_match: str | None = None,
+    ) -> bool:
+        """Answer the pending prompt ``prompt_id`` as principal ``by`` (see the module docstring);
+        ``True`` when it was answered already with this very value (a replay: recorded, nothing
+        else changes, also after the job finished). A different value is a 409
+        (``attrs.reason`` ``already_answered``)."""
         name = obj["metadata"]["name"]
-        if jobs.state_of(obj) in jobs.TERMINAL:
-            raise Conflict("Worker has finished; fetch the job result")
         prompt = (obj.get("status") or {}).get("prompt") or {}
         recorded = obj.get("spec", {}).get("answers") or []
         previous = next((a for a in recorded if a.get("promptId") == prompt_id), None)
         if previous is not None:
-            if "secretRef" in previous or previous.get("value") == value:
-                return
-            raise Invalid("Prompt was already answered differently")
+            await self._replay(obj, previous, value, by=by, comment=comment)
+            return True
+        if jobs.state_of(obj) in jobs.TERMINAL:
+            raise Conflict("Worker has finished; fetch the job result")
         if prompt.get("id") != prompt_id:
             raise Conflict("Prompt expired or unavailable")
         deadline = jobs.epoch(prompt.get("expiresAt"))
-        if deadline is not None and deadline < self.clock().timestamp():
+        now = self.clock()
+        if deadline is not None and deadline < now.timestamp():
             raise Conflict("Prompt expired or unavailable")
         kind = prompt.get("kind")
         if kind == "secret":
@@ -235,11 +271,11 @@ class JobService:
                 raise Invalid("Credential answer must be a string")
             secret = await self._store_secret(obj, prompt_id, value or "")
             ref = {"name": secret, "key": answers.SECRET_KEY}
-            entry: dict[str, Any] = {"promptId": prompt_id, "secretRef": ref}
+            entry = answerlog.spec_entry(prompt_id, secret_ref=ref, by=by, at=now, comment=comment)
         else:
             if type(value) is not bool:
                 raise Invalid("Approval answers must be boolean")
-            entry = {"promptId": prompt_id, "value": value}
+            entry = answerlog.spec_entry(prompt_id, value=value, by=by, at=now, comment=comment)
 
         async def attempt() -> dict[str, Any]:
             current = await self.daemonjobs.get(name)
@@ -247,14 +283,75 @@ class JobService:
                 raise Conflict("Worker has finished; fetch the job result")
             existing = current.get("spec", {}).get("answers") or []
             if any(a.get("promptId") == prompt_id for a in existing):
-                return current
+                return current  # NB: answered meanwhile: judged as a replay below
             return await self.daemonjobs.patch_spec(
                 name,
                 {"answers": [*existing, entry]},
-                resource_version=current["metadata"]["resourceVersion"],
+                resource_version=if_match or current["metadata"]["resourceVersion"],
             )
 
-        written = await retry_conflicts(attempt)
+        if if_match is None:
+            written = await retry_conflicts(attempt)
+        else:  # NB: If-Match (ADR 0049): once, at the version the caller saw; a 409 is a 412
+            async with ifmatch.write(
+                self.daemonjobs.kube, DAEMON_JOBS, name, self.daemonjobs.namespace, if_match
+            ):
+                written = await attempt()
+        await self.cache.observe(written)
+        mine = next(a for a in written["spec"]["answers"] if a.get("promptId") == prompt_id)
+        if mine != entry:  # another answer won the race: this one is its replay, or refused
+            await self._replay(written, mine, value, by=by, comment=comment)
+            return True
+
+        def note(status: DaemonJobStatus, _current: dict[str, Any]) -> None:
+            answerlog.record(status, entry, kind=kind)
+
+        await self._write_record(written, note)
+        return False
+
+    async def _replay(
+        self, obj: dict[str, Any], previous: dict[str, Any], value: Any, *, by: str, comment: str | None
+    ) -> None:
+        """``value`` given again for the answer ``previous``: a 409 unless it is the same value;
+        the same value is recorded as a replay by ``by``."""
+        prompt_id = str(previous.get("promptId"))
+        if "secretRef" in previous:
+            # NB: compared only for who gave it: anyone else could test guesses of the secret
+            if previous.get("answeredBy") != by:
+                raise Conflict(
+                    "Prompt was already answered; a secret answer is replayed only by who gave it",
+                    attrs={"reason": "already_answered", "prompt_id": prompt_id},
+                )
+            same = isinstance(value, str) and await self._secret_is(obj, prompt_id, value)
+        else:
+            same = type(value) is bool and previous.get("value") is value
+        if not same:
+            raise Conflict(
+                "Prompt was already answered with a different value",
+                attrs={"reason": "already_answered", "prompt_id": prompt_id},
+            )
+        kind = ((obj.get("status") or {}).get("prompt") or {}).get("kind")
+        now = self.clock()
+
+        def note(status: DaemonJobStatus, _current: dict[str, Any]) -> None:
+            answerlog.replay(status, previous, kind=kind, by=by, at=now, comment=comment)
+
+        await self._write_record(obj, note)
+
+    async def _secret_is(self, obj: dict[str, Any], prompt_id: str, value: str) -> bool:
+        """Whether the answer Secret of ``prompt_id`` still holds ``value``: ``False`` once the
+        executor read (and deleted) it, as the value can then no longer be compared."""
+        name = answers.secret_name(str(obj["metadata"]["name"]), prompt_id)
+        found = await self.daemonjobs.kube.get(SECRETS, name, self.daemonjobs.namespace)
+        if found is None or answers.check_secret(found, obj, prompt_id) is not None:
+            return False
+        return hmac.compare_digest(answers.secret_value(found).encode(), value.encode())
+
+    async def _write_record(
+        self, obj: dict[str, Any], note: Callable[[DaemonJobStatus, dict[str, Any]], None]
+    ) -> None:
+        """Write the answer record into ``status.answers`` (``ops/answerlog.py``)."""
+        written = await self.daemonjobs.update_status(obj, note)
         await self.cache.observe(written)
 
     async def _store_secret(self, obj: dict[str, Any], prompt_id: str, value: str) -> str:
@@ -276,7 +373,10 @@ class JobService:
                     "this prompt cannot be answered"
                 ) from None
             if answers.secret_value(existing) != value:
-                raise Invalid("Prompt was already answered differently") from None
+                raise Conflict(
+                    "Prompt was already answered with a different value",
+                    attrs={"reason": "already_answered", "prompt_id": prompt_id},
+                ) from None
         return name
 
 

@@ -10,9 +10,14 @@ Logs. Sources are the containers of the pods of InferenceWorkloads (label
 ``status.workloadId`` or its name), ``recipe``, ``hosts``/``cluster`` (node names), ``host``,
 ``container`` and ``source_id`` (``<namespace>/<pod>/<container>``); ``scope=head`` (default)
 keeps leader pods only. Each source is read through the pod log API (``tailLines``,
-``follow``); lines become ``{"type": "log", host, container, text, stream, timestamp, role,
-rank, source_id, resource}``. A reader failure is an ``error`` event; lines dropped because the
-client reads too slowly are reported as a ``gap`` event. Disconnecting cancels every reader.
+``follow``, and ``limitBytes`` from ``limit_bytes``, an extension of the reference's parameters);
+lines become ``{"type": "log", host, container, text, stream, timestamp, role, rank, source_id,
+resource}``. A reader failure is an ``error`` event; lines dropped because the client reads too
+slowly are reported as a ``gap`` event. Disconnecting cancels every reader. Once every read
+ended (or the shim ends the stream: authorization revoked), a ``completeness`` frame says of each
+source whether the stream carried all of its output (``shim/logends.py``): each read's end is
+judged from the source's pod as read right then (gone, another uid or terminating:
+``pod_deleted``; its container's state and restart count).
 
 Monitor. A ``history`` event first (``series`` per host of the shared in-memory sessions, empty
 at the start), then a ``frame`` every ``interval`` seconds (default 2) with per-host GPU
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
@@ -35,19 +41,42 @@ from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.k8s.resources import PODS
 from sparkrun_operator.ops import kube
-from sparkrun_operator.ops.errors import Invalid
+from sparkrun_operator.ops.errors import DaemonError, Invalid, error_body
+from sparkrun_operator.ops.redact import Redactor
 from sparkrun_operator.ops.secrets import known_secrets
 from sparkrun_operator.ops.settings import Settings
 from sparkrun_operator.render import keys
+from sparkrun_operator.shim import logends
 from sparkrun_operator.shim.sse import HEARTBEAT, frame
 
 __all__ = ["HISTORY_POINTS", "Streams"]
 
+log = logging.getLogger(__name__)
+
 HISTORY_POINTS = 120
+#: Seconds a log stream waits for a line before it sends a heartbeat (and checks the caller again).
+HEARTBEAT_SECONDS = 10.0
+#: How long a following read's end waits for the pod's status to say the container terminated.
+STATUS_SETTLE_SECONDS = 5.0
+SETTLE_POLL_SECONDS = 0.5
 LINGER = 5.0
 _LOG_PARAMS = frozenset(
-    {"workload_id", "recipe", "hosts", "cluster", "host", "container", "source_id", "scope", "tail", "follow"}
+    {
+        "workload_id",
+        "recipe",
+        "hosts",
+        "cluster",
+        "host",
+        "container",
+        "source_id",
+        "scope",
+        "tail",
+        "follow",
+        "limit_bytes",
+    }
 )
+#: The largest ``limit_bytes`` (the pod log API's ``limitBytes`` is an int64).
+MAX_LIMIT_BYTES = 2**62
 _MONITOR_PARAMS = frozenset({"hosts", "cluster", "interval"})
 
 Recheck = Callable[[], Awaitable[None]]
@@ -71,8 +100,16 @@ def _int(params: Mapping[str, str], name: str, low: int, high: int | None) -> in
     return value
 
 
-def _log_params(params: Mapping[str, str]) -> tuple[str, int | None, bool]:
-    """``(scope, tail, follow)`` of a log stream request; ``Invalid`` for a bad parameter."""
+@dataclass(frozen=True)
+class _LogAsk:
+    scope: str
+    tail: int | None
+    follow: bool
+    limit_bytes: int | None
+
+
+def _log_params(params: Mapping[str, str]) -> _LogAsk:
+    """What a log stream request asks for; ``Invalid`` for a bad parameter."""
     _check_known(params, _LOG_PARAMS)
     scope = params.get("scope", "head")
     if scope not in ("head", "all"):
@@ -84,7 +121,8 @@ def _log_params(params: Mapping[str, str]) -> tuple[str, int | None, bool]:
     for selector in ("host", "container", "source_id"):
         if selector in params and not params[selector].strip():
             raise Invalid(f"{selector} must be a non-empty string")
-    return scope, tail, follow_raw == "true"
+    limit_bytes = _int(params, "limit_bytes", 1, MAX_LIMIT_BYTES)
+    return _LogAsk(scope=scope, tail=tail, follow=follow_raw == "true", limit_bytes=limit_bytes)
 
 
 def _hosts(params: Mapping[str, str]) -> list[str] | None:
@@ -110,74 +148,52 @@ class Streams:
         self.rest = rest
         self.settings = settings
         self.sessions: dict[tuple[str, int], _Session] = {}
+        self.heartbeat = HEARTBEAT_SECONDS
+        self.settle = STATUS_SETTLE_SECONDS
 
     # -- logs -----------------------------------------------------------------------------
 
     async def logs(self, params: Mapping[str, str], recheck: Recheck) -> AsyncGenerator[bytes, None]:
-        scope, tail, follow = _log_params(params)
-        sources, specs = await self._log_sources(params, scope)
+        ask = _log_params(params)
+        sources, specs, starts = await self._log_sources(params, ask.scope)
         # NB: every line is redacted: name and token patterns, and the values of the Secrets the
         # streamed pods and their workloads reference (as diagnostics bundles are).
         redact = await known_secrets(self.rest, self.settings.namespace, specs)
         yield b""
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize=256)
-        dropped = 0
-
-        async def read(source: dict[str, Any]) -> None:
-            nonlocal dropped
-            query: dict[str, Any] = {"container": source["container"], "follow": follow, "timestamps": False}
-            if tail is not None:
-                query["tailLines"] = tail
-            path = PODS.path(source["resource"]["namespace"], source["resource"]["name"]) + "/log"
-            try:
-                async for raw in self.rest.stream_lines(path, query=query):
-                    line = raw.decode("utf-8", "replace").rstrip("\n")
-                    record = {
-                        "type": "log",
-                        **source,
-                        # NB: a long line is redacted in a worker thread (ops.redact.THREAD_AT).
-                        "text": await redact.apply(line),
-                        "stream": "stdout",
-                        "timestamp": time.time(),
-                    }
-                    try:
-                        queue.put_nowait(record)
-                    except asyncio.QueueFull:
-                        dropped += 1
-            except k8s_errors.KubeError as error:
-                await queue.put(
-                    {
-                        "type": "error",
-                        "source_id": source["source_id"],
-                        "detail": f"Reading logs of {source['source_id']} failed: "
-                        f"{error.message or error.status}",
-                        "error": {
-                            "type": "LogReadError",
-                            "retryable": True,
-                            "attrs": {"status": error.status},
-                        },
-                    }
-                )
-            finally:
-                await queue.put(None)
-
-        readers = [asyncio.create_task(read(source)) for source in sources]
-        remaining = len(readers)
+        reads = [logends.SourceRead(source_id=source["source_id"]) for source in sources]
+        readers = [
+            asyncio.create_task(self._read(source, seen, ask, redact, queue, starts[seen.source_id]))
+            for source, seen in zip(sources, reads, strict=True)
+        ]
+        remaining, reported = len(readers), 0
         try:
-            while remaining:
-                if dropped:
-                    count, dropped = dropped, 0
-                    yield frame({"type": "gap", "dropped": count})
-                try:
-                    item = await asyncio.wait_for(queue.get(), 10.0)
-                except TimeoutError:
-                    await recheck()
-                    yield HEARTBEAT
-                    continue
-                if item is None:
-                    remaining -= 1
-                    continue
-                yield frame(item)
+            try:
+                while remaining:
+                    if (dropped := sum(r.dropped for r in reads)) > reported:
+                        yield frame({"type": "gap", "dropped": dropped - reported})
+                        reported = dropped
+                    try:
+                        item = await asyncio.wait_for(queue.get(), self.heartbeat)
+                    except TimeoutError:
+                        await recheck()
+                        yield HEARTBEAT
+                        continue
+                    if item is None:
+                        remaining -= 1
+                        continue
+                    yield frame(item)
+                if (dropped := sum(r.dropped for r in reads)) > reported:
+                    yield frame({"type": "gap", "dropped": dropped - reported})
+            except DaemonError as error:  # NB: the caller lost its permission, or the like
+                _, body, _ = error_body(error)
+                yield frame({"type": "error", **body})
+                for seen in reads:
+                    if seen.findings is None:
+                        seen.findings = logends.closed(
+                            seen, f"the daemon API ended the stream: {error.detail}"
+                        )
+            yield frame(logends.marker(reads))
         finally:
             for task in readers:
                 task.cancel()
@@ -185,10 +201,101 @@ class Streams:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
 
+    async def _read(
+        self,
+        source: dict[str, Any],
+        seen: logends.SourceRead,
+        ask: _LogAsk,
+        redact: Redactor,
+        queue: asyncio.Queue[dict[str, Any] | None],
+        start: logends.Start,
+    ) -> None:
+        """Read one source's log into ``queue`` (a line the queue has no room for is dropped and
+        counted), then decide its completeness (``seen.findings``) and put ``None``."""
+        query: dict[str, Any] = {"container": source["container"], "follow": ask.follow, "timestamps": False}
+        if ask.tail is not None:
+            query["tailLines"] = ask.tail
+        if ask.limit_bytes is not None:
+            query["limitBytes"] = ask.limit_bytes
+        resource = source["resource"]
+        path = PODS.path(resource["namespace"], resource["name"]) + "/log"
+        try:
+            try:
+                async for raw in self.rest.stream_lines(path, query=query):
+                    seen.take(raw)
+                    record = {
+                        "type": "log",
+                        **source,
+                        # NB: a long line is redacted in a worker thread (ops.redact.THREAD_AT).
+                        "text": await redact.apply(raw.decode("utf-8", "replace").rstrip("\n")),
+                        "stream": "stdout",
+                        "timestamp": time.time(),
+                    }
+                    try:
+                        queue.put_nowait(record)
+                        seen.lines += 1
+                    except asyncio.QueueFull:
+                        seen.dropped += 1
+                seen.eof()
+            except k8s_errors.KubeError as error:
+                seen.error = f"Reading logs of {source['source_id']} failed: {error.message or error.status}"
+                await queue.put(
+                    {
+                        "type": "error",
+                        "source_id": source["source_id"],
+                        "detail": seen.error,
+                        "error": {
+                            "type": "LogReadError",
+                            "retryable": True,
+                            "attrs": {"status": error.status},
+                        },
+                    }
+                )
+            seen.findings = await self._judge(source, seen, ask, start)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # NB: unexpected: the source still ends, as incomplete
+            log.exception("reading logs of %s failed", source["source_id"])
+            seen.findings = logends.failed(
+                seen, f"Reading logs of {source['source_id']} failed: {type(error).__name__}"
+            )
+        await queue.put(None)
+
+    async def _judge(
+        self, source: dict[str, Any], seen: logends.SourceRead, ask: _LogAsk, start: logends.Start
+    ) -> list[dict[str, Any]]:
+        """The completeness findings of a source whose read ended, from its pod read once more.
+        A following read ends when the container's process does, which the pod's status may say
+        a moment later: a container still running then is read again for up to
+        :data:`STATUS_SETTLE_SECONDS` before the stream calls its end a cut."""
+        resource = source["resource"]
+        deadline = time.monotonic() + self.settle
+        while True:
+            try:
+                pod = await self.rest.get(PODS, resource["name"], resource["namespace"])
+                pod_read = True
+            except k8s_errors.KubeError:
+                pod, pod_read = None, False
+            findings = logends.judge(
+                seen,
+                pod,
+                pod_read=pod_read,
+                uid=resource.get("uid"),
+                container=source["container"],
+                follow=ask.follow,
+                tail=ask.tail,
+                limit_bytes=ask.limit_bytes,
+                start=start,
+            )
+            if time.monotonic() >= deadline or not any(f.get("reason") == "stream_cut" for f in findings):
+                return findings
+            await asyncio.sleep(SETTLE_POLL_SECONDS)
+
     async def _log_sources(
         self, params: Mapping[str, str], scope: str
-    ) -> tuple[list[dict[str, Any]], list[Any]]:
-        """The log sources the parameters select, and the specs of their pods and workloads."""
+    ) -> tuple[list[dict[str, Any]], list[Any], dict[str, logends.Start]]:
+        """The log sources the parameters select, the specs of their pods and workloads, and each
+        source's container as the stream begins (by source id)."""
         namespace = self.settings.namespace
         workloads = {w["metadata"]["name"]: w for w in await self.rest.list(kube.WORKLOADS, namespace)}
         wanted: set[str] | None = None
@@ -210,6 +317,7 @@ class Streams:
         pods = await self.rest.list(PODS, namespace, label_selector=keys.LABEL_WORKLOAD)
         sources = []
         specs: list[Any] = []
+        starts: dict[str, logends.Start] = {}
         for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
             meta, spec = pod["metadata"], pod.get("spec", {})
             labels = meta.get("labels") or {}
@@ -234,6 +342,7 @@ class Streams:
                 if "source_id" in params and source_id != params["source_id"]:
                     continue
                 rank = labels.get("batch.kubernetes.io/job-completion-index")
+                starts[source_id] = logends.start_of(pod, container["name"])
                 sources.append(
                     {
                         "host": node,
@@ -253,7 +362,7 @@ class Streams:
                         },
                     }
                 )
-        return sources, specs
+        return sources, specs, starts
 
     # -- monitor --------------------------------------------------------------------------
 
