@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("sparkrun_operator.cli.validate", "check sparkrun.dev manifests offline"),
     "upgrade": ("sparkrun_operator.cli.upgrade", "check that a new chart's CRDs accept every stored object"),
     "rollout": ("sparkrun_operator.cli.rollout", "a workload's revisions: history, undo, apply drift, unpin"),
+    "lease": ("sparkrun_operator.cli.lease", "ownership leases of ephemeral workloads: claim, renew, hold"),
 }
 
 #: the testbed's import package; ``demo`` and ``testbed`` fail without it

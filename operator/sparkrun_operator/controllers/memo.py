@@ -16,6 +16,7 @@ from sparkrun_operator.controllers.config import OperatorConfig
 from sparkrun_operator.controllers.failurelog import FailureLog
 from sparkrun_operator.controllers.gate import PriorityGate
 from sparkrun_operator.controllers.metrics import Metrics
+from sparkrun_operator.controllers.ownership_watch import LeaseWatch
 from sparkrun_operator.controllers.triggers import Triggers
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.plan.names import Claim
@@ -62,6 +63,9 @@ class Memo:
     #: Engine ``/metrics`` reads in flight across every workload (sockets; a tenant's slow
     #: engines hold theirs for up to the read's deadline).
     scrapes: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(SCRAPES_IN_FLIGHT))
+    #: Ownership Leases as watched and each leased workload's verdict (``controllers/ownership.py``;
+    #: the planner folds the verdict into ``status.lease``).
+    ownership: LeaseWatch = field(default_factory=LeaseWatch)
 
     def jitter(self, seconds: float) -> float:
         """``seconds`` +-10%, so that many objects' timers do not fire in lockstep."""

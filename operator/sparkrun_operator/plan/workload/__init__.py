@@ -43,6 +43,7 @@ from sparkrun_operator.plan.workload import (
     gates,
     history,
     identity,
+    ownership,
     rolloutgate,
     scaling,
     scheduled,
@@ -116,6 +117,7 @@ def plan(obs: Observation) -> Plan:
         cluster_problem=found.cluster_problem,
         memory_problem=found.memory_problem,
     )
+    ownership.report(obs, cond, status)
     conditions.report(
         obs=obs,
         out=out,

@@ -17,6 +17,7 @@ from sparkrun_operator.api.history import ServingRevision
 from sparkrun_operator.api.meta import Condition, LabelSelector, Toleration, set_condition
 from sparkrun_operator.api.modelshape import ModelShape
 from sparkrun_operator.api.namepolicy import NamePolicy
+from sparkrun_operator.api.ownership import LeaseStatus
 from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.api.scaling import ScalingDecision
 from sparkrun_operator.api.workload import FailureRecord, InferenceWorkloadSpec, InferenceWorkloadStatus
@@ -254,6 +255,9 @@ class Observation:
     #: seconds, as conditions store time; a wake from Sleeping takes a few seconds). ``None``:
     #: ``obs.now``.
     clock: dt.datetime | None = None
+    #: The ownership lease as the operator's lease lane last judged it (``spec.lease``, ADR 0049;
+    #: ``plan/workload/ownership.py``); ``None``: not judged by this process yet (carried over).
+    ownership: LeaseStatus | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
