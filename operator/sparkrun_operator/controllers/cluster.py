@@ -9,12 +9,18 @@ The status also holds the apply-on-request fields in use (``status.applied``) an
 ``spec.gpuResource`` waiting for ``spec.approve`` (``status.drift``, ``UpToDate``; ADR 0046):
 workloads are placed with ``status.applied`` (``plan/observe.py``), and a status write is a
 cluster event, which pokes the workloads on the cluster once an approved value is applied.
+
+Drain and replace (``spec.drain``, ADR 0049): the same pass plans ``status.drain`` with
+``plan/drain.py`` from the serving groups (``iw_jobsets``, ``iw_pods``) and makes the one eviction
+it asks for (:mod:`.drain`) before the status write; it looks again every few seconds while a
+drain runs.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,14 +29,15 @@ import kopf
 from sparkrun_operator.api.cluster import InferenceClusterSpec, InferenceClusterStatus
 from sparkrun_operator.api.meta import utcnow
 from sparkrun_operator.api.resources import INFERENCE_CLUSTER
-from sparkrun_operator.controllers import indexes
+from sparkrun_operator.controllers import drain, indexes
 from sparkrun_operator.controllers.loop import run_loop
 from sparkrun_operator.controllers.memo import Memo
-from sparkrun_operator.controllers.reconciler import Outcome, nothing_to_execute, run_pass, writes_status
+from sparkrun_operator.controllers.reconciler import Event, Outcome, post, run_pass, writes_status
 from sparkrun_operator.controllers.status import current_status
 from sparkrun_operator.k8s.resources import resource_of
 from sparkrun_operator.plan import observe
-from sparkrun_operator.plan.cluster import ClusterRef, ObservedGpuPod, ObservedNode, plan_status
+from sparkrun_operator.plan.cluster import ClusterRef, ObservedGpuPod, ObservedNode, members, plan_status
+from sparkrun_operator.plan.drain import DrainPlan, ObservedGroup, plan_drain, transitions
 
 CLUSTERS = resource_of(INFERENCE_CLUSTER)
 CLUSTER_ID = indexes.CLUSTER_ID
@@ -57,10 +64,18 @@ class Observed:
     nodes: list[ObservedNode]
     pods: list[ObservedGpuPod]
     clusters: list[ClusterRef]
+    #: The serving groups of the served namespaces (only with ``spec.drain``).
+    groups: list[ObservedGroup]
 
 
-def observe_cluster(body: kopf.Body, indices: Mapping[str, Any]) -> Observed | None:
-    """The cluster and its world from the indexes (no API reads); ``None`` while it is deleted."""
+def observe_cluster(
+    body: kopf.Body,
+    indices: Mapping[str, Any],
+    dependencies: Mapping[tuple[str, str], tuple[str | None, str | None, str | None]] | None = None,
+) -> Observed | None:
+    """The cluster and its world from the indexes (no API reads); ``None`` while it is deleted.
+    ``dependencies`` (``Memo.dependencies``) says which workloads are on the cluster: only
+    their groups are drained."""
     meta = body.get("metadata") or {}
     if meta.get("deletionTimestamp"):
         return None
@@ -74,6 +89,10 @@ def observe_cluster(body: kopf.Body, indices: Mapping[str, Any]) -> Observed | N
         parsed = observe.cluster_from(raw)
         if parsed is not None and parsed[1].name != name:
             refs.append(parsed[1])
+    groups: list[ObservedGroup] = []
+    if spec.drain is not None:
+        mine = drain.drain_scope(name, dependencies or {}, previous.drain)
+        groups = drain.observe_groups(indices.get("iw_jobsets"), indices.get("iw_pods"), workloads=mine)
     return Observed(
         name=name,
         spec=spec,
@@ -82,12 +101,23 @@ def observe_cluster(body: kopf.Body, indices: Mapping[str, Any]) -> Observed | N
         nodes=nodes,
         pods=pods,
         clusters=refs,
+        groups=groups,
     )
 
 
-def plan(observed: Observed) -> InferenceClusterStatus:
-    """The cluster's status (``plan/cluster.py``): the whole plan of a kind without children."""
-    return plan_status(
+@dataclass(frozen=True)
+class ClusterPlan:
+    """The cluster's status and the drain's next step."""
+
+    status: InferenceClusterStatus
+    drain: DrainPlan
+    now: dt.datetime
+
+
+def plan(observed: Observed) -> ClusterPlan:
+    """The cluster's status (``plan/cluster.py``) with its drain (``plan/drain.py``)."""
+    now = utcnow()
+    status = plan_status(
         name=observed.name,
         spec=observed.spec,
         generation=observed.generation,
@@ -95,27 +125,55 @@ def plan(observed: Observed) -> InferenceClusterStatus:
         nodes=observed.nodes,
         pods=observed.pods,
         clusters=observed.clusters,
-        now=utcnow(),
+        now=now,
     )
+    drained = plan_drain(
+        spec=observed.spec.drain,
+        previous=observed.previous.drain,
+        members=members(observed.spec, observed.nodes),
+        groups=observed.groups,
+        now=now,
+    )
+    return ClusterPlan(status=status.model_copy(update={"drain": drained.status}), drain=drained, now=now)
+
+
+def executes(ctx: Memo) -> Callable[[Observed, ClusterPlan], Awaitable[Outcome[InferenceClusterStatus]]]:
+    """The execute step: the drain's one eviction, if any, its outcome folded into the status."""
+
+    async def execute(observed: Observed, planned: ClusterPlan) -> Outcome[InferenceClusterStatus]:
+        status = planned.status
+        step = planned.drain
+        if step.evict is not None and status.drain is not None:
+            moved = await drain.evict(ctx.kube, status.drain, step.evict, now=planned.now)
+            status = status.model_copy(update={"drain": moved})
+        events = tuple(
+            Event(type=kind, reason=reason, message=message)
+            for kind, reason, message in transitions(observed.previous.drain, status.drain)
+        )
+        return Outcome(status=status, events=events, requeue=step.requeue_after)
+
+    return execute
 
 
 async def reconcile(ctx: Memo, *, body: kopf.Body, indices: Mapping[str, Any]) -> float | None:
-    """One pass for one cluster (:func:`.reconciler.run_pass`, nothing to execute); never asks
-    for an early requeue."""
+    """One pass for one cluster (:func:`.reconciler.run_pass`); asks for an early requeue only
+    while a drain runs."""
     name = str((body.get("metadata") or {}).get("name"))
 
     async def observed() -> Observed | None:
-        return observe_cluster(body, indices)
+        return observe_cluster(body, indices, ctx.dependencies)
 
     def emit(outcome: Outcome[InferenceClusterStatus], wrote: bool) -> None:
         conditions = outcome.status.conditions
         ready = next((cond.status for cond in conditions if cond.type == "Ready"), "Unknown")
         ctx.metrics.observe_ready("InferenceCluster", name, ready)
+        if wrote:
+            post(body, outcome.events)
 
     return await run_pass(
         observe=observed,
         plan=plan,
-        execute=nothing_to_execute,
+        execute=executes(ctx),
         write_status=writes_status(ctx, CLUSTERS, body),
         emit_events=emit,
     )

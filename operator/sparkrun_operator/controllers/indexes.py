@@ -12,8 +12,8 @@ id              key                                    value
 ``iw_services`` ``(namespace, workload)``              ``{"spec": ...}`` of the Service
 ``iw_recipes``  ``(namespace, name)``                  the Recipe's spec
 ``iw_caches``   ``(namespace, name)``                  the ModelCache's spec and status
-``iw_clusters`` ``name``                               the InferenceCluster's metadata, spec and
-                                                       ``status.applied``
+``iw_clusters`` ``name``                               the InferenceCluster's metadata, spec,
+                                                       ``status.applied`` and ``status.drain``
 ``iw_nodes``    node name                              :class:`~..plan.cluster.ObservedNode`
 ``iw_gpu_pods`` node name                              :class:`~..plan.cluster.ObservedGpuPod`
 ``iw_names``    model name (served name or alias)      :class:`~..plan.names.Claim` of each
@@ -171,10 +171,14 @@ def cluster_record(body: Any) -> dict[str, Any]:
     changed spec waiting for ``spec.approve``)."""
     status = body.get("status") or {}
     applied = status.get("applied") if isinstance(status, dict) else None
+    kept: dict[str, Any] = {"applied": dict(applied)} if isinstance(applied, dict) else {}
+    drain = status.get("drain") if isinstance(status, dict) else None
+    if isinstance(drain, dict):
+        kept["drain"] = dict(drain)  # the workloads copy their groups' moves (plan/drain.py)
     return {
         "metadata": dict(body.get("metadata") or {}),
         "spec": dict(body.get("spec") or {}),
-        "status": {"applied": dict(applied)} if isinstance(applied, dict) else {},
+        "status": kept,
     }
 
 

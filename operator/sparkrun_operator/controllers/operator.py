@@ -38,6 +38,7 @@ from sparkrun_operator.controllers import (
     daemonjob,
     indexes,
     modelcache,
+    ownership,
     recipe,
     workload,
 )
@@ -149,16 +150,22 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     daemonjob.register(registry, settings=daemon_settings(config))
     modelcache.register(registry)
     benchmark.register(registry)
+    ownership.register(registry)
+
+    # NB: kopf posts the Events of cluster-scoped objects (an InferenceCluster's drain steps) in
+    # the login's default namespace, else "default", where a namespaced operator may not write.
+    events_home = config.executor_namespace if config.served_namespaces else None
 
     @kopf.on.login(id="login", registry=registry)
     async def login(*, memo: Any, **_: Any) -> kopf.ConnectionInfo:
-        return await connection_info(memo.ctx.kube)
+        return await connection_info(memo.ctx.kube, default_namespace=events_home)
 
     return registry
 
 
-async def connection_info(kube: Kube) -> kopf.ConnectionInfo:
-    """kopf's credentials, taken from our own (already loaded) client configuration."""
+async def connection_info(kube: Kube, *, default_namespace: str | None = None) -> kopf.ConnectionInfo:
+    """kopf's credentials, taken from our own (already loaded) client configuration;
+    ``default_namespace``: where kopf posts the Events of cluster-scoped objects."""
     configuration = kube.api.configuration
     header = await configuration.get_api_key_with_prefix("BearerToken")
     scheme: str | None = None
@@ -174,6 +181,7 @@ async def connection_info(kube: Kube) -> kopf.ConnectionInfo:
         token=token,
         certificate_path=configuration.cert_file,
         private_key_path=configuration.key_file,
+        default_namespace=default_namespace,
     )
 
 

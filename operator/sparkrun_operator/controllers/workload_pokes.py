@@ -241,9 +241,24 @@ def _register_dependency_pokes(registry: kopf.OperatorRegistry) -> None:
         _poke_dependents(memo.ctx, namespace=namespace, slot=1, name=name)
 
     @kopf.on.event(*CLUSTER_ID, id="iw-cluster-changed", registry=registry)
-    async def iw_cluster_changed(*, name: str, memo: Any, **_: Any) -> None:
+    async def iw_cluster_changed(*, name: str, body: kopf.Body, memo: Any, **_: Any) -> None:
         ctx: Memo = memo.ctx
         # A (new) default cluster concerns every workload naming none.
         for (ns, wl), deps in list(ctx.dependencies.items()):
             if deps[2] in (name, None):
                 ctx.triggers.poke(full_key(ns, wl))
+        # The workloads whose groups the cluster drains copy its status.drain (plan/drain.py).
+        for ns, wl in drained_workloads(body):
+            ctx.triggers.poke(full_key(ns, wl))
+
+
+def drained_workloads(body: Any) -> set[tuple[str, str]]:
+    """``(namespace, workload)`` of the groups listed in a cluster's ``status.drain``."""
+    status = body.get("status") if isinstance(body, Mapping) else None
+    drain = status.get("drain") if isinstance(status, Mapping) else None
+    groups = drain.get("groups") if isinstance(drain, Mapping) else None
+    found: set[tuple[str, str]] = set()
+    for group in groups[:64] if isinstance(groups, list) else []:
+        if isinstance(group, Mapping) and group.get("namespace") and group.get("workload"):
+            found.add((str(group["namespace"]), str(group["workload"])))
+    return found

@@ -52,6 +52,7 @@ from sparkrun_operator.k8s.client import GATEWAY_MANAGER, Kube
 from sparkrun_operator.k8s.informer import Informer, drop_managed_fields
 from sparkrun_operator.k8s.resources import CONFIG_MAPS, ENDPOINT_SLICES, SECRETS, Resource, resource_of
 from sparkrun_operator.plan import wake
+from sparkrun_operator.plan.drain import unrouted_of
 from sparkrun_operator.plan.names import claim_of
 from sparkrun_operator.plan.served import of_workload
 from sparkrun_operator.plan.wake import Resting
@@ -127,8 +128,11 @@ def wake_under_way(obj: dict[str, Any]) -> tuple[Resting | None, dt.datetime | N
     return resting, since
 
 
-def ready_endpoints(slices: Iterable[dict[str, Any]]) -> tuple[str, ...]:
-    """``http://ip:port`` of every ready, non-terminating endpoint of the slices (sorted)."""
+def ready_endpoints(
+    slices: Iterable[dict[str, Any]], unrouted: frozenset[str] = frozenset()
+) -> tuple[str, ...]:
+    """``http://ip:port`` of every ready, non-terminating endpoint of the slices (sorted), but
+    those of the pods in ``unrouted`` (a group moving in a drain: ``plan/drain.py``)."""
     urls: set[str] = set()
     for sl in slices:
         ports = sl.get("ports") or []
@@ -141,6 +145,9 @@ def ready_endpoints(slices: Iterable[dict[str, Any]]) -> tuple[str, ...]:
             cond = ep.get("conditions") or {}
             # NB: a nil "ready" means ready (discovery.k8s.io/v1 semantics).
             if cond.get("ready") is False or cond.get("terminating") is True:
+                continue
+            target = ep.get("targetRef") or {}
+            if unrouted and isinstance(target, dict) and target.get("name") in unrouted:
                 continue
             for address in (ep.get("addresses") or [])[:1]:
                 host = f"[{address}]" if ":" in address else address
@@ -171,7 +178,7 @@ def workload_entry(
         aliases=served.aliases,
         state=routing_state(obj),
         capabilities=frozenset(served.capabilities),
-        endpoints=ready_endpoints(slices),
+        endpoints=ready_endpoints(slices, unrouted_of(obj)),
         prefix_affinity=bool((spec.get("routing") or {}).get("prefixAffinity", False)),
         created=claim.created,
         withheld=claim.withheld,

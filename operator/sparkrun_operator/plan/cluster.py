@@ -49,6 +49,8 @@ class ObservedNode:
     labels: Mapping[str, str] = field(default_factory=dict)
     ready: bool = False
     unschedulable: bool = False
+    #: Keys of its NoSchedule and NoExecute taints (drain and replace: ``plan/drain.py``).
+    taints: frozenset[str] = frozenset()
     #: GPU count per resource name, from ``status.capacity`` / ``status.allocatable``.
     capacity: Mapping[str, int] = field(default_factory=dict)
     allocatable: Mapping[str, int] = field(default_factory=dict)

@@ -281,6 +281,11 @@ def node_from(obj: Obj) -> ObservedNode | None:
         labels=dict(_labels(obj)),
         ready=ready is not None and ready.get("status") == "True",
         unschedulable=bool(spec.get("unschedulable")),
+        taints=frozenset(
+            str(t.get("key"))
+            for t in _items(spec.get("taints"))[:64]
+            if t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key")
+        ),
         capacity=_extended(status.get("capacity")),
         allocatable=_extended(status.get("allocatable")),
     )
