@@ -153,6 +153,13 @@ def test_every_enabled_operation_runs(daemon: Daemon) -> None:
         # tests/shim/test_rollout_ops.py), by workload id as the daemon's clients address it.
         kept = run("plugins.sparkrun-k8s.workloads.history", {"workload": workload_id}, who="reader")
         assert kept["workload"] == "qwen3-8b-vllm"
+        # The ETag an If-Match names (ADR 0049; each conditional operation: tests/shim/test_if_match.py).
+        found = run(
+            "plugins.sparkrun-k8s.objects.get",
+            {"kind": "InferenceWorkload", "name": workload_id},
+            who="reader",
+        )
+        assert (found["name"], found["etag"][0], found["etag"][-1]) == ("qwen3-8b-vllm", '"', '"')
         run(
             "plugins.sparkrun-k8s.workloads.rollback",
             {"workload": workload_id, "revision": 99},
@@ -166,6 +173,25 @@ def test_every_enabled_operation_runs(daemon: Daemon) -> None:
             error="Conflict",
         )
         run("plugins.sparkrun-k8s.clusters.apply_drift", {"cluster": cluster}, error="Conflict")
+        # Ownership leases (ADR 0049; lapses, orphans and claims: tests/shim/test_ownership_leases.py):
+        # this workload did not opt in, so it is not listed and a claim or release is refused.
+        leases = run("plugins.sparkrun-k8s.workloads.leases", {"owned": None}, who="reader")
+        assert "qwen3-8b-vllm" not in {row["workload"] for row in leases["leases"]}, leases
+        run(
+            "plugins.sparkrun-k8s.workloads.lease",
+            {"workload": workload_id},
+            who="operator",
+            error="Conflict",
+        )
+        run(
+            "plugins.sparkrun-k8s.workloads.release",
+            {"workload": workload_id},
+            who="operator",
+            error="Conflict",
+        )
+        # Drain and replace (ADR 0049): no serving group on a cordoned node, so Done at once.
+        drained = run("plugins.sparkrun-k8s.clusters.drain", {"cluster": cluster, "timeout_seconds": 60})
+        assert (drained["state"], drained["groups"]) == ("Done", []), drained
         # The idle policy's zero replicas (as the autoscaler leaves them, ADR 0045): reported as
         # such, and workloads.wake brings the replicas back, as a request through the gateway does.
         path = daemon.kube.resource_path(
