@@ -481,7 +481,7 @@ async def _executor_writes_refused(
         assert read is not None
         await rest.merge_patch(resources.CLUSTERS, cluster, merge)
         with pytest.raises(PreconditionFailed) as caught:
-            await rollout._write(
+            await rollout.write_spec(
                 rest,
                 resources.CLUSTERS,
                 read,

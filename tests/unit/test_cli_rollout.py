@@ -126,7 +126,7 @@ def test_history_text_marks_the_current_revision() -> None:
 
 
 def test_text_output_neutralises_control_characters() -> None:
-    from sparkrun_operator.cli.rollout import _printable
+    from sparkrun_operator.cli.common import printable
 
     hostile = {"changes": [{"after": "\x1b]52;c;cGF3bmVk\x07x", "n": 1}], "name": "ok\x9b2J"}
-    assert _printable(hostile) == {"changes": [{"after": "?]52;c;cGF3bmVk?x", "n": 1}], "name": "ok?2J"}
+    assert printable(hostile) == {"changes": [{"after": "?]52;c;cGF3bmVk?x", "n": 1}], "name": "ok?2J"}

@@ -14,10 +14,10 @@ import pytest
 from sparkrun_operator.api.drain import MAX_GROUPS, ClusterDrainStatus, DrainSpec
 from sparkrun_operator.controllers.drain import drain_scope, observe_groups
 from sparkrun_operator.k8s.errors import KubeInvalid
-from sparkrun_operator.ops import ifmatch
-from sparkrun_operator.ops.errors import PreconditionFailed
+from sparkrun_operator.ops import ifmatch, kube, rollout
+from sparkrun_operator.ops.errors import Conflict, PreconditionFailed
 from sparkrun_operator.ops.executors import drain as drain_op
-from sparkrun_operator.ops.executors.drain import request_patch
+from sparkrun_operator.ops.executors.drain import requested_drain
 from sparkrun_operator.plan import drain
 from sparkrun_operator.plan.cluster import ObservedNode
 from sparkrun_operator.plan.drain import ObservedGroup, after_eviction, plan_drain
@@ -284,20 +284,14 @@ def test_bounded_group_list() -> None:
 def test_workloads_and_the_gateway_read_the_moving_group() -> None:
     first = step(None, [group(0, "n0", "n1"), group(1, "n2", "n3")], 0)
     assert first.status is not None
-    view = drain.workload_view("pool", first.status, namespace="ns", workload="relay")
-    assert view is not None
+    views = drain.workload_views("pool", first.status.to_wire())
+    view = views[("ns", "relay")]
     assert view.cluster == "pool"
     assert [g.replica for g in view.groups] == [0]
-    assert drain.unrouted_pods(view) == {"relay-r0-leader-0"}
-    assert drain.workload_view("pool", first.status, namespace="ns", workload="else") is None
-    record = {"status": {"drain": first.status.to_wire()}}
-    assert drain.workload_drain({"pool": [record]}, namespace="ns", workload="relay") == view
-    assert (
-        drain.workload_drain(
-            {"pool": [{"status": {"drain": {"state": 7}}}]}, namespace="ns", workload="relay"
-        )
-        is None
-    )
+    assert drain.unrouted_of({"status": {"drain": view.to_wire()}}) == {"relay-r0-leader-0"}
+    assert ("ns", "else") not in views
+    assert drain.workload_views("pool", {"state": 7}) == {}
+    assert drain.workload_views("pool", None) == {}
     raw = {
         "status": {
             "drain": {
@@ -455,30 +449,30 @@ def test_a_workload_reads_the_drain_of_its_own_cluster_first() -> None:
             drain.GroupDrain(namespace="ns", workload="relay", replica=0, jobset="relay-r0", state="Ready")
         ],
     )
-    clusters = {
-        "a-old": [{"status": {"drain": finished.to_wire()}}],
-        "pool": [{"status": {"drain": moving.status.to_wire()}}],
-    }
-    view = drain.workload_drain(clusters, namespace="ns", workload="relay", cluster="pool")
+    views = [
+        drain.workload_views("a-old", finished.to_wire())[("ns", "relay")],
+        drain.workload_views("pool", moving.status.to_wire())[("ns", "relay")],
+    ]
+    view = drain.own_first(views, "pool")
     assert view is not None
     assert view.cluster == "pool"
-    assert drain.unrouted_pods(view) == {"relay-r0-leader-0"}
-    assert drain.workload_drain(clusters, namespace="ns", workload="relay", cluster="gone") is not None
+    assert drain.unrouted_of({"status": {"drain": view.to_wire()}}) == {"relay-r0-leader-0"}
+    assert drain.own_first(views, "gone") == views[0]  # else the first by cluster name
+    assert drain.own_first([], "pool") is None
 
 
 def test_the_operations_last_replica_allowance_is_for_its_request_only() -> None:
     # review: clusters.drain with allow_last_replica wrote spec.drain.allowLastReplica: true, which
     # stayed: every later drain (an Automatic one too) then stopped single-replica models unasked
-    written = request_patch({"metadata": {"generation": 3}, "spec": {}}, "tok-9", allow_last=True)
-    assert written[1] == {
-        "op": "add",
-        "path": "/spec/drain",
-        "value": {"request": "tok-9", "allowLastReplicaFor": "tok-9"},
+    written = requested_drain({"metadata": {"generation": 3}, "spec": {}}, "tok-9", allow_last=True)
+    assert written == {"request": "tok-9", "allowLastReplicaFor": "tok-9"}
+    existing = {"metadata": {"generation": 3}, "spec": {"drain": {"mode": "Automatic", "request": "old"}}}
+    assert requested_drain(existing, "tok-9", allow_last=True) == {
+        "mode": "Automatic",
+        "request": "tok-9",
+        "allowLastReplicaFor": "tok-9",
     }
-    existing = {"metadata": {"generation": 3}, "spec": {"drain": {"mode": "Automatic"}}}
-    ops = request_patch(existing, "tok-9", allow_last=True)
-    assert {"op": "add", "path": "/spec/drain/allowLastReplicaFor", "value": "tok-9"} in ops
-    assert not any(op["path"].endswith("/allowLastReplica") for op in ops)
+    assert requested_drain(existing, "tok-9", allow_last=False) == {"mode": "Automatic", "request": "tok-9"}
     only = [group(0, "n0", "n1", other_ready=0)]
     assert (
         step(None, only, 0, request="tok-9", allowLastReplicaFor="tok-9").status.groups[0].state == "Moving"
@@ -511,10 +505,13 @@ def test_a_new_request_moves_the_others_past_a_group_stuck_after_its_eviction() 
 
 
 class _Rest:
-    """The cluster as the apiserver holds it: a JSON patch whose ``test`` fails is a 422."""
+    """The cluster as the apiserver holds it: a JSON patch whose ``test`` fails is a 422, and so is
+    a value the schema or a CEL rule refuses (``refuse``)."""
 
-    def __init__(self, version: str) -> None:
+    def __init__(self, version: str, generation: int = 2, refuse: bool = False) -> None:
         self.version = version
+        self.generation = generation
+        self.refuse = refuse
         self.patches: list[list[dict[str, Any]]] = []
 
     async def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
@@ -523,25 +520,45 @@ class _Rest:
         for op in ops:
             if op["path"] == "/metadata/resourceVersion" and op["value"] != self.version:
                 raise KubeInvalid("the test operation failed", status=422)
+            if op["path"] == "/metadata/generation" and op["value"] != self.generation:
+                raise KubeInvalid("the test operation failed", status=422)
+        if self.refuse:
+            raise KubeInvalid("spec.drain.request: Invalid value: must be at most 64 characters", status=422)
         return {}
 
     async def get(self, resource: Any, name: str, namespace: str | None = None) -> dict[str, Any]:
-        return {"metadata": {"name": name, "resourceVersion": self.version}}
+        return {"metadata": {"name": name, "resourceVersion": self.version, "generation": self.generation}}
+
+
+def _write_request(rest: _Rest, cluster: dict[str, Any], if_match: str | None) -> None:
+    sets = {"/drain": requested_drain(cluster, "tok-9", allow_last=False)}
+    asyncio.run(rollout.write_spec(rest, kube.CLUSTERS, cluster, sets=sets, if_match=if_match))  # type: ignore[arg-type]
 
 
 def test_the_drain_request_write_is_conditional_under_if_match() -> None:
     # review: registered for If-Match (checked at submission), and the job's write carries it too
     assert "plugins.sparkrun-k8s.clusters.drain" in ifmatch.TABLE
     cluster = {"metadata": {"name": "pool", "generation": 2, "resourceVersion": "41"}, "spec": {}}
-    ops = request_patch(cluster, "tok-9", allow_last=False)
     rest = _Rest("42")
     with pytest.raises(PreconditionFailed) as refused:
-        asyncio.run(drain_op._write(rest, cluster, ops, "41"))  # type: ignore[arg-type]
+        _write_request(rest, cluster, "41")
     assert refused.value.attrs["etag"] == '"42"'
     assert rest.patches[0][0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "41"}
-    asyncio.run(drain_op._write(rest, cluster, ops, "42"))  # type: ignore[arg-type]
-    asyncio.run(drain_op._write(rest, cluster, ops, None))  # type: ignore[arg-type]
+    _write_request(rest, cluster, "42")
+    _write_request(rest, cluster, None)
     assert [p[0]["path"] for p in rest.patches[1:]] == ["/metadata/resourceVersion", "/metadata/generation"]
+    assert rest.patches[-1][-1] == {"op": "add", "path": "/spec/drain", "value": {"request": "tok-9"}}
+
+
+def test_a_refused_drain_request_is_reported_as_such_not_as_a_change() -> None:
+    # review: every 422 of the write was answered "changed since it was read; try again", a
+    # schema or CEL refusal too (trying again never helps): only a moved generation is a change
+    cluster = {"metadata": {"name": "pool", "generation": 2, "resourceVersion": "41"}, "spec": {}}
+    with pytest.raises(KubeInvalid, match="at most 64"):
+        _write_request(_Rest("41", refuse=True), cluster, None)
+    with pytest.raises(Conflict) as changed:
+        _write_request(_Rest("43", generation=3), cluster, None)
+    assert changed.value.attrs["reason"] == "changed"
 
 
 def test_the_moving_group_is_never_left_out_of_a_full_status() -> None:

@@ -44,7 +44,8 @@ def test_hold_retries_a_transient_failure_and_ends_on_a_refusal(
     calls: list[str] = []
     sleeps: list[float] = []
 
-    async def claim_once(rest: Any, namespace: str, name: str, session: str | None) -> Any:
+    async def claim_once(rest: Any, namespace: str, name: str, session: str | None, who: str) -> Any:
+        assert who == "alice"
         calls.append(name)
         outcome = outcomes.pop(0)
         if isinstance(outcome, Exception):
@@ -57,13 +58,21 @@ def test_hold_retries_a_transient_failure_and_ends_on_a_refusal(
     async def sleep(seconds: float) -> None:
         sleeps.append(seconds)
 
+    reviews: list[str] = []
+
+    async def principal(rest: Any) -> str:
+        reviews.append("review")
+        return "alice"
+
     monkeypatch.setattr(cli, "_claim_once", claim_once)
+    monkeypatch.setattr(cli, "principal", principal)
     monkeypatch.setattr(common, "connect", connect)
     monkeypatch.setattr(cli.asyncio, "sleep", sleep)
     monkeypatch.setattr(common, "namespace_of", lambda args: "ns")
     args = argparse.Namespace(name="wl", session=None, output="text")
     assert cli._hold(args) == common.EXIT_NOT_FOUND
     assert len(calls) == 5  # both failures were retried; the refusal ended it
+    assert reviews == ["review"]  # who holds is asked once, not on every renew
     assert sleeps[0] == 10.0  # ttl / 3 after a renew
     assert all(s < 10.0 for s in sleeps[1:3])  # a retry comes sooner than the next renew
     err = capsys.readouterr().err

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sparkrun_operator.api import conditions as c
-from sparkrun_operator.api.meta import find_condition
+from sparkrun_operator.api.meta import find_condition, lease_record
 from sparkrun_operator.api.ownership import (
     LeaseSpec,
     LeaseStatus,
@@ -19,9 +19,10 @@ from sparkrun_operator.api.ownership import (
 )
 from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus
 from sparkrun_operator.controllers.ownership import abandoned_message
-from sparkrun_operator.ops.ownership import RecordClock, info, lease_doc
+from sparkrun_operator.ops.leases import RecordClock
+from sparkrun_operator.ops.ownership import info, lease_doc
 from sparkrun_operator.plan.workload import Observation, plan
-from sparkrun_operator.plan.workload.ownership import judge, record_of, trusted
+from sparkrun_operator.plan.workload.ownership import judge, trusted
 
 NOW = dt.datetime(2026, 12, 6, 12, 0, tzinfo=dt.UTC)
 WORKLOAD = {
@@ -41,12 +42,12 @@ def _lease(
     return doc
 
 
-def _judge(lease: Any, *, seen: float | None, since: float = 0.0, now: float, previous: Any = None) -> Any:
+def _judge(lease: Any, *, seen: float, since: float = 0.0, now: float, previous: Any = None) -> Any:
     return judge(
         LeaseSpec(ttl_seconds=30, delete_on_exit=False),
         workload="wl",
-        uid="uid-1",
         lease=lease,
+        own=trusted(lease, workload="wl", uid="uid-1"),
         record_seen=seen,
         watched_since=since,
         now=now,
@@ -103,10 +104,10 @@ def test_held_until_the_record_is_unchanged_for_the_ttl() -> None:
 
 
 def test_unclaimed_counts_from_when_the_observer_first_saw_the_workload() -> None:
-    fresh = _judge(None, seen=None, since=50.0, now=60.0)
+    fresh = _judge(None, seen=50.0, since=50.0, now=60.0)
     assert fresh.status.state == "Unclaimed"
     assert fresh.remaining == pytest.approx(20.0)
-    assert _judge(None, seen=None, since=50.0, now=80.0).status.state == "Lapsed"
+    assert _judge(None, seen=50.0, since=50.0, now=80.0).status.state == "Lapsed"
 
 
 def test_a_restarted_observer_gives_a_full_ttl() -> None:
@@ -116,11 +117,11 @@ def test_a_restarted_observer_gives_a_full_ttl() -> None:
 
 
 def test_a_squatted_lease_is_ignored_and_reported() -> None:
-    verdict = _judge(_lease(uid="mallory"), seen=None, since=0.0, now=10.0)
+    verdict = _judge(_lease(uid="mallory"), seen=0.0, since=0.0, now=10.0)
     assert verdict.status.state == "Unclaimed"
     assert verdict.status.holder is None
     assert verdict.status.squatted
-    assert _judge(_lease(uid="mallory"), seen=None, since=0.0, now=31.0).status.state == "Lapsed"
+    assert _judge(_lease(uid="mallory"), seen=0.0, since=0.0, now=31.0).status.state == "Lapsed"
 
 
 def test_since_is_kept_while_the_state_and_holder_stay() -> None:
@@ -128,8 +129,8 @@ def test_since_is_kept_while_the_state_and_holder_stay() -> None:
     later = judge(
         LeaseSpec(ttl_seconds=30),
         workload="wl",
-        uid="uid-1",
         lease=_lease(rv="2"),
+        own=True,
         record_seen=120.0,
         watched_since=0.0,
         now=121.0,
@@ -185,12 +186,12 @@ def test_record_clock_times_each_record_from_its_first_sight() -> None:
     now = [10.0]
     clock = RecordClock(clock=lambda: now[0], limit=2)
     lease = _lease()
-    assert clock.seen("k", record_of(lease)) == 10.0
+    assert clock.seen("k", lease_record(lease)) == 10.0
     now[0] = 20.0
-    assert clock.seen("k", record_of(lease)) == 10.0
-    assert clock.alive("k", record_of(lease), 11.0)
-    assert not clock.alive("k", record_of(lease), 10.0)
-    assert clock.seen("k", record_of(_lease(rv="2"))) == 20.0  # a renew
+    assert clock.seen("k", lease_record(lease)) == 10.0
+    assert clock.alive("k", lease_record(lease), 11.0)
+    assert not clock.alive("k", lease_record(lease), 10.0)
+    assert clock.seen("k", lease_record(_lease(rv="2"))) == 20.0  # a renew
     clock.seen("a", ("x", "", "")), clock.seen("b", ("y", "", ""))
     assert "k" not in clock._seen  # bounded: the oldest is forgotten
 

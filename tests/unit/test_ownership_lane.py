@@ -21,7 +21,8 @@ from kopf._core.engines.posting import event_queue_loop_var, event_queue_var, se
 from sparkrun_operator.api.ownership import lease_name
 from sparkrun_operator.controllers.ownership import judge_once
 from sparkrun_operator.controllers.triggers import Triggers
-from sparkrun_operator.ops.ownership import RecordClock, lease_doc
+from sparkrun_operator.ops.leases import RecordClock
+from sparkrun_operator.ops.ownership import lease_doc
 
 NOW = dt.datetime(2026, 12, 6, 12, 0, tzinfo=dt.UTC)
 LOG = logging.getLogger(__name__)
@@ -146,6 +147,22 @@ def test_a_renew_the_watch_has_not_delivered_stops_the_delete() -> None:
     ]
 
 
+def test_an_unreadable_status_lease_is_no_previous_verdict() -> None:
+    # review: status.lease was validated unguarded: one that does not read (anyone who may
+    # write the status can make one) raised on every wake and the lease was never judged
+    now = [0.0]
+    watch = _Watch(now=now, cached=_lease("5"))
+    ctx = _Ctx(ownership=watch, kube=_Kube())
+    body = {**_workload(delete_on_exit=False), "status": {"lease": {"state": "Held", "ttlSeconds": "x"}}}
+    wait = _run(ctx, body, 0.0)
+    assert wait is not None
+    assert watch.verdicts[("ns", "wl")].state == "Held"
+    now[0] = 31.0
+    assert _run(ctx, body, 0.0) is None
+    assert watch.verdicts[("ns", "wl")].state == "Lapsed"
+    assert ctx.kube.patches == [{"metadata": {"labels": {"sparkrun.dev/orphaned": "true"}}}]
+
+
 def test_a_holder_written_with_kubectl_reaches_no_terminal_as_control_characters() -> None:
     """A tenant writes holderIdentity directly (its Lease RBAC): escape sequences and bidi
     overrides must not reach ``kubectl describe`` (the condition), Events or the listing."""
@@ -159,8 +176,8 @@ def test_a_holder_written_with_kubectl_reaches_no_terminal_as_control_characters
     verdict = judge(
         LeaseSpec(ttl_seconds=30, delete_on_exit=True),
         workload="wl",
-        uid="uid-1",
         lease=lease,
+        own=True,
         record_seen=0.0,
         watched_since=0.0,
         now=31.0,

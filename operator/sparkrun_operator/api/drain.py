@@ -32,6 +32,8 @@ MAX_NODES: Final = 100
 #: The most nodes one group lists (its ranks' nodes; a group has at most this many ranks shown).
 MAX_GROUP_NODES: Final = 64
 MESSAGE_MAX_LENGTH: Final = 1024
+#: The most pods one group lists as out of routing (its leaders: one per group today).
+MAX_UNROUTED: Final = 8
 #: A group's message: short, so 64 groups keep ``status.drain`` small (it is copied into workloads).
 GROUP_MESSAGE_MAX_LENGTH: Final = 256
 
@@ -110,7 +112,7 @@ class GroupDrain(KubeModel):
     unrouted: list[str] = Field(
         default_factory=list,
         description="Pods (the group's leader) the gateway no longer routes to while the group moves.",
-        max_length=8,
+        max_length=MAX_UNROUTED,
     )
     message: str = Field(
         default="", description="What happens, or why it is blocked.", max_length=GROUP_MESSAGE_MAX_LENGTH
@@ -119,6 +121,11 @@ class GroupDrain(KubeModel):
     unrouted_at: dt.datetime | None = Field(default=None, description="When it left the routing.")
     evicted_at: dt.datetime | None = Field(default=None, description="When its pod was evicted.")
     ready_at: dt.datetime | None = Field(default=None, description="When it was Ready again.")
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        """``(namespace, workload, replica)``: the group's identity across passes."""
+        return (self.namespace, self.workload, self.replica)
 
 
 class ClusterDrainStatus(KubeModel):

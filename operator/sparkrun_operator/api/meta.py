@@ -11,6 +11,7 @@ Conventions (Kubernetes API conventions, as in jobset/lws/kueue):
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -98,6 +99,18 @@ def parse_time(value: Any) -> dt.datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+def lease_record(lease: Mapping[str, Any]) -> tuple[str, str, str]:
+    """What changes on every write of a ``coordination.k8s.io/v1`` Lease by its holder (a claim,
+    a renew, a release): ``(holderIdentity, renewTime, resourceVersion)``. Observers time it on
+    their own clock (``ops/leases.py``); resourceVersions are opaque: compared for equality only."""
+    meta, spec = lease.get("metadata") or {}, lease.get("spec") or {}
+    return (
+        str(spec.get("holderIdentity") or ""),
+        str(spec.get("renewTime") or ""),
+        str(meta.get("resourceVersion") or ""),
+    )
 
 
 def utcnow() -> dt.datetime:

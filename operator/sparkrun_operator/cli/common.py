@@ -27,6 +27,7 @@ from typing import Any, Final, Literal, TextIO
 
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.client import Kube
+from sparkrun_operator.ops.errors import DaemonError, Invalid, NotFound
 
 EXIT_OK: Final = 0
 EXIT_NO: Final = 1
@@ -38,6 +39,10 @@ EXIT_INTERRUPTED: Final = 130
 
 #: The field manager of every write the CLI makes.
 FIELD_MANAGER: Final = "sparkrun-k8s"
+
+#: Control characters (C0, DEL, C1) a terminal would act on: shown as ``?`` in text output (values
+#: come from tenants' specs, Recipes and Leases; JSON and YAML output escape them instead).
+_CONTROLS: Final = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0)], "?")
 
 Output = Literal["text", "json", "yaml"]
 OUTPUTS: Final = ("text", "json", "yaml")
@@ -122,6 +127,40 @@ def exit_code_of(error: errors.KubeError) -> int:
     if error.status == 401 or isinstance(error, errors.KubeUnavailable) or error.status == 0:
         return EXIT_UNREACHABLE
     return EXIT_REFUSED
+
+
+def printable(value: Any) -> Any:
+    """``value`` with every string's control characters replaced (for the text output)."""
+    if isinstance(value, str):
+        return value.translate(_CONTROLS)
+    if isinstance(value, dict):
+        return {k: printable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [printable(v) for v in value]
+    return value
+
+
+def dump(model: Any) -> dict[str, Any]:
+    """A result model as the verbs print it (the daemon API's JSON: aliases, no nulls)."""
+    data: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return data
+
+
+def guard(work: Callable[[], Awaitable[int]]) -> Callable[[], Awaitable[int]]:
+    """The ops layer's refusals (``ops/errors.py``) as exit codes: not found 4, a bad argument 2,
+    refused 5."""
+
+    async def guarded() -> int:
+        try:
+            return await work()
+        except NotFound as error:
+            raise CliError(error.detail, EXIT_NOT_FOUND) from error
+        except Invalid as error:
+            raise CliError(error.detail, EXIT_USAGE) from error
+        except DaemonError as error:
+            raise CliError(error.detail, EXIT_REFUSED) from error
+
+    return guarded
 
 
 def run_async(work: Callable[[], Awaitable[int]]) -> int:

@@ -22,38 +22,17 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sparkrun_operator.api.ownership import HELD, check_session, lease_name
+from sparkrun_operator.api.ownership import check_session
 from sparkrun_operator.cli import common
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.client import Kube
-from sparkrun_operator.k8s.resources import LEASES
-from sparkrun_operator.ops import kube, ownership, rollout
-from sparkrun_operator.ops.errors import DaemonError, Invalid, NotFound
-from sparkrun_operator.render import keys
+from sparkrun_operator.ops import ownership, rollout
 
 _SELF_REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
-#: Control characters a terminal would act on, shown as ``?`` in text output (tenants' text).
-_CONTROLS = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0)], "?")
 
 
 def _printable(value: Any) -> str:
-    return str(value).translate(_CONTROLS)
-
-
-def _guard(work: Callable[[], Awaitable[int]]) -> Callable[[], Awaitable[int]]:
-    """The ops layer's refusals as exit codes: not found 4, a bad argument 2, refused 5."""
-
-    async def guarded() -> int:
-        try:
-            return await work()
-        except NotFound as error:
-            raise common.CliError(error.detail, common.EXIT_NOT_FOUND) from error
-        except Invalid as error:
-            raise common.CliError(error.detail, common.EXIT_USAGE) from error
-        except DaemonError as error:
-            raise common.CliError(error.detail, common.EXIT_REFUSED) from error
-
-    return guarded
+    return str(common.printable(value))
 
 
 def register(subparsers: Any) -> None:
@@ -151,27 +130,23 @@ def _run(args: argparse.Namespace, act: Callable[[Kube, str], Awaitable[Any]]) -
         common.emit(data, args.output, _text)
         return common.EXIT_OK
 
-    return common.run_async(_guard(work))
+    return common.run_async(common.guard(work))
 
 
-def _dump(model: Any) -> dict[str, Any]:
-    data: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return data
-
-
-async def _claim_once(rest: Kube, namespace: str, name: str, session: str | None) -> Any:
+async def _claim_once(rest: Kube, namespace: str, name: str, session: str | None, who: str) -> Any:
+    """One claim (or renew) of ``name``'s lease for ``who``: the workload is read each time (its
+    ``spec.lease``, UID and the operator's verdict decide)."""
     workload = await rollout.find_workload(rest, namespace, name)
-    who = await principal(rest)
     now = dt.datetime.now(dt.UTC)
     return await ownership.claim(rest, workload, principal=who, session=session, ttl_seconds=None, now=now)
 
 
 def _claim(args: argparse.Namespace) -> int:
-    return _run(args, lambda rest, ns: _with_dump(_claim_once(rest, ns, args.name, args.session)))
+    async def act(rest: Kube, namespace: str) -> dict[str, Any]:
+        who = await principal(rest)
+        return common.dump(await _claim_once(rest, namespace, args.name, args.session, who))
 
-
-async def _with_dump(result: Awaitable[Any]) -> dict[str, Any]:
-    return _dump(await result)
+    return _run(args, act)
 
 
 def _release(args: argparse.Namespace) -> int:
@@ -179,7 +154,8 @@ def _release(args: argparse.Namespace) -> int:
         workload = await rollout.find_workload(rest, namespace, args.name)
         who = await principal(rest)
         now = dt.datetime.now(dt.UTC)
-        return _dump(await ownership.release(rest, workload, principal=who, session=args.session, now=now))
+        released = await ownership.release(rest, workload, principal=who, session=args.session, now=now)
+        return common.dump(released)
 
     return _run(args, act)
 
@@ -188,17 +164,7 @@ def _list(args: argparse.Namespace) -> int:
     owned = None if args.owned is None else args.owned == "true"
 
     async def act(rest: Kube, namespace: str) -> dict[str, Any]:
-        workloads = await rest.list(kube.WORKLOADS, namespace)
-        found = await rest.list(LEASES, namespace, label_selector=keys.LABEL_OWNERSHIP)
-        by_name = {str((x.get("metadata") or {}).get("name") or ""): x for x in found}
-        entries = []
-        for workload in sorted(workloads, key=lambda w: str(w["metadata"]["name"])):
-            if ownership.spec_of(workload) is None:
-                continue
-            entry = ownership.info(workload, by_name.get(lease_name(str(workload["metadata"]["name"]))))
-            if owned is None or (entry.state == HELD) == owned:
-                entries.append(_dump(entry))
-        return {"leases": entries}
+        return common.dump(await ownership.listing(rest, namespace, owned))
 
     return _run(args, act)
 
@@ -217,10 +183,11 @@ def _hold(args: argparse.Namespace) -> int:
         namespace = common.namespace_of(args)
         rest = await common.connect(args)
         try:
+            who = await principal(rest)  # NB: once: who holds does not change between renews
             wait = RETRY_SECONDS
             while True:
                 try:
-                    result = await _claim_once(rest, namespace, args.name, args.session)
+                    result = await _claim_once(rest, namespace, args.name, args.session, who)
                 except errors.KubeError as error:
                     if not _transient(error):
                         raise
@@ -229,10 +196,10 @@ def _hold(args: argparse.Namespace) -> int:
                     sys.stderr.write(f"renew failed, retrying in {wait:.0f}s: {error}\n")
                     await asyncio.sleep(wait)
                     continue
-                common.emit(_dump(result), args.output, _renewed)
+                common.emit(common.dump(result), args.output, _renewed)
                 wait = min(RETRY_SECONDS, max(1.0, result.ttl_seconds / 6))
                 await asyncio.sleep(max(1.0, result.ttl_seconds / 3))
         finally:
             await rest.close()
 
-    return common.run_async(_guard(work))
+    return common.run_async(common.guard(work))

@@ -20,24 +20,9 @@ from typing import Any
 
 from sparkrun_operator.cli import common
 from sparkrun_operator.ops import rollout
-from sparkrun_operator.ops.errors import DaemonError, Invalid, NotFound
 
 #: Changes shown per revision in the text table (the rest are counted).
 SHOWN_CHANGES = 3
-#: Control characters (C0, DEL, C1) a terminal would act on: shown as ``?`` in text output (values
-#: come from tenants' specs and Recipes; JSON and YAML output escape them instead).
-_CONTROLS = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0)], "?")
-
-
-def _printable(value: Any) -> Any:
-    """``value`` with every string's control characters replaced (for the text output)."""
-    if isinstance(value, str):
-        return value.translate(_CONTROLS)
-    if isinstance(value, dict):
-        return {k: _printable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_printable(v) for v in value]
-    return value
 
 
 def register(subparsers: Any) -> None:
@@ -78,27 +63,6 @@ def _positive(value: str) -> int:
     return number
 
 
-def _guard(work: Callable[[], Awaitable[int]]) -> Callable[[], Awaitable[int]]:
-    """The ops layer's refusals as exit codes: not found 4, a bad name 2, refused 5."""
-
-    async def guarded() -> int:
-        try:
-            return await work()
-        except NotFound as error:
-            raise common.CliError(error.detail, common.EXIT_NOT_FOUND) from error
-        except Invalid as error:
-            raise common.CliError(error.detail, common.EXIT_USAGE) from error
-        except DaemonError as error:
-            raise common.CliError(error.detail, common.EXIT_REFUSED) from error
-
-    return guarded
-
-
-def _dump(model: Any) -> dict[str, Any]:
-    data: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return data
-
-
 def _run(
     args: argparse.Namespace, act: Callable[[Any, str], Awaitable[Any]], text: Callable[[Any], str]
 ) -> int:
@@ -106,13 +70,13 @@ def _run(
         namespace = common.namespace_of(args)
         rest = await common.connect(args)
         try:
-            data = _dump(await act(rest, namespace))
+            data = common.dump(await act(rest, namespace))
         finally:
             await rest.close()
-        common.emit(data, args.output, lambda d: text(_printable(d)))
+        common.emit(data, args.output, lambda d: text(common.printable(d)))
         return common.EXIT_OK
 
-    return common.run_async(_guard(work))
+    return common.run_async(common.guard(work))
 
 
 def _history(args: argparse.Namespace) -> int:

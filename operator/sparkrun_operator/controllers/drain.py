@@ -62,9 +62,9 @@ def observe_groups(
     given. A group is listed while its JobSet exists, pods or not (a restarting group has none
     for a moment; one that is gone is not listed); ``other_ready`` counts the workload's other
     replicas whose leader is Ready."""
-    keys = set(jobsets_index or ()) | set(pods_index or ())
-    if workloads is not None:
-        keys = {key for key in keys if tuple(key) in workloads}
+    # NB: a cluster's scope is its own workloads: looked up one by one, never a walk of every
+    # workload the indexes hold
+    keys = set(workloads) if workloads is not None else set(jobsets_index or ()) | set(pods_index or ())
     groups: list[ObservedGroup] = []
     for key in sorted(keys):
         namespace, workload = key

@@ -12,8 +12,12 @@ id              key                                    value
 ``iw_services`` ``(namespace, workload)``              ``{"spec": ...}`` of the Service
 ``iw_recipes``  ``(namespace, name)``                  the Recipe's spec
 ``iw_caches``   ``(namespace, name)``                  the ModelCache's spec and status
-``iw_clusters`` ``name``                               the InferenceCluster's metadata, spec,
-                                                       ``status.applied`` and ``status.drain``
+``iw_clusters`` ``name``                               the InferenceCluster's metadata, spec and
+                                                       ``status.applied``
+``iw_drains``   ``(namespace, workload)``              :class:`~..api.drain.WorkloadDrainStatus`:
+                                                       the workload's groups in a cluster's
+                                                       ``status.drain`` (one per cluster listing it,
+                                                       parsed once per cluster change)
 ``iw_nodes``    node name                              :class:`~..plan.cluster.ObservedNode`
 ``iw_gpu_pods`` node name                              :class:`~..plan.cluster.ObservedGpuPod`
 ``iw_names``    model name (served name or alias)      :class:`~..plan.names.Claim` of each
@@ -34,7 +38,7 @@ Values are small parsed records, not whole objects, to keep memory proportional 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import kopf
@@ -48,7 +52,7 @@ from sparkrun_operator.api.resources import (
     MODEL_CACHE,
     RECIPE,
 )
-from sparkrun_operator.plan import names, observe
+from sparkrun_operator.plan import drain, names, observe
 from sparkrun_operator.plan.workload import revisions
 from sparkrun_operator.render import keys, networkpolicy
 
@@ -70,6 +74,7 @@ NAMES: Final = (
     "iw_recipes",
     "iw_caches",
     "iw_clusters",
+    "iw_drains",
     "iw_nodes",
     "iw_gpu_pods",
     "iw_names",
@@ -100,6 +105,7 @@ def register(
 
     if network_policies:
         _register_policies(registry)
+    _register_clusters(registry)
 
     @kopf.index(*JOBSET_ID, id="iw_jobsets", labels=OURS, registry=registry)
     async def iw_jobsets(*, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
@@ -132,10 +138,6 @@ def register(
                 "status": dict(body.get("status") or {}),
             }
         }
-
-    @kopf.index(*CLUSTER_ID, id="iw_clusters", registry=registry)
-    async def iw_clusters(*, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-        return {name: cluster_record(body)}
 
     @kopf.index("", "v1", "nodes", id="iw_nodes", registry=registry)
     async def iw_nodes(*, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
@@ -171,15 +173,25 @@ def cluster_record(body: Any) -> dict[str, Any]:
     changed spec waiting for ``spec.approve``)."""
     status = body.get("status") or {}
     applied = status.get("applied") if isinstance(status, dict) else None
-    kept: dict[str, Any] = {"applied": dict(applied)} if isinstance(applied, dict) else {}
-    drain = status.get("drain") if isinstance(status, dict) else None
-    if isinstance(drain, dict):
-        kept["drain"] = dict(drain)  # the workloads copy their groups' moves (plan/drain.py)
     return {
         "metadata": dict(body.get("metadata") or {}),
         "spec": dict(body.get("spec") or {}),
-        "status": kept,
+        "status": {"applied": dict(applied)} if isinstance(applied, dict) else {},
     }
+
+
+def _register_clusters(registry: kopf.OperatorRegistry) -> None:
+    """``iw_clusters`` and ``iw_drains``: the InferenceClusters as the workloads read them."""
+
+    @kopf.index(*CLUSTER_ID, id="iw_clusters", registry=registry)
+    async def iw_clusters(*, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return {name: cluster_record(body)}
+
+    @kopf.index(*CLUSTER_ID, id="iw_drains", registry=registry)
+    async def iw_drains(*, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
+        status = body.get("status")
+        views = drain.workload_views(name, status.get("drain") if isinstance(status, Mapping) else None)
+        return dict(views) or None
 
 
 def _register_policies(registry: kopf.OperatorRegistry) -> None:

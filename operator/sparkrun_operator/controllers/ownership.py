@@ -26,6 +26,7 @@ from typing import Any, Final, cast
 
 import kopf
 
+from sparkrun_operator.api.meta import parse_time
 from sparkrun_operator.api.ownership import LAPSED, LeaseStatus, lease_name
 from sparkrun_operator.api.resources import INFERENCE_WORKLOAD
 from sparkrun_operator.controllers.loop import poked
@@ -34,8 +35,8 @@ from sparkrun_operator.controllers.ownership_watch import lane_key
 from sparkrun_operator.controllers.workload_pokes import status_key
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.resources import LEASES, resource_of
-from sparkrun_operator.ops.ownership import spec_of
-from sparkrun_operator.plan.workload.ownership import judge, observed
+from sparkrun_operator.ops.ownership import judged, spec_of
+from sparkrun_operator.plan.workload.ownership import judge, observed, trusted
 from sparkrun_operator.render import keys
 
 __all__ = ["abandoned_message", "register"]
@@ -50,15 +51,6 @@ SLACK: Final = 0.05
 RETRY_SECONDS: Final = 2.0
 
 
-def _parse(value: Any) -> dt.datetime | None:
-    if not isinstance(value, str) or not 0 < len(value) <= 64:
-        return None
-    try:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def _span(seconds: float) -> str:
     seconds = max(0, int(seconds))
     hours, rest = divmod(seconds, 3600)
@@ -70,7 +62,7 @@ def abandoned_message(verdict: LeaseStatus, lease: Mapping[str, Any] | None) -> 
     """The ``Abandoned`` Event's message: that it was abandoned, who held it and for how long
     (acquireTime to the last renewTime, both the holder's clock)."""
     spec = (lease or {}).get("spec") or {}
-    renewed = _parse(spec.get("renewTime"))
+    renewed = parse_time(spec.get("renewTime"))
     if verdict.holder and verdict.acquired is not None and renewed is not None:
         held = f"held by {verdict.holder} for {_span((renewed - verdict.acquired).total_seconds())}"
     elif verdict.holder:
@@ -118,19 +110,21 @@ async def judge_once(
         return RETRY_SECONDS
     lease = watch.lease(namespace, lease_name(name))
     uid = str(meta.get("uid") or "")
+    own = trusted(lease, workload=name, uid=uid)
     # NB: a Lease gone missing (deleted, unlabelled, made another's) is timed from when it went
-    record = observed(lease, workload=name, uid=uid)
+    record = observed(lease, own=own)
     seen = watch.clock.seen((namespace, lease_name(name)), record)
     key = (namespace, name)
+    # NB: status.lease is the operator's, but anyone who may edit the status could break it:
+    # unreadable, it is no previous verdict (never an error on every wake)
     previous = watch.verdicts.get(key)
     if previous is None:
-        raw = (body.get("status") or {}).get("lease")
-        previous = LeaseStatus.model_validate(raw) if isinstance(raw, dict) else None
+        previous = judged(body)
     verdict = judge(
         spec,
         workload=name,
-        uid=uid,
         lease=lease,
+        own=own,
         record_seen=seen,
         watched_since=watched_since,
         now=watch.clock.clock(),
@@ -145,7 +139,7 @@ async def judge_once(
         if lapsed and spec.delete_on_exit:
             # NB: a renew the watch has not delivered yet must win: the apiserver's Lease decides
             fresh = await ctx.kube.get(LEASES, lease_name(name), namespace)
-            if observed(fresh, workload=name, uid=uid) != record:
+            if observed(fresh, own=trusted(fresh, workload=name, uid=uid)) != record:
                 return RETRY_SECONDS
             # NB: at the UID and resourceVersion of the workload as read now: a spec.lease
             # changed meanwhile (TTL, deleteOnExit) wins

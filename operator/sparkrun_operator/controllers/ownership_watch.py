@@ -19,7 +19,7 @@ from sparkrun_operator.controllers.triggers import Triggers
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.k8s.informer import Informer, drop_managed_fields
 from sparkrun_operator.k8s.resources import LEASES
-from sparkrun_operator.ops.ownership import RecordClock
+from sparkrun_operator.ops.leases import RecordClock
 from sparkrun_operator.render import keys
 
 __all__ = ["LANE", "LeaseWatch", "lane_key"]

@@ -53,7 +53,7 @@ from sparkrun_operator.controllers.workload_act import execute
 from sparkrun_operator.controllers.workload_pokes import full_key, status_key
 from sparkrun_operator.k8s.resources import Resource, resource_of
 from sparkrun_operator.plan import observe
-from sparkrun_operator.plan.drain import workload_drain
+from sparkrun_operator.plan.drain import own_first
 from sparkrun_operator.plan.workload import (
     Observation,
     ObservedJobSet,
@@ -201,22 +201,8 @@ def observation(
         scaling=ctx.scaling.get(key),
         failures=ctx.failures.of(key),
         ownership=ctx.ownership.verdicts.get(key) if spec.lease is not None else None,
+        drain=own_first(_store(indices.get("iw_drains"), key), cluster.name if cluster else spec.cluster),
     )
-
-
-def planned(obs: Observation, indices: Mapping[str, Any]) -> Plan:
-    """The planner's plan, with the workload's groups in its cluster's drain (``status.drain``,
-    copied from the cluster's status: the gateway stops routing to the pods it lists)."""
-    p = plan(obs)
-    moves = workload_drain(
-        indices.get("iw_clusters"),
-        namespace=obs.namespace,
-        workload=obs.name,
-        cluster=obs.cluster.name if obs.cluster else obs.spec.cluster,
-    )
-    if p.status.drain != moves:
-        p.status = p.status.model_copy(update={"drain": moves})
-    return p
 
 
 def _record_dependencies(ctx: Memo, obs: Observation) -> None:
@@ -372,7 +358,7 @@ async def reconcile(
 
     return await run_pass(
         observe=look,
-        plan=lambda looked: planned(looked.obs, indices),
+        plan=lambda looked: plan(looked.obs),
         execute=act,
         write_status=write,
         emit_events=emit,
@@ -401,7 +387,7 @@ def prepare_status(
         return None
     observed_at = time.monotonic()
     obs = observation(ctx=ctx, body=body, indices=indices, now=utcnow(), asleep=writes.asleep)
-    p = planned(obs, indices)
+    p = plan(obs)
     workload_pokes.record_memory_wait(ctx, key, p.status)
     # NB: the full lane is only poked when it has something to do: most child events (a pod
     # scheduled, running, Ready) only change the status, written here (ADR 0030).

@@ -10,7 +10,10 @@
   when the plan has something for it (ADR 0030); a rollout gate's InferenceBenchmark pokes the
   full lane;
 - its ControllerRevisions (serving revisions, ADR 0046) poke its full lane;
-- the Recipe, ModelCache and InferenceCluster it uses (``ctx.dependencies``) poke its full lane;
+- the Recipe, ModelCache and InferenceCluster it uses (``ctx.dependencies``) poke its full lane
+  (a cluster: when what the plan reads of it changed, its spec or ``status.applied``); a change
+  of its groups' entry in a cluster's ``status.drain`` pokes its status lane (the
+  status copies it: plan/drain.py);
 - a Node event pokes the full lane of the workloads whose last pass found no node with the GPU
   memory they need (``ctx.memory_waiting``; plan/fit.py): a bigger node, or a label, clears it;
 - the ``iw-drift`` timer pokes every workload's full lane periodically.
@@ -24,6 +27,7 @@ from typing import Any
 import kopf
 
 from sparkrun_operator.api import conditions as c
+from sparkrun_operator.api.drain import MAX_GROUPS
 from sparkrun_operator.api.workload import InferenceWorkloadStatus
 from sparkrun_operator.controllers import indexes
 from sparkrun_operator.controllers.indexes import (
@@ -240,25 +244,82 @@ def _register_dependency_pokes(registry: kopf.OperatorRegistry) -> None:
     async def iw_cache_changed(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
         _poke_dependents(memo.ctx, namespace=namespace, slot=1, name=name)
 
+    #: Each cluster's drain entries as its last event showed them (:func:`drain_changes`).
+    drains: dict[str, dict[tuple[str, str], DrainEntry]] = {}
+    #: What the workloads read of each cluster, as its last event showed it (:func:`placement_changed`).
+    placements: dict[str, Placement] = {}
+
     @kopf.on.event(*CLUSTER_ID, id="iw-cluster-changed", registry=registry)
-    async def iw_cluster_changed(*, name: str, body: kopf.Body, memo: Any, **_: Any) -> None:
+    async def iw_cluster_changed(
+        *, name: str, body: kopf.Body, type: str | None, memo: Any, **_: Any
+    ) -> None:
         ctx: Memo = memo.ctx
+        current = None if type == "DELETED" else body
+        # NB: only what the workloads read (spec, status.applied): the cluster's status writes
+        # (a drain's progress every few seconds) would otherwise re-plan all of them each time.
         # A (new) default cluster concerns every workload naming none.
-        for (ns, wl), deps in list(ctx.dependencies.items()):
-            if deps[2] in (name, None):
-                ctx.triggers.poke(full_key(ns, wl))
-        # The workloads whose groups the cluster drains copy its status.drain (plan/drain.py).
-        for ns, wl in drained_workloads(body):
-            ctx.triggers.poke(full_key(ns, wl))
+        if placement_changed(placements, name, current):
+            for (ns, wl), deps in list(ctx.dependencies.items()):
+                if deps[2] in (name, None):
+                    ctx.triggers.poke(full_key(ns, wl))
+        # The workloads whose groups' entry in the cluster's status.drain changed copy it into
+        # their status (plan/drain.py): a status-only change, for the status lane.
+        for ns, wl in drain_changes(drains, name, current):
+            ctx.triggers.poke(status_key(ns, wl))
 
 
-def drained_workloads(body: Any) -> set[tuple[str, str]]:
-    """``(namespace, workload)`` of the groups listed in a cluster's ``status.drain``."""
+#: What a workload's plan reads of a cluster (``plan/observe.py`` ``cluster_from`` and the
+#: capacity check): its spec, ``status.applied`` and creation time.
+Placement = tuple[Any, Any, Any]
+
+
+def placement_changed(seen: dict[str, Placement], cluster: str, body: Any | None) -> bool:
+    """Whether ``cluster``'s event changed what the workloads read of it (``seen`` keeps each
+    cluster's :data:`Placement`; ``body`` ``None``: the cluster is gone, a change). The rest of
+    its status (the drain, conditions, drift) is not read by their plans."""
+    before = seen.pop(cluster, None)
+    if body is None:
+        return True
+    meta = body.get("metadata") if isinstance(body, Mapping) else None
+    status = body.get("status") if isinstance(body, Mapping) else None
+    now = (
+        body.get("spec"),
+        status.get("applied") if isinstance(status, Mapping) else None,
+        meta.get("creationTimestamp") if isinstance(meta, Mapping) else None,
+    )
+    seen[cluster] = now
+    return before != now
+
+
+#: A workload's entry in a cluster's ``status.drain``: the drain's request and state, and the
+#: workload's groups there (raw), what its ``status.drain`` copies.
+DrainEntry = tuple[Any, Any, list[Any]]
+
+
+def drain_entries(body: Any) -> dict[tuple[str, str], DrainEntry]:
+    """Each workload's :data:`DrainEntry` in a cluster's raw ``status.drain``, keyed
+    ``(namespace, workload)`` (bounded plain reads: no parse on every cluster event)."""
     status = body.get("status") if isinstance(body, Mapping) else None
     drain = status.get("drain") if isinstance(status, Mapping) else None
-    groups = drain.get("groups") if isinstance(drain, Mapping) else None
-    found: set[tuple[str, str]] = set()
-    for group in groups[:64] if isinstance(groups, list) else []:
+    if not isinstance(drain, Mapping):
+        return {}
+    groups = drain.get("groups")
+    found: dict[tuple[str, str], DrainEntry] = {}
+    for group in groups[:MAX_GROUPS] if isinstance(groups, list) else []:
         if isinstance(group, Mapping) and group.get("namespace") and group.get("workload"):
-            found.add((str(group["namespace"]), str(group["workload"])))
+            key = (str(group["namespace"]), str(group["workload"]))
+            found.setdefault(key, (drain.get("request"), drain.get("state"), []))[2].append(group)
     return found
+
+
+def drain_changes(
+    seen: dict[str, dict[tuple[str, str], DrainEntry]], cluster: str, body: Any | None
+) -> set[tuple[str, str]]:
+    """``(namespace, workload)`` of the workloads whose entry in ``cluster``'s drain changed since
+    its last event (``seen`` keeps each cluster's entries; ``body`` ``None``: the cluster is gone),
+    listed in it before or now: only their copies change."""
+    now = drain_entries(body) if body is not None else {}
+    before = seen.pop(cluster, {})
+    if now:
+        seen[cluster] = now
+    return {key for key in before.keys() | now.keys() if before.get(key) != now.get(key)}

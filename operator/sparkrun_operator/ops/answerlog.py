@@ -35,7 +35,7 @@ from sparkrun_operator.api.daemonjob import (
     DaemonJobStatus,
 )
 from sparkrun_operator.ops.errors import Invalid
-from sparkrun_operator.ops.jobs import epoch
+from sparkrun_operator.ops.kube import epoch
 
 __all__ = ["COMMENT_HEADER", "check_comment", "public_answers", "record", "replay", "spec_entry"]
 
@@ -142,16 +142,6 @@ def replay(
     del found.replays[: max(0, len(found.replays) - MAX_ANSWER_REPLAYS)]
 
 
-def _epoch(value: Any) -> float | None:
-    """Seconds since the epoch of a stored time (``None`` for one that is not)."""
-    if not isinstance(value, str):
-        return None
-    try:
-        return epoch(value)
-    except ValueError:
-        return None
-
-
 def public_answers(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The answers of a DaemonJob as ``GET /v1/jobs/{id}?include=answers`` shows them, in the
     order they were given: ``{prompt_id, kind, value, answered_by, answered_at, comment,
@@ -171,11 +161,11 @@ def public_answers(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "kind": found.get("kind") or ("secret" if secret else None),
                 "value": None if secret else entry.get("value"),
                 "answered_by": found.get("answeredBy") or entry.get("answeredBy"),
-                "answered_at": _epoch(found.get("answeredAt") or entry.get("answeredAt")),
+                "answered_at": epoch(found.get("answeredAt") or entry.get("answeredAt")),
                 "comment": found.get("comment") if found else entry.get("comment"),
                 "replay_count": int(found.get("replayCount") or 0),
                 "replays": [
-                    {"by": r.get("by"), "at": _epoch(r.get("at")), "comment": r.get("comment")}
+                    {"by": r.get("by"), "at": epoch(r.get("at")), "comment": r.get("comment")}
                     for r in found.get("replays") or ()
                 ],
             }

@@ -314,6 +314,32 @@ def patch_with(patch: Mapping[str, Any], resource_version: str | None) -> dict[s
     return out
 
 
+async def merge_patch(
+    rest: Kube,
+    resource: Resource,
+    name: str,
+    namespace: str | None,
+    patch: Mapping[str, Any],
+    resource_version: str | None,
+) -> Any:
+    """A JSON merge patch of ``name`` made at ``resource_version`` (``None``: unconditionally):
+    :func:`patch_with` inside :func:`write`, so that Kubernetes' 409 is the 412 with the
+    object's current ETag. Returns the object as written."""
+    async with write(rest, resource, name, namespace, resource_version):
+        return await rest.merge_patch(resource, name, patch_with(patch, resource_version), namespace)
+
+
+async def unchanged(
+    rest: Kube, resource: Resource, obj: Mapping[str, Any], resource_version: str | None
+) -> None:
+    """Under If-Match (``resource_version``), an object the operation leaves as it is, or writes
+    without a precondition of its own, must still be at the version checked: else the 412 with
+    its current ETag (its write would have tested it)."""
+    meta = obj.get("metadata") or {}
+    if resource_version is not None and meta.get("resourceVersion") != resource_version:
+        raise await conflict(rest, resource, str(meta["name"]), meta.get("namespace"), resource_version)
+
+
 async def conflict(
     rest: Kube, resource: Resource, name: str, namespace: str | None, resource_version: str
 ) -> PreconditionFailed:

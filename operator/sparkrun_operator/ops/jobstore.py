@@ -227,10 +227,10 @@ class JobService:
         if if_match is None:
             await self.daemonjobs.update_status(fresh, mutate)
         else:  # NB: If-Match (ADR 0049): once, at the version the caller saw; a 409 is a 412
-            where = (self.daemonjobs.kube, DAEMON_JOBS, name, self.daemonjobs.namespace)
-            if fresh["metadata"].get("resourceVersion") != if_match:
-                raise await ifmatch.conflict(*where, if_match)
-            async with ifmatch.write(*where, if_match):
+            await ifmatch.unchanged(self.daemonjobs.kube, DAEMON_JOBS, fresh, if_match)
+            async with ifmatch.write(
+                self.daemonjobs.kube, DAEMON_JOBS, name, self.daemonjobs.namespace, if_match
+            ):
                 await self.daemonjobs.update_status(fresh, mutate, conditional=True)
         written = await self.daemonjobs.patch_spec(name, {"cancel": True})
         await self.cache.observe(written)

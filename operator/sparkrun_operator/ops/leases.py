@@ -9,12 +9,13 @@ claim's owner liveness from these Leases, and ``POST /v1/reservations/{owner}/re
 marks a dead owner's jobs ``lost`` (never reruns them).
 
 Liveness never compares the writer's clock with the reader's (a ``renewTime`` is another
-machine's wall clock): like client-go's leader election, a :class:`LeaseObserver` notes, on its
-own monotonic clock, when it first saw each Lease record (its ``renewTime`` and
-``resourceVersion``); the executor is dead once the record has not changed for
-``leaseDurationSeconds`` of the observer's time. Any clock skew between the executor and the
-observer is therefore irrelevant; the price is that a process seeing a Lease for the first time
-gives it one full duration before calling it dead.
+machine's wall clock): like client-go's leader election, a :class:`RecordClock` notes, on its
+own monotonic clock, when it first saw each Lease record (its holder, ``renewTime`` and
+``resourceVersion``: ``api/meta.py`` ``lease_record``); the executor is dead once the record
+has not changed for ``leaseDurationSeconds`` of the observer's time. Any clock skew between the
+executor and the observer is therefore irrelevant; the price is that a process seeing a Lease
+for the first time gives it one full duration before calling it dead. Ownership leases
+(``ops/ownership.py``, ADR 0049) are judged with the same clock.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ import datetime as dt
 import hashlib
 import os
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, Final
 
 from sparkrun_operator.api.daemonjob import DaemonJobStatus
+from sparkrun_operator.api.meta import lease_record
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.k8s.daemonjobs import DaemonJobs
@@ -41,9 +43,11 @@ __all__ = [
     "LEASE_LABEL",
     "OBSERVER",
     "LeaseObserver",
+    "RecordClock",
     "executor_liveness",
     "lease_name",
     "mark_lost",
+    "micro_time",
     "pod_owner",
     "release",
     "renew",
@@ -51,13 +55,16 @@ __all__ = [
 
 LEASE_LABEL = keys.LABEL_EXECUTOR
 LEASE_SECONDS = 30
+#: The most Lease records one :class:`RecordClock` remembers (oldest forgotten first).
+MAX_RECORDS: Final = 20_000
 
 
 def lease_name(executor_id: str) -> str:
     return "sparkrun-executor-" + hashlib.sha256(executor_id.encode()).hexdigest()[:16]
 
 
-def _micro(value: dt.datetime) -> str:
+def micro_time(value: dt.datetime) -> str:
+    """``value`` as a Lease's times are written (``metav1.MicroTime``: UTC, microseconds)."""
     return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
@@ -84,7 +91,7 @@ async def renew(
 ) -> None:
     """Create or renew this executor's Lease (valid ``duration`` seconds), owned by ``owner``
     (a Pod of ``namespace``: :func:`pod_owner`) when given."""
-    stamp = _micro(now or dt.datetime.now(dt.UTC))
+    stamp = micro_time(now or dt.datetime.now(dt.UTC))
     metadata: dict[str, Any] = {
         "name": lease_name(executor_id),
         "namespace": namespace,
@@ -118,13 +125,40 @@ async def release(rest: Kube, namespace: str, executor_id: str) -> None:
         await rest.delete(LEASES, lease_name(executor_id), namespace, propagation="Background")
 
 
-class LeaseObserver:
-    """Executor liveness judged by this process's own monotonic clock (see the module docstring)."""
+class RecordClock:
+    """When this process first saw each Lease's current record, on its own monotonic clock (see
+    the module docstring): ``key`` -> (the record last seen, when first seen). Bounded by
+    ``limit`` (the oldest record is forgotten first)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, limit: int = MAX_RECORDS) -> None:
         self.clock = clock
-        #: ``(namespace, lease name)`` -> (the record last seen, when this process first saw it).
-        self._seen: dict[tuple[str, str], tuple[tuple[str, str, str], float]] = {}
+        self.limit = limit
+        self._seen: dict[Hashable, tuple[tuple[str, str, str], float]] = {}
+
+    def seen(self, key: Hashable, record: tuple[str, str, str], now: float | None = None) -> float:
+        """When ``record`` was first seen for ``key`` (``now``, else this clock's now, if it is
+        new or changed)."""
+        found = self._seen.get(key)
+        if found is not None and found[0] == record:
+            return found[1]
+        self._seen.pop(key, None)
+        if len(self._seen) >= self.limit:
+            del self._seen[next(iter(self._seen))]
+        at = self.clock() if now is None else now
+        self._seen[key] = (record, at)
+        return at
+
+    def forget(self, key: Hashable) -> None:
+        self._seen.pop(key, None)
+
+    def alive(self, key: Hashable, record: tuple[str, str, str], ttl: float) -> bool:
+        """Whether ``record`` has been current for less than ``ttl`` seconds of this clock."""
+        return self.clock() - self.seen(key, record) < ttl
+
+
+class LeaseObserver(RecordClock):
+    """Executor liveness judged by this process's own monotonic clock (see the module docstring);
+    keys are ``(namespace, lease name)``."""
 
     def judge(self, namespace: str, leases: list[dict[str, Any]]) -> dict[str, bool]:
         """``{holder: alive}`` for the Leases of ``namespace`` listed just now."""
@@ -138,16 +172,12 @@ class LeaseObserver:
                 continue
             key = (namespace, str(meta.get("name") or holder))
             present.add(key)
-            # NB: resourceVersions are opaque: compared for equality, never ordered.
-            record = (str(holder), str(spec.get("renewTime") or ""), str(meta.get("resourceVersion") or ""))
-            seen = self._seen.get(key)
-            if seen is None or seen[0] != record:
-                seen = self._seen[key] = (record, now)
+            record = lease_record(lease)
             duration = int(spec.get("leaseDurationSeconds") or LEASE_SECONDS)
-            alive = bool(record[1]) and now - seen[1] < duration
+            alive = bool(record[1]) and now - self.seen(key, record, now) < duration
             out[str(holder)] = out.get(str(holder), False) or alive
-        for key in [k for k in self._seen if k[0] == namespace and k not in present]:
-            del self._seen[key]  # the Lease is gone: forget it (bounded by the Leases that exist)
+        for key in [k for k in self._seen if isinstance(k, tuple) and k[0] == namespace and k not in present]:
+            self.forget(key)  # the Lease is gone: forget it (bounded by the Leases that exist)
         return out
 
 

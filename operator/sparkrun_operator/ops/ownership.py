@@ -1,4 +1,4 @@
-"""Ownership leases (ADR 0049): claim, renew, release and list them; the observer's clock.
+"""Ownership leases (ADR 0049): claim, renew, release and list them.
 
 The ownership Lease of a workload (``api/ownership.py``) is written by its client: the daemon API
 (``plugins.sparkrun-k8s.workloads.lease`` / ``release``, inline queries as the authenticated
@@ -8,20 +8,21 @@ live; every write carries the ``resourceVersion`` it read as a precondition, so 
 race cannot both win (the loser gets 409 ``lease_held``). Release clears the holder and keeps
 the Lease (the TTL then runs as unclaimed; a new claim succeeds at once).
 
-Liveness never compares the renewer's clock with the reader's: :class:`RecordClock` notes, on
-this process's monotonic clock, when it first saw each Lease record (holder, renewTime,
-resourceVersion), like ``ops/leases.py``'s executor observer; a record unchanged for the TTL is
-not live. A process seeing a Lease for the first time gives it a full TTL, so a restarted reader
-is conservative (refuses a claim, never deletes early).
+Liveness never compares the renewer's clock with the reader's: ``ops/leases.py``'s
+:class:`~sparkrun_operator.ops.leases.RecordClock` (the executor observer's) notes, on this
+process's monotonic clock, when it first saw each Lease record (holder, renewTime,
+resourceVersion); a record unchanged for the TTL is not live. A process seeing a Lease for the
+first time gives it a full TTL, so a restarted reader is conservative (refuses a claim, never
+deletes early).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import time
-from collections.abc import Callable, Hashable, Mapping
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Any
 
+from sparkrun_operator.api.meta import lease_record, parse_time
 from sparkrun_operator.api.ownership import (
     HELD,
     LAPSED,
@@ -30,6 +31,7 @@ from sparkrun_operator.api.ownership import (
     LeaseInfo,
     LeaseReleaseResult,
     LeaseSpec,
+    LeasesResult,
     LeaseStatus,
     holder_identity,
     lease_name,
@@ -39,51 +41,22 @@ from sparkrun_operator.api.resources import INFERENCE_WORKLOAD
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.k8s.resources import LEASES
+from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.errors import Conflict, Invalid
-from sparkrun_operator.plan.workload.ownership import record_of, trusted
+from sparkrun_operator.ops.leases import RecordClock, micro_time
+from sparkrun_operator.plan.workload.ownership import trusted
 from sparkrun_operator.render import keys
 
 __all__ = [
     "CLOCK",
-    "RecordClock",
     "claim",
     "info",
+    "judged",
     "lease_doc",
+    "listing",
     "release",
     "spec_of",
 ]
-
-#: The most Lease records one process remembers (oldest forgotten first).
-MAX_RECORDS: Final = 20_000
-
-
-class RecordClock:
-    """When this process first saw each Lease's current record, on its own monotonic clock."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic, limit: int = MAX_RECORDS) -> None:
-        self.clock = clock
-        self.limit = limit
-        self._seen: dict[Hashable, tuple[tuple[str, str, str], float]] = {}
-
-    def seen(self, key: Hashable, record: tuple[str, str, str]) -> float:
-        """When ``record`` was first seen for ``key`` (now, if it is new or changed)."""
-        found = self._seen.get(key)
-        if found is not None and found[0] == record:
-            return found[1]
-        self._seen.pop(key, None)
-        if len(self._seen) >= self.limit:
-            del self._seen[next(iter(self._seen))]
-        now = self.clock()
-        self._seen[key] = (record, now)
-        return now
-
-    def forget(self, key: Hashable) -> None:
-        self._seen.pop(key, None)
-
-    def alive(self, key: Hashable, record: tuple[str, str, str], ttl: float) -> bool:
-        """Whether ``record`` has been current for less than ``ttl`` seconds of this clock."""
-        return self.clock() - self.seen(key, record) < ttl
-
 
 #: The process's clock of Lease records (the daemon API's claims judge liveness with it).
 CLOCK = RecordClock()
@@ -98,10 +71,6 @@ def spec_of(workload: Mapping[str, Any]) -> LeaseSpec | None:
         return LeaseSpec.model_validate(raw)
     except ValueError:
         return None
-
-
-def _stamp(now: dt.datetime) -> str:
-    return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def lease_doc(
@@ -138,12 +107,12 @@ def lease_doc(
         metadata["resourceVersion"] = resource_version
     spec: dict[str, Any] = {
         "leaseDurationSeconds": ttl,
-        "renewTime": _stamp(now),
+        "renewTime": micro_time(now),
         "leaseTransitions": transitions,
     }
     if holder is not None:
         spec["holderIdentity"] = holder
-        spec["acquireTime"] = acquired or _stamp(now)
+        spec["acquireTime"] = acquired or micro_time(now)
     return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata, "spec": spec}
 
 
@@ -154,7 +123,9 @@ def _lease_held(workload: str, owner: str) -> Conflict:
     )
 
 
-def _judged(workload: Mapping[str, Any]) -> LeaseStatus | None:
+def judged(workload: Mapping[str, Any]) -> LeaseStatus | None:
+    """The operator's last verdict on ``workload``'s lease (``status.lease``; ``None`` when
+    absent or unreadable)."""
     raw = (workload.get("status") or {}).get("lease")
     try:
         return LeaseStatus.model_validate(raw) if isinstance(raw, dict) else None
@@ -165,15 +136,15 @@ def _judged(workload: Mapping[str, Any]) -> LeaseStatus | None:
 def _live(lease: Mapping[str, Any], workload: Mapping[str, Any], ttl: int, clock: RecordClock) -> bool:
     """Whether ``lease``'s holder is live: on this process's clock, and unless the operator
     already judged it lapsed (a reader that has just started would otherwise wait a full TTL)."""
-    judged = _judged(workload)
+    verdict = judged(workload)
     if (
-        judged is not None
-        and judged.state == LAPSED
-        and judged.holder == shown_holder((lease.get("spec") or {}).get("holderIdentity"))
+        verdict is not None
+        and verdict.state == LAPSED
+        and verdict.holder == shown_holder((lease.get("spec") or {}).get("holderIdentity"))
     ):
         return False
     meta = lease.get("metadata") or {}
-    return clock.alive((meta.get("namespace"), meta.get("name")), record_of(lease), ttl)
+    return clock.alive((meta.get("namespace"), meta.get("name")), lease_record(lease), ttl)
 
 
 def _ours(workload: Mapping[str, Any]) -> tuple[str, str, LeaseSpec]:
@@ -291,13 +262,13 @@ async def release(
 
 
 def _expires(renewed: str | None, ttl: int) -> str | None:
-    if not renewed:
+    at = parse_time(renewed)
+    if at is None:
         return None
     try:
-        at = dt.datetime.fromisoformat(renewed.replace("Z", "+00:00"))
         # NB: the writer's time: one near the calendar's end (year 9999) overflows
-        return _stamp(at + dt.timedelta(seconds=ttl))
-    except (ValueError, OverflowError):
+        return micro_time(at + dt.timedelta(seconds=ttl))
+    except OverflowError:
         return None
 
 
@@ -312,8 +283,8 @@ def info(workload: Mapping[str, Any], lease: Mapping[str, Any] | None, *, held: 
     )
     lease_spec = (usable or {}).get("spec") or {}
     holder = shown_holder(lease_spec.get("holderIdentity"))
-    judged = _judged(workload)
-    state = judged.state if judged is not None else UNCLAIMED
+    verdict = judged(workload)
+    state = verdict.state if verdict is not None else UNCLAIMED
     if held:
         state = HELD
     renewed = str(lease_spec.get("renewTime") or "")[:64] or None
@@ -329,6 +300,23 @@ def info(workload: Mapping[str, Any], lease: Mapping[str, Any] | None, *, held: 
         "orphaned": (meta.get("labels") or {}).get(keys.LABEL_ORPHANED) == "true",
     }
     return LeaseInfo(**fields)
+
+
+async def listing(rest: Kube, namespace: str, owned: bool | None, *, cached: bool = False) -> LeasesResult:
+    """The ephemeral workloads of ``namespace`` (those with ``spec.lease``) and their leases, by
+    name; ``owned``: only the held ones (``True``) or only the others (``False``: orphans and
+    unclaimed). ``cached``: from the apiserver's watch cache (``Kube.list``)."""
+    workloads = await rest.list(kube.WORKLOADS, namespace, cached=cached)
+    found = await rest.list(LEASES, namespace, label_selector=keys.LABEL_OWNERSHIP, cached=cached)
+    by_name = {str((x.get("metadata") or {}).get("name") or ""): x for x in found}
+    out = []
+    for workload in sorted(workloads, key=lambda w: str((w.get("metadata") or {}).get("name") or "")):
+        if spec_of(workload) is None:
+            continue
+        entry = info(workload, by_name.get(lease_name(str(workload["metadata"]["name"]))))
+        if owned is None or (entry.state == HELD) == owned:
+            out.append(entry)
+    return LeasesResult(leases=out)
 
 
 def _claimed(workload: Mapping[str, Any], lease: Mapping[str, Any], *, claimed: bool) -> LeaseClaimResult:

@@ -221,7 +221,7 @@ async def history_of(rest: Kube, workload: Mapping[str, Any]) -> HistoryResult:
     )
 
 
-async def _write(
+async def write_spec(
     rest: Kube,
     resource: Resource,
     obj: Mapping[str, Any],
@@ -274,14 +274,6 @@ async def _write(
         ) from error
 
 
-async def _unchanged(rest: Kube, resource: Resource, obj: Mapping[str, Any], if_match: str | None) -> None:
-    """Under If-Match, an object the operation leaves as it is must still be at the ETag checked
-    (its write would have tested it)."""
-    meta = obj["metadata"]
-    if if_match is not None and meta.get("resourceVersion") != if_match:
-        raise await ifmatch.conflict(rest, resource, meta["name"], meta.get("namespace"), if_match)
-
-
 def _at(spec: Mapping[str, Any], parent: str, default: Any = ()) -> Any:
     """The value at ``parent`` (``/a/b``) under ``spec`` (``default`` when absent)."""
     node: Any = spec
@@ -315,7 +307,7 @@ async def rollback(
     """Pin ``spec.rollout.revision`` to ``revision`` (default: the previous one), which must be
     kept; with ``clear``, remove the pin. Either write removes ``spec.rollout.approve`` in the same
     patch (a rollback forgets earlier approvals). No write when the pin is already so.
-    ``if_match``: the resourceVersion the workload must still be at (:func:`_write`)."""
+    ``if_match``: the resourceVersion the workload must still be at (:func:`write_spec`)."""
     meta = workload["metadata"]
     name, namespace = meta["name"], meta["namespace"]
     before = _rollout(workload).get("revision")
@@ -338,7 +330,7 @@ async def rollback(
         # name a hash the user approved before going back (the planner also honours one only
         # for drift it has shown)
         sets = {} if target is None else {"/rollout/revision": target}
-        await _write(
+        await write_spec(
             rest,
             kube.WORKLOADS,
             workload,
@@ -347,7 +339,7 @@ async def rollback(
             if_match=if_match,
         )
     else:
-        await _unchanged(rest, kube.WORKLOADS, workload, if_match)
+        await ifmatch.unchanged(rest, kube.WORKLOADS, workload, if_match)
     return RollbackResult(workload=name, namespace=namespace, revision=target, before=before, changed=changed)
 
 
@@ -400,7 +392,7 @@ async def apply_drift(
     pending = _pending(drift is not None, drift.revision if drift is not None else None, revision, what)
     changed = rollout.get("approve") != pending or pinned is not None
     if changed:
-        await _write(
+        await write_spec(
             rest,
             kube.WORKLOADS,
             workload,
@@ -409,7 +401,7 @@ async def apply_drift(
             if_match=if_match,
         )
     else:
-        await _unchanged(rest, kube.WORKLOADS, workload, if_match)
+        await ifmatch.unchanged(rest, kube.WORKLOADS, workload, if_match)
     changes = drift.changes if drift is not None else []
     return ApplyDriftResult(
         workload=name,
@@ -436,8 +428,8 @@ async def apply_cluster_drift(
     )
     changed = (cluster.get("spec") or {}).get("approve") != pending
     if changed:
-        await _write(rest, kube.CLUSTERS, cluster, sets={"/approve": pending}, if_match=if_match)
+        await write_spec(rest, kube.CLUSTERS, cluster, sets={"/approve": pending}, if_match=if_match)
     else:
-        await _unchanged(rest, kube.CLUSTERS, cluster, if_match)
+        await ifmatch.unchanged(rest, kube.CLUSTERS, cluster, if_match)
     items = drift.items if drift is not None else []
     return ClusterApplyDriftResult(cluster=name, approved=pending, items=items, changed=changed)

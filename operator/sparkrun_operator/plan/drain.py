@@ -38,6 +38,7 @@ from sparkrun_operator.api.drain import (
     MAX_GROUP_NODES,
     MAX_GROUPS,
     MAX_NODES,
+    MAX_UNROUTED,
     ClusterDrainStatus,
     DrainSpec,
     DrainState,
@@ -117,7 +118,7 @@ def _nodes(pods: Iterable[ObservedPod]) -> list[str]:
 
 
 def _leaders(group: ObservedGroup) -> list[str]:
-    return sorted(p.name for p in _live(group) if p.role == keys.ROLE_LEADER)[:8]
+    return sorted(p.name for p in _live(group) if p.role == keys.ROLE_LEADER)[:MAX_UNROUTED]
 
 
 @dataclass
@@ -139,7 +140,7 @@ class _Pass:
             changed = changed.model_copy(
                 update={"message": clip(str(changes["message"]), GROUP_MESSAGE_MAX_LENGTH)}
             )
-        self.entries[(entry.namespace, entry.workload, entry.replica)] = changed
+        self.entries[entry.key] = changed
         return changed
 
 
@@ -177,7 +178,7 @@ def plan_drain(
         return DrainPlan(status=previous.model_copy(update={"request": spec.request}))
     work = _Pass(spec=spec, drained=set(drained), groups={g.key: g for g in groups}, now=now)
     if not fresh and previous is not None:
-        work.entries = {(e.namespace, e.workload, e.replica): e for e in previous.groups}
+        work.entries = {e.key: e for e in previous.groups}
     _admit(work)
     _advance(work)
     status = _summary(work, spec=spec, previous=None if fresh else previous, drained=drained)
@@ -217,7 +218,7 @@ def _admit(work: _Pass) -> None:
 def _advance(work: _Pass) -> None:
     """Follow the moving group; start the next one when none moves and none is stuck."""
     for key, entry in sorted(work.entries.items()):
-        if entry.state == "Moving" or (entry.state == "Blocked" and entry.evicted_at is not None):
+        if _holds(entry):
             _follow(work, key, entry)
         elif entry.state in ("Pending", "Blocked"):
             _recheck(work, key, entry)
@@ -225,16 +226,21 @@ def _advance(work: _Pass) -> None:
         return
     pending = sorted(
         (e for e in work.entries.values() if e.state == "Pending"),
-        key=lambda e: (e.since or work.now, e.namespace, e.workload, e.replica),
+        key=lambda e: (e.since or work.now, *e.key),
     )
     for entry in pending:
         if _start(work, entry):
             return
 
 
+def _stuck(entry: GroupDrain) -> bool:
+    """Whether ``entry``'s group was evicted and is not back (Blocked after its eviction)."""
+    return entry.state == "Blocked" and entry.evicted_at is not None
+
+
 def _holds(entry: GroupDrain) -> bool:
     """Whether ``entry`` holds the drain: it moves, or was evicted and is not back."""
-    return entry.state == "Moving" or (entry.state == "Blocked" and entry.evicted_at is not None)
+    return entry.state == "Moving" or _stuck(entry)
 
 
 def _recheck(work: _Pass, key: GroupKey, entry: GroupDrain) -> None:
@@ -261,7 +267,7 @@ def _recheck(work: _Pass, key: GroupKey, entry: GroupDrain) -> None:
 def _start(work: _Pass, entry: GroupDrain) -> bool:
     """Take ``entry``'s group out of routing (Moving), unless it is its workload's last ready
     replica; whether it started."""
-    key = (entry.namespace, entry.workload, entry.replica)
+    key = entry.key
     group = work.groups[key]
     if group.other_ready == 0 and not work.spec.allow_last_replica:
         _last_replica(work, entry)
@@ -399,7 +405,7 @@ def after_eviction(
     group restarts either way), or refused (back into routing, Blocked, retried later)."""
     groups: list[GroupDrain] = []
     for entry in status.groups:
-        if (entry.namespace, entry.workload, entry.replica) != eviction.key:
+        if entry.key != eviction.key:
             groups.append(entry)
         elif outcome == "refused":
             message = clip(
@@ -425,7 +431,7 @@ def _state(groups: Sequence[GroupDrain], done_if_empty: bool) -> DrainState:
     when only blocked ones are left, else Done (Idle: an Automatic drain with nothing drained and
     nothing moved)."""
     states = {g.state for g in groups}
-    if any(g.state == "Blocked" and g.evicted_at is not None for g in groups):
+    if any(_stuck(g) for g in groups):
         return "Blocked"  # an evicted group is not back: nothing else moves
     if states & {"Moving", "Pending"}:
         return "Draining"
@@ -455,15 +461,15 @@ def _summary(
 ) -> ClusterDrainStatus:
     """The status: entries bounded (the moving or evicted one first, then the other unfinished
     ones, then the most recent Ready ones), listed by key."""
-    ordered = sorted(work.entries.values(), key=lambda e: (e.namespace, e.workload, e.replica))
+    ordered = sorted(work.entries.values(), key=lambda e: e.key)
     unfinished = sorted((e for e in ordered if e.state != "Ready"), key=lambda e: not _holds(e))
     finished = sorted(
         (e for e in ordered if e.state == "Ready"), key=lambda e: e.since or work.now, reverse=True
     )
     kept = (unfinished + finished)[:MAX_GROUPS]
-    kept_keys = {(e.namespace, e.workload, e.replica) for e in kept}
-    kept = [e for e in ordered if (e.namespace, e.workload, e.replica) in kept_keys]
-    remaining = sum(1 for e in unfinished if (e.namespace, e.workload, e.replica) not in kept_keys)
+    kept_keys = {e.key for e in kept}
+    kept = [e for e in ordered if e.key in kept_keys]
+    remaining = sum(1 for e in unfinished if e.key not in kept_keys)
     state = _state(kept, spec.mode == "OnRequest" or bool(drained)) if not remaining else "Draining"
     started: dt.datetime | None = previous.started if previous is not None and previous.started else work.now
     if state == "Idle":
@@ -483,52 +489,31 @@ def _summary(
     )
 
 
-def workload_view(
-    cluster: str, drain: ClusterDrainStatus | None, *, namespace: str, workload: str
-) -> WorkloadDrainStatus | None:
-    """The workload's groups in its cluster's drain (``None`` when it has none there)."""
-    if drain is None:
-        return None
-    mine = [g for g in drain.groups if g.namespace == namespace and g.workload == workload]
-    if not mine:
-        return None
-    return WorkloadDrainStatus(cluster=cluster, request=drain.request, state=drain.state, groups=mine)
+def workload_views(cluster: str, raw: Any) -> dict[tuple[str, str], WorkloadDrainStatus]:
+    """Each listed workload's groups in ``cluster``'s drain, keyed ``(namespace, workload)``, from
+    the cluster's raw ``status.drain`` (which the cluster controller writes): parsed once per
+    cluster change, where the ``iw_drains`` index records it, never per workload pass. A record
+    that does not parse counts as no drain."""
+    if not isinstance(raw, Mapping):
+        return {}
+    try:
+        parsed = ClusterDrainStatus.model_validate(raw)
+    except ValueError:
+        return {}
+    mine: dict[tuple[str, str], list[GroupDrain]] = {}
+    for g in parsed.groups:
+        mine.setdefault((g.namespace, g.workload), []).append(g)
+    return {
+        key: WorkloadDrainStatus(cluster=cluster, request=parsed.request, state=parsed.state, groups=groups)
+        for key, groups in mine.items()
+    }
 
 
-def unrouted_pods(drain: WorkloadDrainStatus | None) -> frozenset[str]:
-    """The pods the gateway must not route to: the leaders of the workload's moving groups."""
-    if drain is None:
-        return frozenset()
-    return frozenset(p for g in drain.groups if g.state in ("Moving", "Blocked") for p in g.unrouted)
-
-
-def workload_drain(
-    clusters: Mapping[Any, Iterable[Mapping[str, Any]]] | None,
-    *,
-    namespace: str,
-    workload: str,
-    cluster: str | None = None,
-) -> WorkloadDrainStatus | None:
-    """The workload's groups in a drain, from the clusters' records in the ``iw_clusters``
-    index (``status.drain``, which the cluster controller writes); those of ``cluster`` (the
-    workload's own) first: another one may still list it from before the workload moved. A
-    record that does not parse counts as no drain."""
-    if clusters is None:
-        return None
-    for name in sorted(clusters, key=lambda c: (str(c) != cluster, str(c))):
-        for raw in list(clusters[name]):
-            status = raw.get("status") if isinstance(raw, Mapping) else None
-            found = status.get("drain") if isinstance(status, Mapping) else None
-            if not isinstance(found, Mapping):
-                continue
-            try:
-                parsed = ClusterDrainStatus.model_validate(found)
-            except ValueError:
-                continue
-            view = workload_view(str(name), parsed, namespace=namespace, workload=workload)
-            if view is not None:
-                return view
-    return None
+def own_first(views: Iterable[WorkloadDrainStatus], cluster: str | None) -> WorkloadDrainStatus | None:
+    """The workload's drain among the clusters' ``views`` of it: its own cluster's (``cluster``)
+    first, since another one may still list it from before the workload moved; else the first
+    by cluster name."""
+    return min(views, key=lambda v: (v.cluster != cluster, v.cluster), default=None)
 
 
 def unrouted_of(workload: Mapping[str, Any]) -> frozenset[str]:
@@ -543,7 +528,8 @@ def unrouted_of(workload: Mapping[str, Any]) -> frozenset[str]:
         if not isinstance(group, Mapping) or group.get("state") not in ("Moving", "Blocked"):
             continue
         names = group.get("unrouted")
-        pods.update(n for n in (names[:8] if isinstance(names, list) else []) if isinstance(n, str))
+        shown = names[:MAX_UNROUTED] if isinstance(names, list) else []
+        pods.update(n for n in shown if isinstance(n, str))
     return frozenset(pods)
 
 
@@ -555,10 +541,10 @@ def transitions(previous: ClusterDrainStatus | None, current: ClusterDrainStatus
     that started moving, was evicted, is Ready again or Blocked (``kubectl describe ic``)."""
     if current is None:
         return []
-    before = {(g.namespace, g.workload, g.replica): g for g in previous.groups} if previous else {}
+    before = {g.key: g for g in previous.groups} if previous else {}
     events: list[DrainEvent] = []
     for g in current.groups:
-        old = before.get((g.namespace, g.workload, g.replica))
+        old = before.get(g.key)
         what = f"{g.namespace}/{g.workload} replica {g.replica}: {g.message}"
         if old is None or old.state != g.state:
             if g.state == "Moving":

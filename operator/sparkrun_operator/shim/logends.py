@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, Literal, NamedTuple
 
-__all__ = ["BOUNDS", "REASONS", "SourceRead", "Start", "closed", "failed", "judge", "marker", "start_of"]
+__all__ = ["BOUNDS", "REASONS", "SourceRead", "Start", "cut", "judge", "marker", "start_of"]
 
 #: Why a source is incomplete.
 REASONS: Final = {
@@ -176,16 +176,11 @@ def judge(
     return findings + _state_findings(read, pod, uid=uid, container=container, follow=follow, start=start)
 
 
-def closed(read: SourceRead, why: str) -> list[dict[str, Any]]:
-    """The findings of a source whose read the shim ended (``stream_closed``)."""
+def cut(read: SourceRead, reason: Literal["stream_closed", "read_error"], why: str) -> list[dict[str, Any]]:
+    """The findings of a source whose read ended before its source did: the shim ended it
+    (``stream_closed``) or it failed unexpectedly (``read_error``); lines it dropped too."""
     findings = [_incomplete(read, "dropped", f"{read.dropped} lines dropped")] if read.dropped else []
-    return [*findings, _incomplete(read, "stream_closed", why)]
-
-
-def failed(read: SourceRead, why: str) -> list[dict[str, Any]]:
-    """The findings of a source whose read failed unexpectedly (``read_error``)."""
-    findings = [_incomplete(read, "dropped", f"{read.dropped} lines dropped")] if read.dropped else []
-    return [*findings, _incomplete(read, "read_error", why)]
+    return [*findings, _incomplete(read, reason, why)]
 
 
 def marker(reads: list[SourceRead]) -> dict[str, Any]:

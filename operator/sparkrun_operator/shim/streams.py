@@ -190,8 +190,8 @@ class Streams:
                 yield frame({"type": "error", **body})
                 for seen in reads:
                     if seen.findings is None:
-                        seen.findings = logends.closed(
-                            seen, f"the daemon API ended the stream: {error.detail}"
+                        seen.findings = logends.cut(
+                            seen, "stream_closed", f"the daemon API ended the stream: {error.detail}"
                         )
             yield frame(logends.marker(reads))
         finally:
@@ -256,8 +256,8 @@ class Streams:
             raise
         except Exception as error:  # NB: unexpected: the source still ends, as incomplete
             log.exception("reading logs of %s failed", source["source_id"])
-            seen.findings = logends.failed(
-                seen, f"Reading logs of {source['source_id']} failed: {type(error).__name__}"
+            seen.findings = logends.cut(
+                seen, "read_error", f"Reading logs of {source['source_id']} failed: {type(error).__name__}"
             )
         await queue.put(None)
 

@@ -147,19 +147,11 @@ async def update(ctx: OperationContext, args: dict[str, Any]) -> Any:
     if "user" in args:
         patch["metadata"] = {"annotations": {SSH_USER_ANNOTATION: args["user"] or None}}
     if patch:
-        async with ifmatch.write(ctx.rest, kube.CLUSTERS, name, None, ctx.if_match):
-            updated = await ctx.rest.merge_patch(kube.CLUSTERS, name, ifmatch.patch_with(patch, ctx.if_match))
+        updated = await ifmatch.merge_patch(ctx.rest, kube.CLUSTERS, name, None, patch, ctx.if_match)
     else:
         updated = await kube.get_cluster(ctx.rest, name)
-        await _unchanged(ctx, updated)
+        await ifmatch.unchanged(ctx.rest, kube.CLUSTERS, updated, ctx.if_match)
     return cluster_definition(updated, await _nodes(ctx))
-
-
-async def _unchanged(ctx: OperationContext, cluster: Mapping[str, Any]) -> None:
-    """Under If-Match, a cluster the operation leaves as it is must still be at the ETag checked."""
-    if ctx.if_match is not None and cluster["metadata"].get("resourceVersion") != ctx.if_match:
-        name = cluster["metadata"]["name"]
-        raise await ifmatch.conflict(ctx.rest, kube.CLUSTERS, name, None, ctx.if_match)
 
 
 async def delete(ctx: OperationContext, args: dict[str, Any]) -> Any:
@@ -179,11 +171,11 @@ async def set_default(ctx: OperationContext, args: dict[str, Any]) -> Any:
     if name is not None and ctx.if_match is not None:
         target = clusters[0]
         if target.get("spec", {}).get("default"):
-            await _unchanged(ctx, target)
+            await ifmatch.unchanged(ctx.rest, kube.CLUSTERS, target, ctx.if_match)
         else:
-            async with ifmatch.write(ctx.rest, kube.CLUSTERS, name, None, ctx.if_match):
-                patch = ifmatch.patch_with({"spec": {"default": True}}, ctx.if_match)
-                await ctx.rest.merge_patch(kube.CLUSTERS, name, patch)
+            await ifmatch.merge_patch(
+                ctx.rest, kube.CLUSTERS, name, None, {"spec": {"default": True}}, ctx.if_match
+            )
         clusters = clusters[1:]
     for cluster in clusters:
         current = cluster["metadata"]["name"]

@@ -1,12 +1,14 @@
 """``plugins.sparkrun-k8s.clusters.drain`` (admin job, ADR 0049): ask for a drain and follow it.
 
-The job writes a fresh token to the InferenceCluster's ``spec.drain.request`` (a JSON patch as
-field manager ``sparkrun-daemon-api``, guarded by ``metadata.generation`` and, under If-Match, by
-the resourceVersion checked), then, unless ``wait: false``, reads ``status.drain`` every second
-and sends a feedback event each time a group changes state, until the drain answering that token
-is Done or Blocked, another request replaced it, or ``timeout_seconds`` passed. The operator does
-the moving (``plan/drain.py``); the job only asks and reports. Registered in the If-Match table
-with the cluster as its target.
+The job writes a fresh token to the InferenceCluster's ``spec.drain.request`` (the whole
+``spec.drain`` in a JSON patch as field manager ``sparkrun-daemon-api``, guarded by
+``metadata.generation`` and, under If-Match, by the resourceVersion checked: ``ops/rollout.py``
+``write_spec``; a value the apiserver refuses is reported as such, 422), then, unless ``wait:
+false``, reads ``status.drain`` every second and sends a feedback event each time a group
+changes state, until the drain answering that token is Done or Blocked, another request
+replaced it, or ``timeout_seconds`` passed. The operator does
+the moving (``plan/drain.py``); the job only asks and reports. Its If-Match target is the
+cluster (``ops/executors/targets.py``).
 """
 
 from __future__ import annotations
@@ -29,13 +31,8 @@ from sparkrun_operator.api.drain import (
     DrainResult,
 )
 from sparkrun_operator.api.pluginops import PLUGIN_PREFIX
-from sparkrun_operator.api.resources import INFERENCE_CLUSTER
-from sparkrun_operator.k8s import errors
-from sparkrun_operator.k8s.client import DAEMON_API_MANAGER, Kube
-from sparkrun_operator.ops import ifmatch, kube, rollout
-from sparkrun_operator.ops.errors import Conflict
-from sparkrun_operator.ops.executors.targets import OBJECTS_GET
-from sparkrun_operator.ops.ifmatch import ResolveContext, Target
+from sparkrun_operator.k8s.client import DAEMON_API_MANAGER
+from sparkrun_operator.ops import kube, rollout
 from sparkrun_operator.ops.invocation import Executor, OperationContext
 
 __all__ = ["EXECUTORS", "OPERATION"]
@@ -50,43 +47,16 @@ def new_token(now: dt.datetime) -> str:
     return f"drain-{now.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(4)}"
 
 
-def request_patch(cluster: Mapping[str, Any], token: str, *, allow_last: bool) -> list[dict[str, Any]]:
-    """The JSON patch writing ``token`` into spec.drain (and into ``allowLastReplicaFor`` when
-    asked: the allowance is this request's only, never a standing ``allowLastReplica``), tested
-    against the generation read."""
-    meta = cluster.get("metadata") or {}
-    ops: list[dict[str, Any]] = [
-        {"op": "test", "path": "/metadata/generation", "value": meta.get("generation")}
-    ]
+def requested_drain(cluster: Mapping[str, Any], token: str, *, allow_last: bool) -> dict[str, Any]:
+    """The cluster's ``spec.drain`` as read, with ``token`` as its request (and as
+    ``allowLastReplicaFor`` when asked: the allowance is this request's only, never a standing
+    ``allowLastReplica``): written whole (:func:`~sparkrun_operator.ops.rollout.write_spec`)."""
     current = (cluster.get("spec") or {}).get("drain")
-    if not isinstance(current, Mapping):
-        value: dict[str, Any] = {"request": token}
-        if allow_last:
-            value["allowLastReplicaFor"] = token
-        ops.append({"op": "add", "path": "/spec/drain", "value": value})
-        return ops
-    ops.append({"op": "add", "path": "/spec/drain/request", "value": token})
+    value = dict(current) if isinstance(current, Mapping) else {}
+    value["request"] = token
     if allow_last:
-        ops.append({"op": "add", "path": "/spec/drain/allowLastReplicaFor", "value": token})
-    return ops
-
-
-async def _write(
-    rest: Kube, cluster: Mapping[str, Any], ops: list[dict[str, Any]], if_match: str | None
-) -> None:
-    name = str(cluster["metadata"]["name"])
-    if if_match is not None:
-        ops = [ifmatch.version_test(if_match), *ops]
-    try:
-        await rest.request(
-            "PATCH", kube.CLUSTERS.path(None, name), body=ops, content_type="application/json-patch+json"
-        )
-    except errors.KubeInvalid as error:
-        if if_match is not None and (moved := await ifmatch.moved(rest, kube.CLUSTERS, name, None, if_match)):
-            raise moved from error
-        raise Conflict(
-            f"InferenceCluster {name} changed since it was read; try again", attrs={"reason": "changed"}
-        ) from error
+        value["allowLastReplicaFor"] = token
+    return value
 
 
 def drain_of(cluster: Mapping[str, Any]) -> ClusterDrainStatus | None:
@@ -149,7 +119,7 @@ async def _follow(ctx: OperationContext, name: str, token: str, within: float) -
             return ended.model_copy(update={"message": message})
         if drain is not None and drain.request == token:
             for g in drain.groups:
-                key, now = (g.namespace, g.workload, g.replica), (g.state, g.message)
+                key, now = g.key, (g.state, g.message)
                 if seen.get(key, ("", ""))[0] != g.state:
                     await ctx.feedback(
                         f"{g.namespace}/{g.workload} replica {g.replica}: {g.state}: {g.message}",
@@ -171,8 +141,13 @@ async def drain(ctx: OperationContext, args: Mapping[str, Any]) -> Any:
     request = DrainRequest.model_validate(dict(args))
     cluster = await rollout.find_cluster(ctx.rest, request.cluster)
     token = new_token(ctx.clock())
-    ops = request_patch(cluster, token, allow_last=request.allow_last_replica)
-    await _write(ctx.rest.as_manager(DAEMON_API_MANAGER), cluster, ops, ctx.if_match)
+    await rollout.write_spec(
+        ctx.rest.as_manager(DAEMON_API_MANAGER),
+        kube.CLUSTERS,
+        cluster,
+        sets={"/drain": requested_drain(cluster, token, allow_last=request.allow_last_replica)},
+        if_match=ctx.if_match,
+    )
     await ctx.feedback(f"InferenceCluster {request.cluster}: drain requested ({token})", stage="drain")
     if not request.wait:
         result = report(request.cluster, token, None, timed_out=False)
@@ -180,12 +155,5 @@ async def drain(ctx: OperationContext, args: Mapping[str, Any]) -> Any:
         result = await _follow(ctx, request.cluster, token, float(request.timeout_seconds))
     return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
-
-async def _drained_cluster(ctx: ResolveContext, args: Mapping[str, Any]) -> Target:
-    found = await rollout.find_cluster(ctx.rest, str(args["cluster"]))
-    return Target(INFERENCE_CLUSTER.kind, kube.CLUSTERS, found["metadata"]["name"], None, found)
-
-
-ifmatch.register(OPERATION, kind=INFERENCE_CLUSTER.kind, query=OBJECTS_GET, resolve=_drained_cluster)
 
 EXECUTORS: dict[str, Executor] = {OPERATION: drain}

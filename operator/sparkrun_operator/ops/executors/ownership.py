@@ -9,7 +9,8 @@ workloads or clusters (ADR 0021). The holder is the authenticated principal (wit
 optional session id), never an owner the caller names.
 
 ``lease`` and ``release`` are operate scope and refuse a workload another manager launched
-(409 ``not_owner``) as the other workload operations do; ``leases`` is read scope.
+(409 ``not_owner``) as the other workload operations do, and under If-Match one written since
+the ETag the daemon API checked (412 ``revision_conflict``); ``leases`` is read scope.
 """
 
 from __future__ import annotations
@@ -17,19 +18,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sparkrun_operator.api.ownership import (
-    HELD,
-    LeasesResult,
-    check_session,
-    lease_name,
-)
+from sparkrun_operator.api.ownership import check_session
 from sparkrun_operator.api.pluginops import PLUGIN_PREFIX
 from sparkrun_operator.k8s.client import DAEMON_API_MANAGER
-from sparkrun_operator.k8s.resources import LEASES
-from sparkrun_operator.ops import kube, ownership, rollout
-from sparkrun_operator.ops.errors import Conflict, Invalid
+from sparkrun_operator.ops import ifmatch, kube, ownership
+from sparkrun_operator.ops.errors import Invalid
+from sparkrun_operator.ops.executors.rollout import owned
 from sparkrun_operator.ops.invocation import Executor, OperationContext
-from sparkrun_operator.render import keys
 
 __all__ = ["EXECUTORS"]
 
@@ -45,21 +40,17 @@ def _session(args: Mapping[str, Any]) -> str | None:
         raise Invalid(str(error)) from error
 
 
-async def _owned(ctx: OperationContext, ref: str) -> dict[str, Any]:
-    workload = await rollout.find_workload(ctx.rest, ctx.namespace, ref)
-    manager = (workload.get("spec") or {}).get("manager") or ""
-    if manager and manager != ctx.manager:
-        raise Conflict(
-            f"InferenceWorkload {workload['metadata']['name']} is owned by manager {manager!r}, "
-            f"not {ctx.manager!r}",
-            attrs={"reason": "not_owner"},
-        )
+async def _target(ctx: OperationContext, ref: str) -> dict[str, Any]:
+    """The workload to claim or release: one this manager launched and, under If-Match, still at
+    the ETag the daemon API checked (a write since is refused: 412 ``revision_conflict``)."""
+    workload = await owned(ctx, ref)
+    await ifmatch.unchanged(ctx.rest, kube.WORKLOADS, workload, ctx.if_match)
     return workload
 
 
 async def lease(ctx: OperationContext, args: Mapping[str, Any]) -> Any:
     session = _session(args)
-    workload = await _owned(ctx, args["workload"])
+    workload = await _target(ctx, args["workload"])
     done = await ownership.claim(
         ctx.rest.as_manager(DAEMON_API_MANAGER),
         workload,
@@ -73,7 +64,7 @@ async def lease(ctx: OperationContext, args: Mapping[str, Any]) -> Any:
 
 async def release(ctx: OperationContext, args: Mapping[str, Any]) -> Any:
     session = _session(args)
-    workload = await _owned(ctx, args["workload"])
+    workload = await _target(ctx, args["workload"])
     done = await ownership.release(
         ctx.rest.as_manager(DAEMON_API_MANAGER),
         workload,
@@ -85,18 +76,9 @@ async def release(ctx: OperationContext, args: Mapping[str, Any]) -> Any:
 
 
 async def leases(ctx: OperationContext, args: Mapping[str, Any]) -> Any:
-    owned = args.get("owned")
-    workloads = await ctx.rest.list(kube.WORKLOADS, ctx.namespace)
-    found = await ctx.rest.list(LEASES, ctx.namespace, label_selector=keys.LABEL_OWNERSHIP)
-    by_name = {str((x.get("metadata") or {}).get("name") or ""): x for x in found}
-    out = []
-    for workload in sorted(workloads, key=lambda w: str((w.get("metadata") or {}).get("name") or "")):
-        if ownership.spec_of(workload) is None:
-            continue
-        entry = ownership.info(workload, by_name.get(lease_name(str(workload["metadata"]["name"]))))
-        if owned is None or (entry.state == HELD) == bool(owned):
-            out.append(entry)
-    return _dump(LeasesResult(leases=out))
+    held = None if args.get("owned") is None else bool(args["owned"])
+    # NB: from the watch cache, as workloads.list reads (a read-scope listing)
+    return _dump(await ownership.listing(ctx.rest, ctx.namespace, held, cached=True))
 
 
 EXECUTORS: dict[str, Executor] = {

@@ -28,7 +28,9 @@ def _dump(model: Any) -> Any:
     return model.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-async def _owned(ctx: OperationContext, ref: str) -> dict[str, Any]:
+async def owned(ctx: OperationContext, ref: str) -> dict[str, Any]:
+    """The workload ``ref`` names (name or workload id), refused (409 ``not_owner``) when another
+    manager launched it, as the other workload operations refuse it."""
     workload = await rollout.find_workload(ctx.rest, ctx.namespace, ref)
     manager = (workload.get("spec") or {}).get("manager") or ""
     if manager and manager != ctx.manager:
@@ -47,7 +49,7 @@ async def history(ctx: OperationContext, args: Mapping[str, Any]) -> Any:
 
 
 async def rollback(ctx: OperationContext, args: Mapping[str, Any]) -> Any:
-    workload = await _owned(ctx, args["workload"])
+    workload = await owned(ctx, args["workload"])
     done = await rollout.rollback(
         ctx.rest.as_manager(DAEMON_API_MANAGER),
         workload,
@@ -61,7 +63,7 @@ async def rollback(ctx: OperationContext, args: Mapping[str, Any]) -> Any:
 
 
 async def apply_drift(ctx: OperationContext, args: Mapping[str, Any]) -> Any:
-    workload = await _owned(ctx, args["workload"])
+    workload = await owned(ctx, args["workload"])
     done = await rollout.apply_drift(
         ctx.rest.as_manager(DAEMON_API_MANAGER),
         workload,

@@ -14,13 +14,10 @@ model_cache.pin                     ModelCache        the one tracking ``model``
 plugins.sparkrun-k8s.workloads.     InferenceWorkload ``workload``: name or workload id
 rollback / apply_drift
 plugins.sparkrun-k8s.clusters.      InferenceCluster  ``cluster``
-apply_drift
+apply_drift / drain
 plugins.sparkrun-k8s.workloads.     InferenceWorkload ``workload``: name or workload id (queries:
 lease / release                                       checked just before the Lease is written)
 =================================== ================= ============================================
-
-``plugins.sparkrun-k8s.clusters.drain`` (target: the InferenceCluster ``cluster``) registers itself
-in ``ops/executors/drain.py``.
 
 Every target's ETag is answered by ``plugins.sparkrun-k8s.objects.get`` (and a workload's by
 ``plugins.sparkrun-k8s.workloads.history`` too). The job routes' target, the DaemonJob itself, is
@@ -88,7 +85,7 @@ async def _default_cluster(ctx: ResolveContext, args: Mapping[str, Any]) -> Targ
     return await _cluster_named(ctx, str(name))
 
 
-async def _drifted_cluster(ctx: ResolveContext, args: Mapping[str, Any]) -> Target:
+async def _cluster_by_arg(ctx: ResolveContext, args: Mapping[str, Any]) -> Target:
     return _cluster(await rollout.find_cluster(ctx.rest, str(args["cluster"])))
 
 
@@ -129,7 +126,8 @@ REGISTERED: Final = (
     ("model_cache.pin", MODEL_CACHE.kind, _pinned_cache),
     (PLUGIN_PREFIX + "workloads.rollback", INFERENCE_WORKLOAD.kind, _workload_by_ref),
     (PLUGIN_PREFIX + "workloads.apply_drift", INFERENCE_WORKLOAD.kind, _workload_by_ref),
-    (PLUGIN_PREFIX + "clusters.apply_drift", INFERENCE_CLUSTER.kind, _drifted_cluster),
+    (PLUGIN_PREFIX + "clusters.apply_drift", INFERENCE_CLUSTER.kind, _cluster_by_arg),
+    (PLUGIN_PREFIX + "clusters.drain", INFERENCE_CLUSTER.kind, _cluster_by_arg),
     # NB: queries the daemon API runs at once: the workload is checked just before the Lease is
     # written (the Lease's own write is a compare-and-swap on its resourceVersion).
     (PLUGIN_PREFIX + "workloads.lease", INFERENCE_WORKLOAD.kind, _workload_by_ref),

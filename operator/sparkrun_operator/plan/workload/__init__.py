@@ -27,10 +27,12 @@ Rules (``docs/resources/inferenceworkload.md``, "What runs" and "Changing it"):
 cluster: may block) -> ``history`` (the kept revisions: the newest serves; rollback, drift,
 pruning, ADR 0046) -> ``identity`` (ids, the served names) -> ``rolloutgate`` (the
 benchmark a gated rollout waits for, and its verdict) -> ``children`` (Service,
-JobSets) -> ``sleep`` (engine sleep/wake calls) -> ``counts``, ``scheduled`` and ``conditions``
-(the status) -> ``scaling`` (``status.scaling``: the autoscaler's news, the measured wakes; it
-reads the conditions just set). :func:`status_only` runs the same stages for the status alone;
-:func:`finalize` folds what the apiserver refused into the status to write.
+JobSets) -> ``sleep`` (engine sleep/wake calls) -> ``counts``, ``scheduled``, ``ownership``
+(``status.lease``), the drain (``status.drain``: ``obs.drain``, the workload's groups in its
+cluster's drain) and ``conditions`` (the status) -> ``scaling`` (``status.scaling``: the
+autoscaler's news, the measured wakes; it reads the conditions just set). :func:`status_only`
+runs the same stages for the status alone; :func:`finalize` folds what the apiserver refused
+into the status to write.
 """
 
 from __future__ import annotations
@@ -118,6 +120,7 @@ def plan(obs: Observation) -> Plan:
         memory_problem=found.memory_problem,
     )
     ownership.report(obs, cond, status)
+    status.drain = obs.drain  # the gateway skips the pods it lists (plan/drain.py)
     conditions.report(
         obs=obs,
         out=out,

@@ -13,6 +13,7 @@ from typing import Any, Final, Literal
 
 from sparkrun_operator.api.benchmark import ScenarioResult
 from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
+from sparkrun_operator.api.drain import WorkloadDrainStatus
 from sparkrun_operator.api.history import ServingRevision
 from sparkrun_operator.api.meta import Condition, LabelSelector, Toleration, set_condition
 from sparkrun_operator.api.modelshape import ModelShape
@@ -258,6 +259,10 @@ class Observation:
     #: The ownership lease as the operator's lease lane last judged it (``spec.lease``, ADR 0049;
     #: ``plan/workload/ownership.py``); ``None``: not judged by this process yet (carried over).
     ownership: LeaseStatus | None = None
+    #: The workload's groups in a cluster's drain (ADR 0049; the ``iw_drains`` index, its own
+    #: cluster's first: ``plan/drain.py`` ``own_first``); ``None``: none. The planner copies it
+    #: into ``status.drain``, which the gateway reads to skip the pods it lists.
+    drain: WorkloadDrainStatus | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

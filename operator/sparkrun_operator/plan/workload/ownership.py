@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkrun_operator.api import conditions as c
+from sparkrun_operator.api.meta import lease_record, parse_time
 from sparkrun_operator.api.ownership import (
     HELD,
     LAPSED,
@@ -32,7 +33,7 @@ from sparkrun_operator.api.ownership import (
 from sparkrun_operator.api.workload import InferenceWorkloadStatus
 from sparkrun_operator.plan.workload.model import Conditions, Observation
 
-__all__ = ["ABSENT", "Verdict", "judge", "observed", "record_of", "report", "trusted"]
+__all__ = ["ABSENT", "Verdict", "judge", "observed", "report", "trusted"]
 
 
 @dataclass(frozen=True)
@@ -62,62 +63,41 @@ def trusted(lease: Mapping[str, Any] | None, *, workload: str, uid: str) -> bool
 ABSENT: tuple[str, str, str] = ("", "", "")
 
 
-def observed(lease: Mapping[str, Any] | None, *, workload: str, uid: str) -> tuple[str, str, str]:
-    """The record the observer times: the trusted Lease's (:func:`record_of`), else
-    :data:`ABSENT`, so that a Lease going missing is itself a change timed from when seen."""
-    if lease is not None and trusted(lease, workload=workload, uid=uid):
-        return record_of(lease)
-    return ABSENT
-
-
-def record_of(lease: Mapping[str, Any]) -> tuple[str, str, str]:
-    """What changes on every claim, renew or release: (holder, renewTime, resourceVersion).
-    ResourceVersions are opaque: compared for equality only."""
-    meta, spec = lease.get("metadata") or {}, lease.get("spec") or {}
-    return (
-        str(spec.get("holderIdentity") or ""),
-        str(spec.get("renewTime") or ""),
-        str(meta.get("resourceVersion") or ""),
-    )
-
-
-def _parse(value: Any) -> dt.datetime | None:
-    if not isinstance(value, str) or not 0 < len(value) <= 64:
-        return None
-    try:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
+def observed(lease: Mapping[str, Any] | None, *, own: bool) -> tuple[str, str, str]:
+    """The record the observer times: ``lease``'s when it is the workload's own (``own``:
+    :func:`trusted`; ``api/meta.py`` ``lease_record``: what changes on every claim, renew or
+    release), else :data:`ABSENT`, so that a Lease going missing is itself a change timed from
+    when seen."""
+    return lease_record(lease) if own and lease is not None else ABSENT
 
 
 def judge(
     spec: LeaseSpec,
     *,
     workload: str,
-    uid: str,
     lease: Mapping[str, Any] | None,
-    record_seen: float | None,
+    own: bool,
+    record_seen: float,
     watched_since: float,
     now: float,
     wall: dt.datetime,
     previous: LeaseStatus | None,
 ) -> Verdict:
-    """The verdict at ``now`` (the observer's monotonic clock). ``record_seen``: when the
-    observer first saw the trusted Lease's current record (``None``: no trusted Lease);
-    ``watched_since``: when it first saw the workload with ``spec.lease`` (an unclaimed lease
-    counts from there: a restarted operator gives a full TTL before anything lapses).
-    Without a trusted Lease, ``record_seen`` is when the observer first saw it missing
-    (:data:`ABSENT`): a Lease deleted, unlabelled or rewritten as another's lapses a full TTL
-    after that, never at once."""
-    own = trusted(lease, workload=workload, uid=uid)
+    """The verdict at ``now`` (the observer's monotonic clock). ``own``: ``lease`` is the
+    workload's own (:func:`trusted`); ``record_seen``: when the observer first saw its current
+    record (:func:`observed`); ``watched_since``: when it first saw the workload with
+    ``spec.lease`` (an unclaimed lease counts from there: a restarted operator gives a full TTL
+    before anything lapses). Without a trusted Lease, ``record_seen`` is when the observer first
+    saw it missing (:data:`ABSENT`): a Lease deleted, unlabelled or rewritten as another's lapses
+    a full TTL after that, never at once."""
     squatted = lease is not None and not own
     holder: str | None = None
     acquired: dt.datetime | None = None
-    start = watched_since if record_seen is None else max(record_seen, watched_since)
-    if own and lease is not None and record_seen is not None:
+    start = max(record_seen, watched_since)
+    if own and lease is not None:
         lease_spec = lease.get("spec") or {}
         holder = shown_holder(lease_spec.get("holderIdentity"))
-        acquired = _parse(lease_spec.get("acquireTime")) if holder else None
+        acquired = parse_time(lease_spec.get("acquireTime")) if holder else None
     remaining = spec.ttl_seconds - (now - start)
     state = LAPSED if remaining <= 0 else HELD if holder else UNCLAIMED
     if state == LAPSED and previous is not None and previous.state == LAPSED:

@@ -99,9 +99,8 @@ async def pin(ctx: OperationContext, args: dict[str, Any]) -> list[dict[str, Any
             f"{model}@{commit} at {loc.cache_dir}: send no If-Match to pin them all"
         )
     for t in target.trackers:
-        async with ifmatch.write(ctx.rest, CACHES, t.name, ctx.namespace, ctx.if_match):
-            patch = ifmatch.patch_with({"spec": {"pinned": pinned}}, ctx.if_match)
-            await ctx.rest.merge_patch(CACHES, t.name, patch, ctx.namespace)
+        patch = {"spec": {"pinned": pinned}}
+        await ifmatch.merge_patch(ctx.rest, CACHES, t.name, ctx.namespace, patch, ctx.if_match)
     target.trackers = [inventory.Tracker(**{**t.__dict__, "pinned": pinned}) for t in target.trackers]
     inventory.protect(
         entries,

@@ -10,8 +10,8 @@ from typing import Any
 
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.k8s.errors import KubeInvalid
-from sparkrun_operator.ops import ifmatch, kube
-from sparkrun_operator.ops.errors import Conflict, DaemonError, NotFound, OperationTimeout
+from sparkrun_operator.ops import ifmatch, kube, rollout
+from sparkrun_operator.ops.errors import Conflict, DaemonError, Invalid, NotFound, OperationTimeout
 from sparkrun_operator.ops.executors.workloads.inventory import state, workload_row
 from sparkrun_operator.ops.invocation import OperationContext
 from sparkrun_operator.plan import wake as wakeup
@@ -76,11 +76,14 @@ async def by_id(ctx: OperationContext, workload_id: str) -> dict[str, Any]:
 
 async def find(rest: Kube, namespace: str, workload_id: str) -> dict[str, Any]:
     """The workload whose workload id or name is ``workload_id`` (the If-Match check's resolver
-    too, ``ops/executors/targets.py``); ``NotFound`` when none is."""
-    for workload in await rest.list(kube.WORKLOADS, namespace):
-        if kube.workload_id_of(workload) == workload_id or workload["metadata"]["name"] == workload_id:
-            return workload
-    raise NotFound(f"Unknown workload: {workload_id}")
+    too, ``ops/executors/targets.py``); ``NotFound`` when none is. A name is read with one GET:
+    no name holds ``_`` or ``/`` and every workload id does (``sparkrun_<intent>_<placement>``,
+    or ``namespace/name`` before the controller wrote one), so only an id lists
+    (``ops/rollout.py`` ``find_workload``)."""
+    try:
+        return await rollout.find_workload(rest, namespace, workload_id)
+    except (NotFound, Invalid):
+        raise NotFound(f"Unknown workload: {workload_id}") from None
 
 
 async def guarded(ctx: OperationContext, args: Mapping[str, Any], *, owner: bool) -> dict[str, Any]:
@@ -138,9 +141,8 @@ async def sleep(ctx: OperationContext, args: dict[str, Any]) -> Any:
         raise Conflict(
             f"InferenceWorkload {name} was not started with engine.enableSleepMode; it cannot sleep"
         )
-    async with ifmatch.write(ctx.rest, kube.WORKLOADS, name, ctx.namespace, ctx.if_match):
-        patch = ifmatch.patch_with({"spec": {"state": "Sleeping"}}, ctx.if_match)
-        await ctx.rest.merge_patch(kube.WORKLOADS, name, patch, ctx.namespace)
+    sleeping = {"spec": {"state": "Sleeping"}}
+    await ifmatch.merge_patch(ctx.rest, kube.WORKLOADS, name, ctx.namespace, sleeping, ctx.if_match)
     slept = await wait_for(ctx, name, until="sleeping", limit=300.0)
     return workload_row(slept, ctx.manager)
 
@@ -159,9 +161,8 @@ async def wake(ctx: OperationContext, args: dict[str, Any]) -> Any:
             "(scale it up instead)"
         )
     if not (resting == "Zero" and await _from_zero(ctx, workload)):
-        async with ifmatch.write(ctx.rest, kube.WORKLOADS, name, ctx.namespace, ctx.if_match):
-            patch = ifmatch.patch_with(wakeup.STATE_RUNNING, ctx.if_match)
-            await ctx.rest.merge_patch(kube.WORKLOADS, name, patch, ctx.namespace)
+        running = wakeup.STATE_RUNNING
+        await ifmatch.merge_patch(ctx.rest, kube.WORKLOADS, name, ctx.namespace, running, ctx.if_match)
     woken = await wait_for(ctx, name, until="ready", limit=ctx.settings.ready_timeout)
     return workload_row(woken, ctx.manager)
 
