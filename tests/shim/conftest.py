@@ -151,9 +151,11 @@ def daemon(
     kube: KubeApi,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Daemon]:
-    # NB: a module that sets CHART_RBAC = True gets a shim and operator with the chart's RBAC.
+    # NB: a module that sets CHART_RBAC = True gets a shim and operator with the chart's RBAC; one
+    # that sets EXECUTOR = False gets no operator until it starts one (tests/shim/test_if_match.py).
     chart_rbac = bool(getattr(request.module, "CHART_RBAC", False))
-    running = start_daemon(testbed, kube, tmp_path_factory.mktemp("shim"), chart_rbac=chart_rbac)
+    extra = {} if getattr(request.module, "EXECUTOR", True) else {"executor": False}
+    running = start_daemon(testbed, kube, tmp_path_factory.mktemp("shim"), chart_rbac=chart_rbac, **extra)
     failed_before = request.session.testsfailed
     yield running
     if request.session.testsfailed > failed_before:

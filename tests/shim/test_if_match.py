@@ -50,9 +50,8 @@ from sparkrun_operator.ops.errors import PreconditionFailed
 from sparkrun_operator.ops.executors.workloads import lifecycle
 from sparkrun_operator.ops.invocation import OperationContext
 from sparkrun_operator.ops.settings import Settings
-from sparkrun_testbed.kubeapi import KubeApi
 from sparkrun_testbed.plane import Testbed
-from tests.shim.conftest import API, Daemon, start_daemon, stop_daemon
+from tests.shim.conftest import API, Daemon
 
 pytestmark = pytest.mark.testbed
 
@@ -65,21 +64,10 @@ MERGE = {"content-type": "application/merge-patch+json"}
 _bumps = itertools.count(1)
 
 
-@pytest.fixture(scope="module")
-def daemon(
-    request: pytest.FixtureRequest,
-    testbed: Testbed,
-    crds: list[str],
-    kube: KubeApi,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Daemon]:
-    """The chart's RBAC; no operator until :func:`executing` starts it."""
-    running = start_daemon(testbed, kube, tmp_path_factory.mktemp("ifmatch"), chart_rbac=True, executor=False)
-    failed_before = request.session.testsfailed
-    yield running
-    if request.session.testsfailed > failed_before:
-        print(running.runner.logs())
-    stop_daemon(running)
+#: the module's ``daemon`` (tests/shim/conftest.py): the chart's RBAC, and no operator until
+#: :func:`_start_operator` starts one (until then nothing but the test writes the objects)
+CHART_RBAC = True
+EXECUTOR = False
 
 
 @pytest.fixture(scope="module")
