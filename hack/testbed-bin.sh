@@ -74,6 +74,8 @@ chmod -R u+w "$share"
 build helm helm -- helm.sh/helm/v3/cmd/helm
 # llm-d-inference-sim, the gateway tests' second upstream: its own wrapper and key (hack/llmd-sim/).
 "$here/llmd-sim-bin.sh" >/dev/null
+# The Inference Extension's endpoint picker (v1.5.0) and the InferencePool/Gateway API CRDs (hack/epp/).
+"$here/epp-bin.sh" >/dev/null
 log "all binaries present in $bin (this run: $((SECONDS - t_all)) s)"
 "$bin/kube-apiserver" --version >&2
 echo "$bin"

@@ -8,6 +8,9 @@ the entrypoint and drops ``CMD``; ``args`` replace ``CMD``) and translated:
 
 - ``vllm serve ...`` and ``python -m vllm.entrypoints.openai.api_server ...`` become the engine
   stand-in, ``<this interpreter> -m sparkrun_testbed.engine serve ...``;
+- the Gateway API Inference Extension's endpoint picker image (:data:`PICKER_IMAGE`, any
+  registry prefix and tag) runs the picker binary that ``hack/epp-bin.sh`` built
+  (:mod:`.epp`), when it is there: :func:`load_rules` adds that rule;
 - anything else runs as is, with a ``PATH`` whose first entry holds shims: ``vllm`` (the engine
   stand-in, so ``sh -c "... exec vllm serve ..."`` works), ``python``/``python3`` (this
   interpreter, which can import the project) and ``nc`` (``nc -z HOST PORT`` for init containers
@@ -25,7 +28,8 @@ code 128. Rules come from code or from a YAML file (:func:`load_rules`)::
       cmd: ["--help"]                          # the image's CMD (optional)
       env: {MY_TOOL_HOME: /tmp}                # the image's ENV (optional)
 
-Everything here is pure except :func:`write_shims` (writes files) and :func:`load_rules`.
+Everything here is pure except :func:`write_shims` (writes files) and :func:`load_rules` (reads
+the file and locates the picker binary).
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ from typing import Any
 
 import yaml
 
+from . import epp
+from .binaries import BinariesMissing
+
 IMAGE_NOT_MAPPED = "ImageNotMapped"
 START_ERROR = "StartError"
 CREATE_ERROR = "CreateContainerError"
@@ -48,6 +55,8 @@ ENGINE_MODULE = "sparkrun_testbed.engine"
 IMAGES_FILE_ENV = "SPARKRUN_TESTBED_PROCESS_IMAGES"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _VLLM_API_SERVER = "vllm.entrypoints.openai.api_server"
+#: The endpoint picker's repository, with any registry (or mirror) in front of it.
+PICKER_IMAGE = "*" + epp.IMAGE.removeprefix("registry.k8s.io")
 
 
 @dataclass(frozen=True)
@@ -141,10 +150,12 @@ def resolve(
     image = str(container.get("image") or "")
     rule = find_rule(image, rules)
     if rule is None:
+        hint = f"add a rule to ${IMAGES_FILE_ENV} or run the pod on a KWOK node"
+        if fnmatch.fnmatchcase(repository(image), PICKER_IMAGE):
+            hint = f"build the endpoint picker with hack/epp-bin.sh or set ${epp.BIN_ENV}"
         return Refusal(
             IMAGE_NOT_MAPPED,
-            f"image {image!r} is not mapped to a local command on this process node "
-            f"(add a rule to ${IMAGES_FILE_ENV} or run the pod on a KWOK node)",
+            f"image {image!r} is not mapped to a local command on this process node ({hint})",
         )
     command = [str(a) for a in container.get("command") or ()]
     args = [str(a) for a in container.get("args") or ()]
@@ -200,17 +211,35 @@ def write_shims(shim_dir: Path) -> None:
         target.chmod(0o755)
 
 
-def load_rules(path: Path | None = None) -> tuple[ImageRule, ...]:
-    """User rules from ``path`` (default ``$SPARKRUN_TESTBED_PROCESS_IMAGES``), then the defaults.
+def picker_rule(binary: Path | None) -> ImageRule | None:
+    """The endpoint picker image -> ``binary`` (None: not built, so the image stays unmapped).
+
+    The image's ``ENTRYPOINT`` is the picker and it has no ``CMD``; a pod gives the flags.
+    """
+    if binary is None or not os.access(binary, os.X_OK):
+        return None
+    return ImageRule(PICKER_IMAGE, entrypoint=(str(binary),))
+
+
+def _located_picker() -> Path | None:
+    try:
+        return epp.locate()
+    except BinariesMissing:
+        return None
+
+
+def load_rules(path: Path | None = None, *, picker: Path | None = None) -> tuple[ImageRule, ...]:
+    """User rules from ``path`` (default ``$SPARKRUN_TESTBED_PROCESS_IMAGES``), the endpoint
+    picker's (``picker``, default :func:`.epp.locate`) when built, then the defaults.
 
     Raises ``ValueError`` naming the file for a malformed rule.
     """
     if path is None:
         env = os.environ.get(IMAGES_FILE_ENV)
         path = Path(env) if env else None
-    if path is None:
-        return DEFAULT_RULES
-    return parse_rules(yaml.safe_load(path.read_text()) or {}, source=str(path)) + DEFAULT_RULES
+    user = parse_rules(yaml.safe_load(path.read_text()) or {}, source=str(path)) if path else ()
+    rule = picker_rule(picker or _located_picker())
+    return (*user, *((rule,) if rule else ()), *DEFAULT_RULES)
 
 
 def parse_rules(data: Mapping[str, Any], *, source: str = "rules") -> tuple[ImageRule, ...]:

@@ -11,7 +11,10 @@ environment. Timing follows the probe spec: ``initialDelaySeconds`` (0), ``perio
   ``host`` defaults to the pod IP; named ports resolve through the container's ``ports``.
 - TCP: a connection is opened and closed.
 - exec: exit status 0 passes; a command that outlives ``timeoutSeconds`` is killed and fails.
-- gRPC probes are reported as failing with a message saying they are not supported.
+- gRPC: ``grpc.health.v1.Health/Check`` over plaintext HTTP/2 to the pod IP and ``port`` (a
+  number, as the API requires), with ``service`` in the request, on a fresh channel each time; a
+  ``SERVING`` answer within ``timeoutSeconds`` passes. The request and answer are encoded here
+  (two protobuf fields), so no generated stubs are needed; failure messages are a kubelet's.
 
 :class:`ProbeLoop` turns single results into transitions (``on_change(success, message)``)
 with the thresholds applied. HTTP clients ignore proxy environment variables: probes go only
@@ -29,9 +32,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
 import httpx
+from grpc import aio
 
 USER_AGENT = "kube-probe/1.36"
+HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+#: grpc.health.v1.HealthCheckResponse.ServingStatus
+SERVING_STATUS = {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING", 3: "SERVICE_UNKNOWN"}
+_MAX_ANSWER = 1024  # bytes of a health answer (a real one is 2)
 
 ExecRunner = Callable[[Sequence[str], float], Awaitable[tuple[int, str]]]
 """``run(argv, limit) -> (exit_code, output)`` inside the container's sandbox (``limit``: seconds)."""
@@ -95,7 +104,7 @@ class Prober:
             if "exec" in self.probe:
                 return await self._exec(self.probe["exec"])
             if "grpc" in self.probe:
-                return False, "gRPC probes are not supported on process nodes"
+                return await self._grpc(self.probe["grpc"])
             return False, "probe has no handler"
         except ValueError as e:
             return False, str(e)
@@ -133,6 +142,14 @@ class Prober:
         with contextlib.suppress(OSError):
             await writer.wait_closed()
         return True, ""
+
+    async def _grpc(self, spec: Mapping[str, Any]) -> tuple[bool, str]:
+        port = spec.get("port")
+        if not isinstance(port, int) or isinstance(port, bool):
+            return False, f"gRPC probe port must be a number, not {port!r}"
+        return await grpc_health_check(
+            self.pod_ip, port, str(spec.get("service") or ""), limit=self.timing.timeout
+        )
 
     async def _exec(self, spec: Mapping[str, Any]) -> tuple[bool, str]:
         argv = [str(a) for a in spec.get("command") or ()]
@@ -203,6 +220,99 @@ def http_client() -> httpx.AsyncClient:
         follow_redirects=False,
         limits=httpx.Limits(max_keepalive_connections=0),
     )
+
+
+async def grpc_health_check(host: str, port: int, service: str, *, limit: float) -> tuple[bool, str]:
+    """One ``grpc.health.v1.Health/Check`` as a kubelet sends it: ``(passed, message)``.
+
+    ``limit``: seconds for connecting and the call together (the probe's ``timeoutSeconds``).
+    """
+    addr = f"{_host(host)}:{port}"
+    options = [
+        ("grpc.enable_http_proxy", 0),  # probes go only to the pod, never through a proxy
+        ("grpc.primary_user_agent", USER_AGENT),
+        ("grpc.max_receive_message_length", _MAX_ANSWER),
+        ("grpc.enable_retries", 0),
+    ]
+    async with aio.insecure_channel(addr, options=options) as channel:
+        # bytes in, bytes out: no (de)serializers
+        check: aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(HEALTH_CHECK)
+        try:
+            answer = await check(encode_health_request(service), timeout=limit)
+        except aio.AioRpcError as e:
+            code, details = e.code(), (e.details() or "")[:512]
+            if code == grpc.StatusCode.UNIMPLEMENTED:
+                return False, (
+                    "error: this server does not implement the grpc health protocol "
+                    f"(grpc.health.v1.Health): {details}"
+                )
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                return False, f"timeout: health rpc did not complete within {limit:g}s"
+            return False, f"error: health rpc probe failed: rpc error: code = {code.name} desc = {details}"
+    status = decode_health_status(answer)
+    if status == 1:
+        return True, ""
+    name = SERVING_STATUS.get(status, str(status)) if status is not None else "malformed answer"
+    return False, f'service unhealthy (responded with "{name}")'
+
+
+def encode_health_request(service: str) -> bytes:
+    """``HealthCheckRequest{service}``: field 1, length-delimited (nothing when empty)."""
+    data = service.encode()
+    return b"\x0a" + _varint(len(data)) + data if data else b""
+
+
+def decode_health_status(data: bytes) -> int | None:
+    """``HealthCheckResponse.status`` (field 1, varint; 0 when absent), None when malformed.
+
+    Other fields are skipped by wire type, as protobuf readers do.
+    """
+    pos, status = 0, 0
+    while pos < len(data):
+        key, pos = _read_varint(data, pos)
+        if key is None:
+            return None
+        field_number, wire_type = key >> 3, key & 7
+        if wire_type == 0:
+            value, pos = _read_varint(data, pos)
+            if value is None:
+                return None
+            if field_number == 1:
+                status = value
+        elif wire_type == 2:
+            length, pos = _read_varint(data, pos)
+            if length is None or pos + length > len(data):
+                return None
+            pos += length
+        elif wire_type in (1, 5):
+            pos += 8 if wire_type == 1 else 4
+            if pos > len(data):
+                return None
+        else:
+            return None
+    return status
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int | None, int]:
+    value = 0
+    for shift in range(0, 70, 7):  # at most 10 bytes
+        if pos >= len(data):
+            return None, pos
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+    return None, pos
 
 
 async def run_exec(

@@ -10,7 +10,8 @@ Contract (what a client can rely on):
   ``--distributed-executor-backend``, ``--nnodes``, ``--node-rank``, ``--master-addr``,
   ``--master-port``, ``--headless``, ``--enable-sleep-mode``, ``--max-model-len``,
   ``--gpu-memory-utilization``, ``--revision``, ``--download-dir``, ``--trust-remote-code``,
-  ``--max-num-seqs``, ``--runner``/``--task``) are parsed; any other argument is ignored with one
+  ``--max-num-seqs``, ``--runner``/``--task``, ``--block-size``, ``--enable-lora``,
+  ``--max-loras``) are parsed; any other argument is ignored with one
   log line.
 - HTTP (leader only): ``/health`` answers 503 until every rank joined and the simulated load time
   passed, then 200 with an empty body. ``/v1/models``, ``/v1/chat/completions``,
@@ -23,7 +24,13 @@ Contract (what a client can rely on):
   and a request runs only when its prompt fits in the KV cache beside the running ones'; the rest
   wait in arrival order. ``/metrics`` has ``vllm:num_requests_running``,
   ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc`` (tokens of running requests over the
-  KV-cache size), ``vllm:request_success_total{finished_reason=stop|length|abort}``. A cold start
+  KV-cache size), ``vllm:request_success_total{finished_reason=stop|length|abort}``, and the info
+  gauges the Inference Extension's endpoint picker reads: ``vllm:cache_config_info`` (value 1;
+  labels ``block_size`` (``--block-size``, 16), ``num_gpu_blocks`` (the KV-cache size over the
+  block size), ``gpu_memory_utilization``, ``cache_dtype``, ``enable_prefix_caching``, ``engine``)
+  and, only with ``--enable-lora`` as in vLLM, ``vllm:lora_requests_info`` (labels ``max_lora``
+  (``--max-loras``, 1), ``running_lora_adapters`` and ``waiting_lora_adapters``, empty: the
+  stand-in serves no adapters; value: the time of the scrape). A cold start
   is ``SPARKRUN_ENGINE_LOAD_SECONDS`` (``/health`` answers 503 until then), a wake from sleep
   (level 1: ``--enable-sleep-mode``, ``POST /sleep?level=1``) ``SPARKRUN_ENGINE_WAKE_SECONDS``;
   ``SPARKRUN_ENGINE_TOKEN_SECONDS`` sets how fast a slot frees, so a steady request rate above

@@ -94,6 +94,11 @@ class ServeArgs:
     max_model_len: int = 4096
     max_num_seqs: int = 256
     gpu_memory_utilization: float = 0.9
+    #: KV-cache block size in tokens (``--block-size``; vLLM's CUDA default is 16).
+    block_size: int = 16
+    #: ``--enable-lora`` and ``--max-loras``: vLLM exports ``vllm:lora_requests_info`` only then.
+    enable_lora: bool = False
+    max_loras: int = 1
     revision: str | None = None
     download_dir: str | None = None
     trust_remote_code: bool = False
@@ -127,6 +132,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-model-len", type=_int_with_suffix, default=4096)
     serve.add_argument("--max-num-seqs", type=int, default=256)
     serve.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    serve.add_argument("--block-size", type=int, default=16)
+    serve.add_argument("--enable-lora", action="store_true")
+    serve.add_argument("--max-loras", type=int, default=1)
     serve.add_argument("--revision", default=None)
     serve.add_argument("--download-dir", default=None)
     serve.add_argument("--trust-remote-code", action="store_true")
@@ -171,6 +179,9 @@ def parse_args(argv: Sequence[str]) -> ServeArgs:
         max_model_len=ns.max_model_len,
         max_num_seqs=max(1, ns.max_num_seqs),
         gpu_memory_utilization=ns.gpu_memory_utilization,
+        block_size=max(1, ns.block_size),
+        enable_lora=ns.enable_lora,
+        max_loras=max(1, ns.max_loras),
         revision=ns.revision,
         download_dir=ns.download_dir,
         trust_remote_code=ns.trust_remote_code,

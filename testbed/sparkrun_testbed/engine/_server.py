@@ -179,6 +179,7 @@ class Engine:
             "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
             "# TYPE vllm:kv_cache_usage_perc gauge",
             f"vllm:kv_cache_usage_perc{{{lbl}}} {kv}",
+            *self._info_metrics(),
             "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.",
             "# TYPE vllm:prompt_tokens_total counter",
             f"vllm:prompt_tokens_total{{{lbl}}} {float(s.prompt_tokens)}",
@@ -202,6 +203,29 @@ class Engine:
             f"vllm:is_sleeping{{{lbl}}} {float(self.sleeping)}",
         ]
         return "\n".join(lines) + "\n"
+
+    def _info_metrics(self) -> list[str]:
+        """vLLM's info gauges: the cache configuration (always, after start-up) and, with
+        ``--enable-lora``, the LoRA adapters (none run here; the value is the time, as vLLM's)."""
+        a = self.args
+        blocks = max(1, self.scheduler.kv_cache_tokens // a.block_size)
+        cache = (
+            f'block_size="{a.block_size}",cache_dtype="auto",enable_prefix_caching="True",engine="0",'
+            f'gpu_memory_utilization="{a.gpu_memory_utilization}",num_gpu_blocks="{blocks}"'
+        )
+        lines = [
+            "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+            "# TYPE vllm:cache_config_info gauge",
+            f"vllm:cache_config_info{{{cache}}} 1.0",
+        ]
+        if a.enable_lora:
+            lora = f'max_lora="{a.max_loras}",waiting_lora_adapters="",running_lora_adapters=""'
+            lines += [
+                "# HELP vllm:lora_requests_info Running stats on lora requests.",
+                "# TYPE vllm:lora_requests_info gauge",
+                f"vllm:lora_requests_info{{{lora}}} {time.time()}",
+            ]
+        return lines
 
     # -- generation ----------------------------------------------------------------------
 
