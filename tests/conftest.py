@@ -105,9 +105,16 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """A full garbage collection after a module's last test, once its module fixtures (and the
     event loops of module scope) are finalized: an object the module left unclosed (a socket, a
     transport) warns here, as an error in the teardown of that module's last test, rather than
-    in whichever later test (on either xdist worker) the collector happens to run."""
+    in whichever later test (on either xdist worker) the collector happens to run.
+
+    A failed test's frames (its locals: a ``Popen``, its pipes) stay referenced from
+    ``sys.last_traceback``, which pytest clears only when the next test is called: they are
+    dropped first, or what a failing last test leaked would be reported in the next module's."""
     result = yield
     if nextitem is None or nextitem.path != item.path:
+        for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+            if hasattr(sys, name):
+                delattr(sys, name)
         gc.collect()
         collect_unraisable(item.config)  # NB: pytest's own collection for this phase ran already
     return result

@@ -322,10 +322,16 @@ def test_the_cli_claims_holds_and_meets_the_api(daemon: Daemon, testbed: Testbed
             daemon.kube.wait(renewed_three_times, timeout=60, what="three renews by hold")
             found = daemon.kube.get(API, "InferenceWorkload", name, namespace=daemon.namespace)
             assert _owned("True", "LeaseHeld")(found or {})  # 10 s TTL, yet never lapsed while held
-        finally:
-            hold.send_signal(signal.SIGINT)
-            _out, err = hold.communicate(timeout=30)
+            hold.send_signal(signal.SIGINT)  # ends it at once (tests/unit/test_lease_hold_interrupt.py)
+            try:
+                _out, err = hold.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                pytest.fail("lease hold still running 30 s after SIGINT")
             assert hold.returncode == 130, err
+        finally:
+            if hold.poll() is None:
+                hold.kill()
+            hold.communicate()  # NB: reaps it and closes its pipes, whatever failed above
         released = _cli(testbed, "release", name, *ns)
         assert released.returncode == 0, released.stderr
         assert json.loads(released.stdout) == {"workload": name, "released": True}

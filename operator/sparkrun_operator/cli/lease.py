@@ -8,7 +8,9 @@ holder is the identity the apiserver authenticated (a SelfSubjectReview), with `
 ``--session`` is given, never a name the user picks. ``hold`` claims, then renews every third of
 the TTL until Ctrl-C (exit 130; a renew that fails transiently, the apiserver unreachable or
 failing, is retried within seconds, never the end) and leaves the lease to lapse, as a client
-that exits does (with ``deleteOnExit`` the operator then deletes the workload). Exit codes are
+that exits does (with ``deleteOnExit`` the operator then deletes the workload). Ctrl-C (SIGINT)
+ends it at once, a renew in flight abandoned, even when it was started with SIGINT ignored (what
+``hold &`` in a shell script inherits). Exit codes are
 ``cli/common.py``'s: 4 when the workload does not exist, 5 when the claim is refused
 (``lease_held``: another live holder; no ``spec.lease``; a squatted Lease name).
 """
@@ -18,7 +20,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import signal
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -178,6 +182,20 @@ def _transient(error: errors.KubeError) -> bool:
     return isinstance(error, errors.KubeUnavailable) or error.status == 0 or error.status >= 500
 
 
+def _interruptible() -> None:
+    """Let SIGINT end ``hold`` even when the process started with it ignored.
+
+    A command a non-interactive shell starts in the background (``hold &`` in a script, a CI
+    step's background job) inherits SIGINT ignored; Python keeps it so, and ``asyncio.run``
+    then installs no handler: ``kill -INT`` would never end the hold (and, with
+    ``deleteOnExit``, never let the workload go). ``hold`` runs until interrupted, so it takes
+    SIGINT back (as Go's ``signal.Notify`` does for ``kubectl port-forward``)."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # NB: signal handlers belong to the main thread (a caller embedding the CLI)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _hold(args: argparse.Namespace) -> int:
     async def work() -> int:
         namespace = common.namespace_of(args)
@@ -202,4 +220,5 @@ def _hold(args: argparse.Namespace) -> int:
         finally:
             await rest.close()
 
+    _interruptible()
     return common.run_async(common.guard(work))
