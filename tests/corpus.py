@@ -408,6 +408,58 @@ INVALID: list[InvalidCase] = [
     _case("recipe-no-model", "recipe", _delete("spec.model"), "spec.model"),
     _case("recipe-bad-runtime", "recipe", _set("spec.runtime", "VLLM!"), "spec.runtime"),
     _case("recipe-env-not-string", "recipe", _set("spec.env", {"A": {"nested": 1}}), "spec.env.A"),
+    # InferenceWorkload: spec.inferencePool (issue 30)
+    _case(
+        "pool-external-without-service",
+        WL,
+        _set("spec.inferencePool", {"endpointPicker": {"mode": "External"}}),
+        "spec.inferencePool.endpointPicker.service",
+        "mode External needs service",
+    ),
+    _case(
+        "pool-managed-with-service",
+        WL,
+        _set("spec.inferencePool", {"endpointPicker": {"service": "epp"}}),
+        "spec.inferencePool.endpointPicker.service",
+        "service is only for mode External",
+    ),
+    _case(
+        "pool-none-with-port",
+        WL,
+        _set("spec.inferencePool", {"endpointPicker": {"mode": "None", "port": 9002}}),
+        "spec.inferencePool.endpointPicker.port",
+        "port is only for mode External",
+    ),
+    _case(
+        "pool-service-not-dns-1035",
+        WL,
+        _set("spec.inferencePool", {"endpointPicker": {"mode": "External", "service": "9-epp"}}),
+        "spec.inferencePool.endpointPicker.service",
+    ),
+    _case(
+        "pool-service-too-long",
+        WL,
+        _set("spec.inferencePool", {"endpointPicker": {"mode": "External", "service": "e" * 64}}),
+        "spec.inferencePool.endpointPicker.service",
+    ),
+    _case(
+        "pool-port-zero",
+        WL,
+        _set("spec.inferencePool", {"endpointPicker": {"mode": "External", "service": "epp", "port": 0}}),
+        "spec.inferencePool.endpointPicker.port",
+    ),
+    _case(
+        "pool-unknown-mode",
+        WL,
+        _set("spec.inferencePool", {"endpointPicker": {"mode": "Sidecar"}}),
+        "spec.inferencePool.endpointPicker.mode",
+    ),
+    _case(
+        "pool-unknown-failure-mode",
+        WL,
+        _set("spec.inferencePool", {"endpointPicker": {"failureMode": "Retry"}}),
+        "spec.inferencePool.endpointPicker.failureMode",
+    ),
     # DaemonJob
     _case("job-bad-operation", "daemonjob", _set("spec.operation", "Workloads List"), "spec.operation"),
     _case("job-no-principal", "daemonjob", _delete("spec.principal"), "spec.principal"),

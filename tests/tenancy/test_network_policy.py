@@ -33,7 +33,7 @@ from sparkrun_operator.api.benchmark import InferenceBenchmarkSpec
 from sparkrun_operator.api.workload import InferenceWorkloadSpec
 from sparkrun_operator.plan.workload import plan
 from sparkrun_operator.recipe.resolve import resolve
-from sparkrun_operator.render import benchmark, keys, networkpolicy
+from sparkrun_operator.render import benchmark, inferencepool, keys, networkpolicy
 from sparkrun_operator.render.workload import ServingInputs, render_jobset
 from sparkrun_testbed.kubeapi import KubeApi
 from tests.deploy.chart import NAMESPACE, REPO, Rendered, render, require_helm
@@ -46,6 +46,9 @@ SCRIPT = REPO / "hack" / "netpol-eval.sh"
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 SERVING, OTHER, MONITORING = "serving", "other-team", "monitoring"
+#: The platform's Gateway API implementation (an Inference-Extension-conformant gateway's proxies).
+PLATFORM_GATEWAY = "gateway-system"
+GATEWAY_FROM = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": PLATFORM_GATEWAY}}}]
 WORKLOAD, OTHER_WORKLOAD = "chat-np", "summaries"
 ENGINE_PORT, RENDEZVOUS = 8000, 29501
 #: An administrator's peer: Prometheus in ``monitoring``, on the engine port.
@@ -180,7 +183,23 @@ SOURCES = {
     "prometheus": False,
     "release-namespace-non-component": False,
     "helm-test-pod": False,
+    # issue 30: the workload's own managed endpoint picker scrapes its engines; no other picker
+    "own-endpoint-picker": True,
+    "other-workload-endpoint-picker": False,
+    "other-namespace-endpoint-picker": False,
+    # the platform's gateway only with inferencePool.gatewayFrom
+    "platform-gateway": False,
 }
+
+
+def picker_pod_labels(namespace: str, workload: str) -> dict[str, str]:
+    """The labels of a managed endpoint picker's pods, as the operator renders them."""
+    objects = inferencepool.render_picker(
+        namespace=namespace, workload=workload, spec=None, settings=inferencepool.PickerSettings()
+    )
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    labels: dict[str, str] = deployment["spec"]["template"]["metadata"]["labels"]
+    return labels
 
 
 def world(chart: Rendered) -> tuple[World, dict[str, str], str]:
@@ -204,6 +223,12 @@ def world(chart: Rendered) -> tuple[World, dict[str, str], str]:
         "prometheus": w.pod("prom", MONITORING, {"app.kubernetes.io/name": "prometheus"}),
         "release-namespace-non-component": w.pod("debug", NAMESPACE, {"app": "debug"}),
         "helm-test-pod": w.pod("helm-test", NAMESPACE, test_pod["metadata"]["labels"]),
+        "own-endpoint-picker": w.pod("chat-np-epp", SERVING, picker_pod_labels(SERVING, WORKLOAD)),
+        "other-workload-endpoint-picker": w.pod(
+            "summaries-epp", SERVING, picker_pod_labels(SERVING, OTHER_WORKLOAD)
+        ),
+        "other-namespace-endpoint-picker": w.pod("chat-np-epp", OTHER, picker_pod_labels(OTHER, WORKLOAD)),
+        "platform-gateway": w.pod("envoy", PLATFORM_GATEWAY, {"app": "envoy"}),
     }
     return w, src, target
 
@@ -264,6 +289,21 @@ def test_administrator_peers_are_let_in_and_nobody_else(
     assert matrix(netpol_eval, chart) == {**SOURCES, "prometheus": True}
     deprecated = render(helm_bin, tmp_path, {"networkPolicy": {"engineExtraIngress": [PROMETHEUS_RULE]}})
     assert matrix(netpol_eval, deprecated) == {**SOURCES, "prometheus": True}
+
+
+def test_the_platform_gateway_is_let_in_on_the_engine_port_only(
+    netpol_eval: Path, helm_bin: str, tmp_path: Path
+) -> None:
+    """``inferencePool.gatewayFrom``: the platform gateway's proxies reach the engine port (they
+    forward to the pod the picker chose), not the ranks' ports; the picker not those either."""
+    chart = render(helm_bin, tmp_path, {"inferencePool": {"gatewayFrom": GATEWAY_FROM}})
+    assert matrix(netpol_eval, chart) == {**SOURCES, "platform-gateway": True}
+    w, src, target = world(chart)
+    queries = [
+        (src["platform-gateway"], target, RENDEZVOUS, "TCP"),
+        (src["own-endpoint-picker"], target, RENDEZVOUS, "TCP"),
+    ]
+    assert w.allowed(netpol_eval, policies_for(chart), queries) == [False, False]
 
 
 def test_ports_ranks_and_disabled_components(netpol_eval: Path, helm_bin: str, tmp_path: Path) -> None:
@@ -340,6 +380,69 @@ def test_the_old_namespace_wide_policy_is_gone_and_its_values_are_deprecated(
     assert engine_flag(render(helm_bin, tmp_path, {"networkPolicy": {"engines": {"enabled": False}}})) is None
 
 
+# -- the managed endpoint picker's own policy (issue 30, review F2) -----------------------------
+
+#: Prometheus' namespace, as ``networkPolicy.metricsFrom``.
+METRICS_FROM = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": MONITORING}}}]
+GRPC, HEALTH, METRICS = 9002, 9003, 9090
+
+
+def picker_world(chart: Rendered) -> tuple[World, dict[str, str], str, list[dict[str, Any]]]:
+    """The matrix's world plus ``WORKLOAD``'s picker pod (the target), and every policy: the
+    chart's, the engines' and the pickers' of ``WORKLOAD`` and ``OTHER_WORKLOAD``, rendered
+    from the ``--engine-network-policy`` the chart gives the operator."""
+    w, src, _ = world(chart)
+    target = w.pod("chat-np-epp-target", SERVING, picker_pod_labels(SERVING, WORKLOAD))
+    flag = engine_flag(chart)
+    assert flag is not None
+    pickers = [
+        doc
+        for name in (WORKLOAD, OTHER_WORKLOAD)
+        for doc in inferencepool.render_picker(
+            namespace=SERVING, workload=name, spec=None, settings=inferencepool.PickerSettings(), policy=flag
+        )
+        if doc["kind"] == "NetworkPolicy"
+    ]
+    assert len(pickers) == 2
+    return w, src, target, [*policies_for(chart), *pickers]
+
+
+PICKER_SOURCES = ("platform-gateway", "prometheus", "gateway", "random-pod", "other-namespace-pod")
+
+
+def picker_matrix(binary: Path, chart: Rendered) -> dict[tuple[str, int], bool]:
+    w, src, target, policies = picker_world(chart)
+    cases = [(key, port) for key in PICKER_SOURCES for port in (GRPC, METRICS)]
+    cases += [("other-workload-endpoint-picker", GRPC), ("same-workload-worker", GRPC)]
+    queries = [(src[key], target, port, "TCP") for key, port in cases]
+    return dict(zip(cases, w.allowed(binary, policies, queries), strict=True))
+
+
+def test_picker_policy_lets_in_only_the_gateway_and_metrics_peers(
+    netpol_eval: Path, helm_bin: str, tmp_path: Path
+) -> None:
+    """``inferencePool.gatewayFrom`` reaches the picker's ext-proc port, ``networkPolicy.metricsFrom``
+    its metrics port; neither the other's port, and nobody else either (the release's own
+    gateway, a random pod, another namespace, another workload's picker, the engines)."""
+    values = {"inferencePool": {"gatewayFrom": GATEWAY_FROM}, "networkPolicy": {"metricsFrom": METRICS_FROM}}
+    verdicts = picker_matrix(netpol_eval, render(helm_bin, tmp_path, values))
+    allowed = {case for case, ok in verdicts.items() if ok}
+    assert allowed == {("platform-gateway", GRPC), ("prometheus", METRICS)}, verdicts
+
+
+def test_picker_ports_are_closed_without_peers(netpol_eval: Path, helm_bin: str, tmp_path: Path) -> None:
+    """Default values: no ``gatewayFrom``, no ``metricsFrom``: the picker accepts nobody (a
+    gateway could reach no engine either); the health port neither (the kubelet probes from the
+    node, which a NetworkPolicy never blocks: the evaluator has no node source)."""
+    chart = render(helm_bin, tmp_path)
+    verdicts = picker_matrix(netpol_eval, chart)
+    assert not any(verdicts.values()), verdicts
+    w, src, target, policies = picker_world(chart)
+    assert w.allowed(netpol_eval, policies, [(src["random-pod"], target, HEALTH, "TCP")]) == [False]
+    # the control: without any policy the picker accepts everyone
+    assert all(w.allowed(netpol_eval, [], [(src[key], target, GRPC, "TCP") for key in PICKER_SOURCES]))
+
+
 # -- the renderer, the flag and the planner ----------------------------------------------------
 
 
@@ -357,6 +460,7 @@ FLAG = {
     [
         ("engine-policy", FLAG),
         ("engine-policy-egress", {**FLAG, "extraIngress": [], "egress": {"ports": [443, 8443]}}),
+        ("engine-policy-gateway", {**FLAG, "extraIngress": [], "gatewayFrom": GATEWAY_FROM}),
     ],
 )
 def test_golden(case: str, flag: dict[str, Any]) -> None:
@@ -383,6 +487,14 @@ def test_golden(case: str, flag: dict[str, Any]) -> None:
         ({**FLAG, "egress": {"ports": ["443"]}}, "egress.ports"),
         ({**FLAG, "egress": {"ports": [True]}}, "egress.ports"),
         ({**FLAG, "surprise": 1}, "unknown keys"),
+        ({**FLAG, "gatewayFrom": {}}, "gatewayFrom"),
+        ({**FLAG, "gatewayFrom": [{}]}, "gatewayFrom"),
+        ({**FLAG, "gatewayFrom": [{"to": []}]}, "gatewayFrom"),
+        ({**FLAG, "gatewayFrom": GATEWAY_FROM * (networkpolicy.MAX_RULES + 1)}, "at most"),
+        ({**FLAG, "metricsFrom": {}}, "metricsFrom"),
+        ({**FLAG, "metricsFrom": [{}]}, "metricsFrom"),
+        ({**FLAG, "metricsFrom": [{"ports": []}]}, "metricsFrom"),
+        ({**FLAG, "metricsFrom": GATEWAY_FROM * (networkpolicy.MAX_RULES + 1)}, "at most"),
     ],
 )
 def test_flag_refuses_malformed(bad: Any, message: str) -> None:

@@ -28,6 +28,8 @@ UP_TO_DATE: Final = "UpToDate"
 SOURCES_AVAILABLE: Final = "SourcesAvailable"
 #: Whether an ownership lease (``spec.lease``) has a live holder (ADR 0049).
 OWNED: Final = "Owned"
+#: Whether a gateway accepted the workload's InferencePool (issue 30; with pools managed).
+POOL_ACCEPTED: Final = "PoolAccepted"
 
 # -- reasons ------------------------------------------------------------------------------
 # Ready
@@ -107,6 +109,21 @@ REASON_SOURCES_AVAILABLE: Final = "AllSourcesAvailable"
 REASON_LEASE_HELD: Final = "LeaseHeld"
 REASON_LEASE_UNCLAIMED: Final = "LeaseUnclaimed"
 REASON_LEASE_EXPIRED: Final = "LeaseExpired"
+# PoolAccepted (False also carries a gateway's own reason: NotSupportedByParent,
+# HTTPRouteNotAccepted, InvalidExtensionRef, ...)
+REASON_POOL_ACCEPTED: Final = "Accepted"
+#: No gateway lists the pool yet: an HTTPRoute must reference it.
+REASON_NO_PARENT: Final = "NoParent"
+#: ``spec.inferencePool.enabled: false``, or the operator runs with ``--inference-pools=off``.
+REASON_POOL_DISABLED: Final = "Disabled"
+#: The apiserver does not serve ``inferencepools.inference.networking.k8s.io/v1``.
+REASON_POOL_CRD_NOT_INSTALLED: Final = "CRDNotInstalled"
+#: An object of the pool's (or its picker's) name exists that the workload does not control.
+REASON_POOL_NAME_TAKEN: Final = "PoolNameTaken"
+#: The apiserver refused the pool (its message, clipped).
+REASON_POOL_REFUSED: Final = "Refused"
+#: A gateway's reason that is not a valid condition reason (shown in the message instead).
+REASON_POOL_NOT_ACCEPTED: Final = "NotAccepted"
 # generic
 REASON_INVALID_SPEC: Final = "InvalidSpec"
 REASON_RECONCILE_ERROR: Final = "ReconcileError"

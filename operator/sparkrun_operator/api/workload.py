@@ -23,6 +23,7 @@ from sparkrun_operator.api.history import (
     EffectiveStatus,
     HistoryStatus,
 )
+from sparkrun_operator.api.inferencepool import InferencePoolField, InferencePoolStatusField
 from sparkrun_operator.api.meta import (
     DNS_LABEL,
     DNS_SUBDOMAIN,
@@ -473,6 +474,7 @@ class InferenceWorkloadSpec(KubeModel):
         "workloads.lease, sparkrun-k8s lease); unrenewed for ttlSeconds it lapses: deleteOnExit deletes the "
         "workload, else it is marked an orphan. docs/day-two.md.",
     )
+    inference_pool: InferencePoolField = None
 
 
 class Endpoint(KubeModel):
@@ -529,7 +531,8 @@ class InferenceWorkloadStatus(KubeModel):
     conditions: list[Condition] = Field(
         default_factory=list,
         description="Ready, Progressing, Degraded, Scheduled, CacheReady, Sleeping, RecipeResolved, "
-        "Routable, Promoted (with spec.rollout.gate), Owned (with spec.lease).",
+        "Routable, Promoted (with spec.rollout.gate), Owned (with spec.lease), PoolAccepted (when the "
+        "operator manages InferencePools).",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     revision: str | None = Field(default=None, description="Hash of the effective serving spec now desired.")
@@ -590,3 +593,4 @@ class InferenceWorkloadStatus(KubeModel):
         description="This workload's groups in its InferenceCluster's drain (moved off cordoned nodes "
         "one at a time; the gateway stops routing to a group's listed pods while it moves).",
     )
+    inference_pool: InferencePoolStatusField = None

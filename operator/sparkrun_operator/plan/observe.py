@@ -25,6 +25,8 @@ from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.plan import cluster as cluster_plan
 from sparkrun_operator.plan import failures, fit, served
 from sparkrun_operator.plan.cluster import ClusterRef, ObservedGpuPod, ObservedNode
+from sparkrun_operator.plan.poolobserve import picker_from as picker_from  # the pool's (issue 30)
+from sparkrun_operator.plan.poolobserve import pool_from as pool_from
 from sparkrun_operator.plan.workload import (
     NodeCapacity,
     ObservedCache,

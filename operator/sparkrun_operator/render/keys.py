@@ -37,6 +37,11 @@ LABEL_KUEUE_QUEUE: Final = "kueue.x-k8s.io/queue-name"
 
 # -- server-side apply: one field manager per process (ADR 0013) --------------------------
 FIELD_MANAGER: Final = "sparkrun-operator"
+#: The operator's writes of a workload's InferencePool and managed endpoint picker objects: a
+#: manager of their own, so that a workload's Service applied as :data:`FIELD_MANAGER` can never
+#: silently take over a picker Service of the same name (``<w>-epp``; the apiserver refuses the
+#: second controller reference instead: ADR 0050).
+POOL_MANAGER: Final = "sparkrun-operator-pool"
 #: The gateway's writes (the wake patch of ``spec.state``).
 GATEWAY_MANAGER: Final = "sparkrun-gateway"
 #: The operator's autoscaler and idle policy: ``spec.replicas`` and ``spec.state`` of workloads
@@ -165,3 +170,22 @@ LABEL_OWNERSHIP: Final = f"{PREFIX}/ownership"
 LABEL_ORPHANED: Final = f"{PREFIX}/orphaned"
 #: On an ownership Lease: the client session of its holder (when one was given).
 ANNOTATION_LEASE_SESSION: Final = f"{PREFIX}/lease-session"
+
+# -- the Gateway API Inference Extension (issue 30, ADR 0050) ------------------------------
+#: On the InferencePool the operator keeps per workload, and on its managed endpoint picker's
+#: objects (Deployment, pods, Service, ServiceAccount, RoleBinding, ConfigMap): the workload.
+#: Not :data:`LABEL_WORKLOAD`, which selects engine pods (Service, NetworkPolicy, gateway).
+LABEL_INFERENCE_POOL: Final = f"{PREFIX}/inference-pool"
+#: The component label of a managed endpoint picker's objects.
+LABEL_COMPONENT: Final = "app.kubernetes.io/component"
+COMPONENT_ENDPOINT_PICKER: Final = "endpoint-picker"
+#: On an InferencePool another product created: the model name the gateway routes to it
+#: (v1 pools carry no model name). One name; the name policy and the caller's rights apply.
+ANNOTATION_POOL_MODEL: Final = f"{PREFIX}/model-name"
+#: On the operator's InferencePool and its picker's objects: hash of what they were rendered
+#: from (the planner re-applies them when it differs, as with the engine NetworkPolicy).
+ANNOTATION_POOL_HASH: Final = f"{PREFIX}/pool-hash"
+#: The request header of the Gateway API Inference Extension's convention: the model name a
+#: gateway already resolved (our gateway uses it when it equals the body's model or the body
+#: names none).
+HEADER_GATEWAY_MODEL_NAME: Final = "x-gateway-model-name"

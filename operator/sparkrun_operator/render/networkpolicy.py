@@ -11,10 +11,19 @@ It selects the workload's pods (label ``sparkrun.dev/workload``) and lets in exa
   gates; label ``sparkrun.dev/benchmark``), on the engine port;
 - the workload's own pods, on every port (vLLM's ranks rendezvous on 29501, then NCCL and
   Gloo pick ports);
+- the workload's own endpoint picker (issue 30: the operator-managed picker pods of its
+  InferencePool, labels ``sparkrun.dev/inference-pool=<workload>`` and
+  ``app.kubernetes.io/component=endpoint-picker``), on the engine port: it scrapes ``/metrics``;
+- the platform's gateway (``gatewayFrom``: NetworkPolicy peers, e.g. the namespace of an
+  Inference-Extension-conformant gateway's proxies), on the engine port: it forwards to the pod
+  the picker chose;
 - the ingress rules an administrator lists (Prometheus, an endpoint picker, the platform's
   Gateway API implementation), as written.
 
-Everyone else is refused (a selected pod accepts only what some policy allows). With
+Everyone else is refused (a selected pod accepts only what some policy allows). The managed
+endpoint picker's own policy (``<workload>-epp``: ``gatewayFrom`` on its ext-proc port,
+``metricsFrom`` on its metrics port) is rendered with its other objects
+(``render/inferencepool.py``) from the same settings. With
 ``egress`` set, the pods may connect only to the cluster DNS, their own workload's pods, and
 the given CIDRs on the given ports (model downloads).
 
@@ -68,6 +77,13 @@ class EnginePolicy:
     components: tuple[str, ...] = DEFAULT_COMPONENTS
     #: NetworkPolicy ingress rules appended as written (an administrator's peers).
     extra_ingress: tuple[Mapping[str, Any], ...] = ()
+    #: NetworkPolicy peers of the platform's gateway (its proxies forward to engine pods an
+    #: endpoint picker chose): let in on the engine port only (``gatewayFrom``), and on a managed
+    #: endpoint picker's ext-proc port (its own NetworkPolicy, ``render/inferencepool.py``).
+    gateway_from: tuple[Mapping[str, Any], ...] = ()
+    #: NetworkPolicy peers that may scrape a managed endpoint picker's metrics port
+    #: (``metricsFrom``, the chart's ``networkPolicy.metricsFrom``); empty: nobody.
+    metrics_from: tuple[Mapping[str, Any], ...] = ()
     egress: EngineEgress | None = None
 
 
@@ -97,11 +113,24 @@ def _ingress(workload: str, policy: EnginePolicy) -> list[dict[str, Any]]:
         }
     }
     ranks = {"podSelector": {"matchLabels": {keys.LABEL_WORKLOAD: workload}}}
-    return [
-        {"from": [components, runners], "ports": [{"port": ENGINE_PORT, "protocol": "TCP"}]},
+    # NB: the workload's own picker only: another workload's picker (same namespace) is refused
+    picker = {"podSelector": {"matchLabels": picker_labels(workload)}}
+    engine_port = [{"port": ENGINE_PORT, "protocol": "TCP"}]
+    rules: list[dict[str, Any]] = [
+        {"from": [components, runners, picker], "ports": engine_port},
         {"from": [ranks]},
-        *(json.loads(json.dumps(rule)) for rule in policy.extra_ingress),
     ]
+    if policy.gateway_from:
+        rules.append(
+            {"from": [json.loads(json.dumps(peer)) for peer in policy.gateway_from], "ports": engine_port}
+        )
+    rules.extend(json.loads(json.dumps(rule)) for rule in policy.extra_ingress)
+    return rules
+
+
+def picker_labels(workload: str) -> dict[str, str]:
+    """The labels that select a workload's operator-managed endpoint picker pods."""
+    return {keys.LABEL_INFERENCE_POOL: workload, keys.LABEL_COMPONENT: keys.COMPONENT_ENDPOINT_PICKER}
 
 
 def _egress(workload: str, egress: EngineEgress) -> list[dict[str, Any]]:
@@ -156,11 +185,23 @@ def spec_hash(spec: Mapping[str, Any]) -> str:
 
 def parse(doc: Any) -> EnginePolicy:
     """``--engine-network-policy`` (JSON, decoded): ``releaseNamespace``, ``releaseLabels``,
-    optional ``components``, ``extraIngress`` (NetworkPolicy ingress rules) and ``egress``
-    (``{"dns": {"namespace", "podLabels"}, "cidrs", "ports"}``). ``ValueError`` when malformed."""
+    optional ``components``, ``extraIngress`` (NetworkPolicy ingress rules), ``gatewayFrom``
+    (NetworkPolicy peers of the platform's gateway, let in on the engine port and a managed
+    picker's ext-proc port), ``metricsFrom`` (NetworkPolicy peers let in on a managed picker's
+    metrics port) and ``egress`` (``{"dns": {"namespace", "podLabels"}, "cidrs", "ports"}``).
+    ``ValueError`` when malformed."""
     if not isinstance(doc, dict):
         raise ValueError("an object")
-    unknown = set(doc) - {"releaseNamespace", "releaseLabels", "components", "extraIngress", "egress"}
+    known = {
+        "releaseNamespace",
+        "releaseLabels",
+        "components",
+        "extraIngress",
+        "gatewayFrom",
+        "metricsFrom",
+        "egress",
+    }
+    unknown = set(doc) - known
     if unknown:
         raise ValueError(f"unknown keys: {sorted(unknown)}")
     namespace = doc.get("releaseNamespace")
@@ -182,8 +223,26 @@ def parse(doc: Any) -> EnginePolicy:
         release_labels=labels,
         components=tuple(components),
         extra_ingress=tuple(extra),
+        gateway_from=_peers(doc.get("gatewayFrom", []), "gatewayFrom"),
+        metrics_from=_peers(doc.get("metricsFrom", []), "metricsFrom"),
         egress=None if raw_egress is None else _parse_egress(raw_egress),
     )
+
+
+def _peers(value: Any, what: str) -> tuple[Mapping[str, Any], ...]:
+    """A list of at most :data:`MAX_RULES` NetworkPolicy peers (``from`` entries)."""
+    if not isinstance(value, list) or len(value) > MAX_RULES:
+        raise ValueError(f"{what}: a list of at most {MAX_RULES} NetworkPolicy peers")
+    for peer in value:
+        if (
+            not isinstance(peer, dict)
+            or not peer
+            or set(peer) - {"namespaceSelector", "podSelector", "ipBlock"}
+        ):
+            raise ValueError(
+                f'{what}: each peer an object with "namespaceSelector", "podSelector" or "ipBlock"'
+            )
+    return tuple(value)
 
 
 def _parse_egress(doc: Any) -> EngineEgress:

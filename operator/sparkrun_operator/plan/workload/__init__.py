@@ -27,7 +27,8 @@ Rules (``docs/resources/inferenceworkload.md``, "What runs" and "Changing it"):
 cluster: may block) -> ``history`` (the kept revisions: the newest serves; rollback, drift,
 pruning, ADR 0046) -> ``identity`` (ids, the served names) -> ``rolloutgate`` (the
 benchmark a gated rollout waits for, and its verdict) -> ``children`` (Service,
-JobSets) -> ``sleep`` (engine sleep/wake calls) -> ``counts``, ``scheduled``, ``ownership``
+JobSets) -> ``pool`` (the InferencePool, its endpoint picker, ``PoolAccepted``) -> ``sleep``
+(engine sleep/wake calls) -> ``counts``, ``scheduled``, ``ownership``
 (``status.lease``), the drain (``status.drain``: ``obs.drain``, the workload's groups in its
 cluster's drain) and ``conditions`` (the status) -> ``scaling`` (``status.scaling``: the
 autoscaler's news, the measured wakes; it reads the conditions just set). :func:`status_only`
@@ -46,6 +47,7 @@ from sparkrun_operator.plan.workload import (
     history,
     identity,
     ownership,
+    pool,
     rolloutgate,
     scaling,
     scheduled,
@@ -109,6 +111,7 @@ def plan(obs: Observation) -> Plan:
     identity.settle(obs, found, serving, status)
     verdict = rolloutgate.plan_gate(obs, out)
     children.plan_children(obs, out, inputs, verdict)
+    pool.plan_pool(obs, out, cond, status)
     engines = sleep.plan_engines(obs, out, out.effective or found.effective)
     counted = counts.count(obs, status, revision=out.revision)
     scheduled.scheduled(

@@ -24,8 +24,10 @@ from sparkrun_operator.plan.workload.model import (
     Observation,
     ObservedJobSet,
     Plan,
+    PoolRefusal,
     plural,
 )
+from sparkrun_operator.plan.workload.pool import refusal_condition
 from sparkrun_operator.plan.workload.rolloutgate import Verdict
 from sparkrun_operator.plan.workload.sleep import Sleep
 
@@ -279,10 +281,30 @@ def _not_ready_hint(cond: Conditions) -> str:
 
 
 def finalize(
-    status: InferenceWorkloadStatus, *, refused: Sequence[str], generation: int, now: dt.datetime
+    status: InferenceWorkloadStatus,
+    *,
+    refused: Sequence[str],
+    generation: int,
+    now: dt.datetime,
+    pool_refused: PoolRefusal | None = None,
 ) -> InferenceWorkloadStatus:
     """The status to write once the plan was carried out: ``refused`` (the messages of actions the
-    apiserver rejected, 422/403) make the workload Failed with the reason on ``Ready``."""
+    apiserver rejected, 422/403) make the workload Failed with the reason on ``Ready``;
+    ``pool_refused`` (the apiserver refused the InferencePool or a picker's object, or its name
+    is taken: kept out of ``refused``, the workload still serves) sets ``PoolAccepted`` False
+    ``Refused`` or ``PoolNameTaken``."""
+    if pool_refused is not None:
+        status = status.model_copy(deep=True)
+        reason, message = refusal_condition(pool_refused)
+        set_condition(
+            status.conditions,
+            type=c.POOL_ACCEPTED,
+            status="False",
+            reason=reason,
+            message=message,
+            observed_generation=generation,
+            now=now,
+        )
     if not refused:
         return status
     final = status.model_copy(deep=True)

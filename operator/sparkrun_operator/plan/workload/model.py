@@ -25,6 +25,8 @@ from sparkrun_operator.api.workload import FailureRecord, InferenceWorkloadSpec,
 from sparkrun_operator.plan.fit import GpuLabels
 from sparkrun_operator.plan.names import Claim
 from sparkrun_operator.recipe.resolve import EffectiveSpec
+from sparkrun_operator.render.inferencepool import PoolSettings
+from sparkrun_operator.render.keys import LABEL_INFERENCE_POOL
 from sparkrun_operator.render.networkpolicy import EnginePolicy
 from sparkrun_operator.render.workload import RenderOptions
 
@@ -201,6 +203,72 @@ class ObservedRevision:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PoolParent:
+    """What one parent (a gateway) of an InferencePool reports in ``status.parents[]``."""
+
+    #: ``Kind/namespace/name`` (the pool's namespace when the reference names none).
+    parent: str
+    accepted: Literal["True", "False", "Unknown"] = "Unknown"
+    resolved_refs: Literal["True", "False", "Unknown"] = "Unknown"
+    #: The reason of the first of the two conditions that is not True (else Accepted's), as the
+    #: gateway wrote it (bounded; not necessarily a valid condition reason).
+    reason: str = ""
+    #: Its message, clipped.
+    message: str = ""
+
+    @property
+    def accepts(self) -> bool:
+        """Whether this gateway accepted the pool and resolved its references."""
+        return self.accepted == "True" and self.resolved_refs == "True"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObservedPool:
+    """The InferencePool of the workload's name, whoever made it."""
+
+    name: str
+    uid: str
+    #: Its :data:`~sparkrun_operator.render.keys.ANNOTATION_POOL_HASH` (``None``: absent).
+    hash: str | None = None
+    #: The UID of its controller owner; the pool is the workload's only when it is its UID.
+    controller: str | None = None
+    parents: tuple[PoolParent, ...] = ()
+    deleting: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObservedPickerObject:
+    """One object of a Managed endpoint picker (``<workload>-epp``): ServiceAccount,
+    RoleBinding, Deployment, Service or NetworkPolicy."""
+
+    kind: str
+    name: str
+    uid: str
+    hash: str | None = None
+    controller: str | None = None
+    #: A Deployment: it has a Ready replica of its current generation.
+    ready: bool = False
+    deleting: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolRefusal:
+    """The apiserver refused the pool (or a Managed picker's object: ``kind``, ``name``) as
+    rendered with ``hash`` (422/403): not applied again until what it is rendered from changes.
+    ``taken``: the object's name is another object's that the workload does not control
+    (``NameTaken``: an unlabelled one the indexes cannot see); the picker is then not applied at
+    all while the controller remembers it (it forgets it after a while, to look again)."""
+
+    hash: str
+    message: str
+    kind: str = "InferencePool"
+    name: str = ""
+    taken: bool = False
+    #: When the controller recorded it (``time.monotonic()``; the planner does not read it).
+    since: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
 class Observation:
     """Everything the planner looks at for one workload."""
 
@@ -263,6 +331,20 @@ class Observation:
     #: cluster's first: ``plan/drain.py`` ``own_first``); ``None``: none. The planner copies it
     #: into ``status.drain``, which the gateway reads to skip the pods it lists.
     drain: WorkloadDrainStatus | None = None
+    #: Whether and how the operator keeps InferencePools (``--inference-pools``, the CRD served,
+    #: ``--endpoint-picker``; issue 30). ``None``: not observed: the pool stage is off (no
+    #: action, no ``PoolAccepted``, no ``status.inferencePool``).
+    pool_settings: PoolSettings | None = None
+    #: The InferencePool of the workload's name as it exists (``None``: absent).
+    inference_pool: ObservedPool | None = None
+    #: The objects labelled as the workload's Managed picker (``sparkrun.dev/inference-pool`` and
+    #: the endpoint-picker component), whoever controls them.
+    picker: tuple[ObservedPickerObject, ...] = ()
+    #: The apiserver's last refusal of the pool (kept by the controller; ``None``: none).
+    pool_refused: PoolRefusal | None = None
+    #: The recent refusals of the Managed picker's objects, a name taken among them (kept by
+    #: the controller, one per kind).
+    picker_refused: tuple[PoolRefusal, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -291,6 +373,9 @@ class Delete:
     name: str
     uid: str
     reason: str
+    #: An InferencePool's or its picker's object (issue 30): a refusal of this delete never
+    #: fails the workload.
+    pool: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -357,6 +442,15 @@ class Plan:
         turns Ready, the write readiness waits for; ADR 0030). The full pass makes them."""
         children = self.apply or self.suspend or self.delete or self.engine
         return not (children or self.revisions)
+
+    @property
+    def serving_idle(self) -> bool:
+        """Idle but for the pool stage's actions (the InferencePool and its picker, ADR 0050):
+        those never hold the status lane's write back, since readiness is the engines' and the
+        pool stage's writes wait behind every serving write (docs/performance.md, issue 30)."""
+        apply = [d for d in self.apply if LABEL_INFERENCE_POOL not in (d["metadata"].get("labels") or {})]
+        delete = [d for d in self.delete if not d.pool]
+        return not (apply or self.suspend or delete or self.engine or self.revisions)
 
     def later(self, seconds: float) -> None:
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
