@@ -119,6 +119,8 @@ def gateway(kubeconfig: Path, daemon: Daemon, tmp_path: Path) -> Iterator[str]:
         "--kubernetes",
         "--kubeconfig",
         str(kubeconfig),
+        "--inference-pools",
+        "off",
     ]
     args += [
         "--namespace",

@@ -167,7 +167,10 @@ def test_least_privilege_by_default(default: Rendered) -> None:
     assert not _grants(operator, "configmaps", "watch")
     assert not _grants(operator, "configmaps", "delete")
     assert not _grants(operator, "clusterrolebindings", "create", "rbac.authorization.k8s.io")
-    assert not _grants(operator, "serviceaccounts", "create")
+    # ServiceAccounts: created only for managed endpoint pickers (inferencePool.enabled, the
+    # default), by the pool rules alone (test_pool_rights_exist_only_with_pools)
+    assert [r for r in _rules(operator) if _creates_accounts(r)] == [PICKER_ACCOUNTS]
+    assert [r for r in _rules(operator) if "bind" in r["verbs"]] == [PICKER_BIND]
     assert not _grants(operator, "pods", "create")
     assert _grants(operator, "jobsets", "create", "jobset.x-k8s.io")
     plurals = sorted(d["spec"]["names"]["plural"] for d in all_crds())
@@ -251,12 +254,107 @@ def test_the_workload_secrets_policy_checks_every_reference(default: Rendered) -
 
 
 def test_service_account_provisioning_is_a_value(helm_bin: str, tmp_path: Path) -> None:
-    out = render(helm_bin, tmp_path, {"operator": {"rbac": {"serviceAccountProvisioning": True}}})
-    operator = out.get("ClusterRole", "sparkrun-operator")
+    alone = {"operator": {"rbac": {"serviceAccountProvisioning": True}}, "inferencePool": {"enabled": False}}
+    operator = render(helm_bin, tmp_path, alone).get("ClusterRole", "sparkrun-operator")
     assert _grants(operator, "clusterrolebindings", "create", "rbac.authorization.k8s.io")
-    assert _grants(operator, "serviceaccounts", "create")
+    (accounts,) = [r for r in _rules(operator) if _creates_accounts(r)]
+    assert accounts == {
+        "apiGroups": [""],
+        "resources": ["serviceaccounts"],
+        "verbs": ["get", "create", "patch"],
+    }
     (bind,) = [r for r in _rules(operator) if "bind" in r["verbs"]]
     assert bind["resourceNames"] == ["sparkrun-daemon-operate"]
+    # with pools too: each value adds its own rule, and binds its own ClusterRole only
+    both = render(helm_bin, tmp_path, {"operator": {"rbac": {"serviceAccountProvisioning": True}}})
+    operator = both.get("ClusterRole", "sparkrun-operator")
+    assert [r for r in _rules(operator) if _creates_accounts(r)] == [PICKER_ACCOUNTS, accounts]
+    assert [r for r in _rules(operator) if "bind" in r["verbs"]] == [PICKER_BIND, bind]
+
+
+#: What the operator may do to ServiceAccounts for managed endpoint pickers (inferencePool.enabled):
+#: get (the check that a ``<workload>-epp`` account is the workload's before applying it), list
+#: and watch (the pickers' index), create and patch (server-side apply), delete (UID-guarded,
+#: when a workload's picker goes). No ``update``; no ``resourceNames``: Kubernetes cannot
+#: restrict ``create`` (nor ``list``/``watch``) by name (docs/security.md, "InferencePools").
+PICKER_ACCOUNTS = {
+    "apiGroups": [""],
+    "resources": ["serviceaccounts"],
+    "verbs": ["get", "list", "watch", "create", "patch", "delete"],
+}
+#: The one ClusterRole the operator may bind for pickers (in a RoleBinding: it holds no
+#: ``clusterrolebindings`` right for them).
+PICKER_BIND = {
+    "apiGroups": ["rbac.authorization.k8s.io"],
+    "resources": ["clusterroles"],
+    "verbs": ["bind"],
+    "resourceNames": ["sparkrun-endpoint-picker"],
+}
+#: (API group, resource) of every pool-stage rule: the pools and the picker's objects.
+POOL_RESOURCES = {
+    ("inference.networking.k8s.io", "inferencepools"),
+    ("inference.networking.k8s.io", "inferencepools/status"),
+    ("apps", "deployments"),
+    ("", "serviceaccounts"),
+    ("rbac.authorization.k8s.io", "rolebindings"),
+    ("rbac.authorization.k8s.io", "clusterroles"),
+}
+
+
+def _creates_accounts(rule: dict[str, Any]) -> bool:
+    return "" in rule["apiGroups"] and "serviceaccounts" in rule["resources"] and "create" in rule["verbs"]
+
+
+def _pool_rules(role: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        r
+        for r in _rules(role)
+        if any((g, res) in POOL_RESOURCES for g in r["apiGroups"] for res in r["resources"])
+    ]
+
+
+@pytest.mark.parametrize("watch", [[], ["serving"]], ids=["cluster", "watchNamespaces"])
+def test_pool_rights_exist_only_with_pools(helm_bin: str, tmp_path: Path, watch: list[str]) -> None:
+    """``inferencePool.enabled`` (the default) adds the pool stage's rules where the operator
+    serves workloads (its ClusterRole, or the Roles of the served namespaces): pools, the
+    pickers' Deployments, ServiceAccounts and RoleBindings (no ``update``), a pool's status read
+    only, and ``bind`` of the pickers' ClusterRole alone. Off, none of them: no ServiceAccount
+    create, RoleBinding, bind or Deployment create right at all, and no pickers' ClusterRole."""
+    on = render(helm_bin, tmp_path, {"watchNamespaces": watch})
+    off = render(helm_bin, tmp_path, {"watchNamespaces": watch, "inferencePool": {"enabled": False}})
+    where: list[tuple[str, str, str | None]] = [("ClusterRole", "sparkrun-operator", None)]
+    if watch:
+        where = [("Role", "sparkrun-operator-served", ns) for ns in (*watch, NAMESPACE)]
+    served = [on.get(kind, name, ns) for kind, name, ns in where]
+    writes = ["get", "list", "watch", "create", "patch", "delete"]
+    for role in served:
+        rules = _pool_rules(role)
+        assert rules == [
+            {"apiGroups": ["inference.networking.k8s.io"], "resources": ["inferencepools"], "verbs": writes},
+            {
+                "apiGroups": ["inference.networking.k8s.io"],
+                "resources": ["inferencepools/status"],
+                "verbs": ["get"],
+            },
+            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": writes},
+            PICKER_ACCOUNTS,
+            {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["rolebindings"], "verbs": writes},
+            PICKER_BIND,
+        ], role["metadata"]
+    operator = on.get("ClusterRole", "sparkrun-operator")
+    if watch:
+        assert _pool_rules(operator) == []  # NB: nothing cluster-wide with watchNamespaces
+    for doc in off.of("ClusterRole") + off.of("Role"):
+        if not doc["metadata"]["name"].startswith("sparkrun-operator"):
+            continue
+        for rule in _rules(doc):
+            assert not _creates_accounts(rule), doc["metadata"]
+            assert "bind" not in rule["verbs"], doc["metadata"]
+            assert "rolebindings" not in rule["resources"], doc["metadata"]
+            assert "inferencepools" not in rule["resources"], doc["metadata"]
+            assert not ("deployments" in rule["resources"] and "create" in rule["verbs"]), doc["metadata"]
+    assert off.find("ClusterRole", "sparkrun-endpoint-picker") is None
+    assert on.find("ClusterRole", "sparkrun-endpoint-picker") is not None
 
 
 def test_api_keys_never_list_secrets_cluster_wide(helm_bin: str, tmp_path: Path) -> None:

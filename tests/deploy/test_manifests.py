@@ -122,7 +122,8 @@ def test_manifests_apply_and_the_operator_works_with_its_own_rbac(
     # workloads and took their DaemonJobs (whose executor Leases it may not touch there). The
     # chart's own `--all-namespaces` runs with this RBAC in e2e/test_helm_pods.py.
     argv = [sys.executable, "-m", "sparkrun_operator.cli.main", "operator", "run", "-n", namespace,
-            "--peering-name", f"rbac-{namespace}", "--priority", "100"]  # fmt: skip
+            "--peering-name", f"rbac-{namespace}", "--priority", "100",
+            "--inference-pools", "off"]  # fmt: skip
     with log.open("ab") as out:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:

@@ -3,7 +3,9 @@
 - ``operator_factory(namespace, *extra_args)`` starts ``sparkrun-k8s operator run`` as a child
   process (standalone, serving one namespace) with the testbed's kubeconfig and returns an
   :class:`OperatorProcess`; every process is killed at the end of the test and its log is
-  printed when the test failed.
+  printed when the test failed. It runs with ``--inference-pools off`` unless ``extra_args``
+  say otherwise (``"--inference-pools", "auto"``: a test of InferencePools opts in), so that what
+  an operator does never depends on whether an earlier test installed the InferencePool CRD.
 - ``peering_crds`` (session) installs ``manifests/kopf-peering.yaml`` for HA tests.
 - helpers: :func:`workload` (a manifest), :func:`condition`, :func:`wait_condition`.
 """
@@ -102,6 +104,10 @@ def operator_factory(
             args += ["-n", namespace]
         if standalone:
             args.append("--standalone")
+        if not any(arg.startswith("--inference-pools") for arg in extra):
+            # NB: off unless the test asks: once any test installs the InferencePool CRD on the
+            # session testbed, the default (auto) would make every later operator manage pools
+            args += ["--inference-pools", "off"]
         args += list(extra)
         proc = OperatorProcess(args, env=env, log=tmp_path / f"operator-{len(started)}.log").start()
         started.append(proc)

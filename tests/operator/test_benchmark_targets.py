@@ -79,7 +79,7 @@ def node_gateway(testbed: plane.Testbed, kube: KubeApi, namespace: str, tmp_path
     env = {**os.environ, "KUBECONFIG": str(testbed.kubeconfig), "PYTHONUNBUFFERED": "1"}
     argv = [sys.executable, "-m", "sparkrun_operator.cli.main", "gateway", "--kubernetes",
             "--namespace", namespace, "--host", host, "--port", str(port),
-            "--log-level", "warning"]  # fmt: skip
+            "--log-level", "warning", "--inference-pools", "off"]  # fmt: skip
     proc = OperatorProcess(argv, env=env, log=tmp_path / "gateway.log").start()
     url = f"http://{host}:{port}"
 

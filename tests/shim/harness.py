@@ -246,6 +246,9 @@ class ShimRunner:
                 namespace,
                 "--kubeconfig",
                 operator_config,
+                # NB: never the InferencePools an earlier test's CRD would make it manage
+                "--inference-pools",
+                "off",
                 *extra_operator_args,
             ],
             workdir / "operator.log",

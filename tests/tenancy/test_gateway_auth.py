@@ -243,7 +243,8 @@ class GatewayProc:
             "--kubeconfig",
             str(kubeconfig),
         ]
-        argv += ["--host", "127.0.0.1", "--port", str(self.port), "--wake-timeout", "2", *args]
+        argv += ["--host", "127.0.0.1", "--port", str(self.port), "--wake-timeout", "2"]
+        argv += ["--inference-pools", "off", *args]  # NB: whatever CRD an earlier test installed
         with log.open("ab") as handle:
             self.proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, env=dict(os.environ))
         self.url = f"http://127.0.0.1:{self.port}"

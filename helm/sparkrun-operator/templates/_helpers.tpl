@@ -9,6 +9,8 @@ fullnameOverride is set (release "sparkrun" gives sparkrun-operator, sparkrun-sh
 {{- define "sparkrun.operator.name" -}}{{ include "sparkrun.prefix" . }}-operator{{- end -}}
 {{- define "sparkrun.shim.name" -}}{{ include "sparkrun.prefix" . }}-shim{{- end -}}
 {{- define "sparkrun.gateway.name" -}}{{ include "sparkrun.prefix" . }}-gateway{{- end -}}
+{{- /* The ClusterRole every managed endpoint picker is bound to in its workload's namespace. */}}
+{{- define "sparkrun.picker.clusterRole" -}}{{ include "sparkrun.prefix" . }}-endpoint-picker{{- end -}}
 
 {{- define "sparkrun.shim.tlsSecret" -}}
 {{- default (printf "%s-tls" (include "sparkrun.shim.name" .)) .Values.shim.tls.existingSecret -}}
@@ -166,7 +168,9 @@ counts as one when watchNamespaces is empty), as a JSON list; [] means every nam
 
 {{- /* The engines' policies: the operator makes one per InferenceWorkload (render/networkpolicy.py),
 letting in only the workload's own pods, this release's gateway, operator and shim, the
-namespace's benchmark runners and networkPolicy.engines.extraIngress. This is the operator's
+namespace's benchmark runners and networkPolicy.engines.extraIngress; and one per managed
+endpoint picker (inferencePool.gatewayFrom on its ext-proc port, networkPolicy.metricsFrom on its
+metrics port, nobody else). This is the operator's
 --engine-network-policy (templates/operator/deployment.yaml); empty when they are off. The
 deprecated engine* values fold in (NOTES.txt says so). */}}
 {{- define "sparkrun.enginePolicy" -}}
@@ -179,6 +183,9 @@ deprecated engine* values fold in (NOTES.txt says so). */}}
 {{- $extra := concat ($engines.extraIngress | default list) ($np.engineExtraIngress | default list) -}}
 {{- $doc := dict "releaseNamespace" .Release.Namespace "components" (sortAlpha $components) -}}
 {{- if $extra }}{{ $_ := set $doc "extraIngress" $extra }}{{ end -}}
+{{- with (.Values.inferencePool).gatewayFrom }}{{ $_ := set $doc "gatewayFrom" . }}{{ end -}}
+{{- /* a managed endpoint picker's metrics port (its own policy): only these; none: closed */ -}}
+{{- with $np.metricsFrom }}{{ $_ := set $doc "metricsFrom" . }}{{ end -}}
 {{- $_ := set $doc "releaseLabels" (dict "app.kubernetes.io/name" "sparkrun-operator" "app.kubernetes.io/instance" .Release.Name) -}}
 {{- if or $engines.restrictEgress $np.engineRestrictEgress -}}
 {{- $cidrs := $np.engineEgressCIDRs | default $engines.egressCIDRs -}}
@@ -188,4 +195,15 @@ deprecated engine* values fold in (NOTES.txt says so). */}}
 {{- end -}}
 {{- toJson $doc -}}
 {{- end -}}
+{{- end -}}
+
+
+{{- /* The operator's --endpoint-picker (issue 30): the managed pickers' settings. */}}
+{{- define "sparkrun.endpointPicker" -}}
+{{- $picker := .Values.inferencePool.endpointPicker -}}
+{{- $doc := dict "image" $picker.image "clusterRole" (include "sparkrun.picker.clusterRole" .) -}}
+{{- with $picker.resources }}{{ $_ := set $doc "resources" . }}{{ end -}}
+{{- with $picker.nodeSelector }}{{ $_ := set $doc "nodeSelector" . }}{{ end -}}
+{{- with $picker.tolerations }}{{ $_ := set $doc "tolerations" . }}{{ end -}}
+{{- toJson $doc -}}
 {{- end -}}

@@ -16,6 +16,7 @@ from sparkrun_operator.cli import operator_stop
 from sparkrun_operator.controllers.config import DEFAULT_DRIFT_SECONDS, OperatorConfig
 from sparkrun_operator.controllers.operator import PEERING_NAME, RunOptions, describe, run
 from sparkrun_operator.render import keys, networkpolicy
+from sparkrun_operator.render.inferencepool import PickerSettings, PoolSettings
 from sparkrun_operator.render.modelcache import DEFAULT_TOOLS_IMAGE
 from sparkrun_operator.render.networkpolicy import EnginePolicy
 from sparkrun_operator.render.workload import RenderOptions
@@ -88,6 +89,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _autoscaling_flags(runner)
     _lane_flags(runner)
     _name_flags(runner)
+    _pool_flags(runner)
     runner.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     runner.set_defaults(func=_run)
 
@@ -103,6 +105,61 @@ def _name_flags(runner: argparse.ArgumentParser) -> None:
         '\'{"team-a": ["a-"], "*": []}\' ("*": every namespace not listed; "" allows every name); '
         "a workload serving another name gets Routable=False NameNotAllowed (default {}: any name)",
     )
+
+
+def _pool_flags(runner: argparse.ArgumentParser) -> None:
+    """InferencePools (issue 30): one per workload, and its managed endpoint picker."""
+    runner.add_argument(
+        "--inference-pools",
+        choices=["auto", "off"],
+        default="auto",
+        help="keep an InferencePool (inference.networking.k8s.io/v1) per workload: auto when the "
+        "apiserver serves them (discovered at start), off: none (%(default)s)",
+    )
+    runner.add_argument(
+        "--endpoint-picker",
+        type=_endpoint_picker,
+        default=PickerSettings(),
+        metavar="JSON",
+        help="the managed endpoint pickers' image, resources, nodeSelector, tolerations and the "
+        'ClusterRole their RoleBinding names, e.g. \'{"image": "...", "clusterRole": '
+        '"sparkrun-endpoint-picker", "resources": {...}}\' (default: the chart\'s settings)',
+    )
+
+
+#: ``--endpoint-picker``'s keys and the :class:`PickerSettings` fields they set.
+_PICKER_KEYS = {
+    "image": "image",
+    "resources": "resources",
+    "nodeSelector": "node_selector",
+    "tolerations": "tolerations",
+    "clusterRole": "cluster_role",
+}
+
+
+def _endpoint_picker(raw: str) -> PickerSettings:
+    try:
+        doc = json.loads(raw)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not JSON: {error}") from None
+    if not isinstance(doc, dict) or set(doc) - set(_PICKER_KEYS):
+        raise argparse.ArgumentTypeError(f"an object with some of {sorted(_PICKER_KEYS)}")
+    for key in ("image", "clusterRole"):
+        if key in doc and (not isinstance(doc[key], str) or not 0 < len(doc[key]) <= 512):
+            raise argparse.ArgumentTypeError(f"{key}: a non-empty string")
+    selector = doc.get("nodeSelector", {})
+    if not isinstance(selector, dict) or not all(isinstance(v, str) for v in selector.values()):
+        raise argparse.ArgumentTypeError("nodeSelector: an object of strings")
+    tolerations = doc.get("tolerations", [])
+    if not isinstance(tolerations, list) or not all(isinstance(t, dict) for t in tolerations):
+        raise argparse.ArgumentTypeError("tolerations: a list of objects")
+    resources = doc.get("resources", {})
+    if not isinstance(resources, dict) or set(resources) - {"requests", "limits"}:
+        raise argparse.ArgumentTypeError('resources: an object with "requests" and/or "limits"')
+    values: dict[str, Any] = {field: doc[key] for key, field in _PICKER_KEYS.items() if key in doc}
+    if "tolerations" in values:
+        values["tolerations"] = tuple(values["tolerations"])
+    return PickerSettings(**values)
 
 
 def _lane_flags(runner: argparse.ArgumentParser) -> None:
@@ -308,6 +365,7 @@ def _run(args: argparse.Namespace) -> int:
             served_namespaces=tuple(args.namespace),
             engine_policy=args.engine_network_policy,
             name_policy=args.name_prefixes,
+            inference_pools=PoolSettings(mode=args.inference_pools, picker=args.endpoint_picker),
             load_metric_workloads=max(0, args.load_metric_workloads),
             status_settle_seconds=args.status_settle_seconds,
             max_concurrent_writes=args.max_concurrent_writes,

@@ -7,6 +7,7 @@ from typing import Any, Final
 
 from sparkrun_operator.api.credentials import CredentialEndpoints
 from sparkrun_operator.api.namepolicy import NamePolicy
+from sparkrun_operator.render.inferencepool import PoolSettings
 from sparkrun_operator.render.networkpolicy import EnginePolicy
 from sparkrun_operator.render.workload import RenderOptions
 
@@ -69,3 +70,7 @@ class OperatorConfig:
     #: ``sparkrun_workload_load_per_replica`` series the operator exports; later ones are not
     #: exported (``sparkrun_operator_load_exports_refused`` counts them).
     load_metric_workloads: int = 2000
+    #: ``--inference-pools`` and ``--endpoint-picker`` (issue 30): whether the operator keeps an
+    #: InferencePool (and a managed endpoint picker) per workload; ``served`` is decided once at
+    #: start from the apiserver's discovery (``controllers/inferencepools.py``).
+    inference_pools: PoolSettings = field(default_factory=PoolSettings)

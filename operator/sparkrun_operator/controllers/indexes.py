@@ -31,6 +31,14 @@ id              key                                    value
                                                        ``--engine-network-policy``)
 ``iw_revisions`` ``(namespace, workload)``             :class:`~..plan.workload.model.ObservedRevision`
                                                        (a serving revision's ControllerRevision)
+``iw_pools``    ``(namespace, name)``                  every InferencePool, ``plan.observe.pool_from``
+                                                       (only where pools are served:
+                                                       ``controllers/inferencepools.py``)
+``iw_pickers``  ``(namespace, workload)``              a managed endpoint picker's Deployment,
+                                                       ``plan.observe.picker_from`` (idem; and
+                                                       its Service, ServiceAccount, RoleBinding,
+                                                       NetworkPolicy: ``iw_picker_services``,
+                                                       ``_accounts``, ``_bindings``, ``_policies``)
 =============== ====================================== =========================================
 
 Values are small parsed records, not whole objects, to keep memory proportional to what is used.
@@ -81,6 +89,20 @@ NAMES: Final = (
     "iw_gates",
     "iw_policies",
     "iw_revisions",
+    "iw_pools",
+    "iw_pickers",
+    "iw_picker_services",
+    "iw_picker_accounts",
+    "iw_picker_bindings",
+    "iw_picker_policies",
+)
+#: The indexes of a managed picker's objects (``Observation.picker`` reads them together).
+PICKER_NAMES: Final = (
+    "iw_pickers",
+    "iw_picker_services",
+    "iw_picker_accounts",
+    "iw_picker_bindings",
+    "iw_picker_policies",
 )
 
 

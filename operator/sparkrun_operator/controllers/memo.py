@@ -20,7 +20,7 @@ from sparkrun_operator.controllers.ownership_watch import LeaseWatch
 from sparkrun_operator.controllers.triggers import Triggers
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.plan.names import Claim
-from sparkrun_operator.plan.workload.model import ScalingView
+from sparkrun_operator.plan.workload.model import PoolRefusal, ScalingView
 
 #: :attr:`Memo.scrapes`: the autoscaler's reads of engines at once, operator-wide.
 SCRAPES_IN_FLIGHT = 128
@@ -66,6 +66,14 @@ class Memo:
     #: Ownership Leases as watched and each leased workload's verdict (``controllers/ownership.py``;
     #: the planner folds the verdict into ``status.lease``).
     ownership: LeaseWatch = field(default_factory=LeaseWatch)
+    #: Workload key -> the apiserver's last refusal of its InferencePool (issue 30; e.g. no
+    #: ``endpointPickerRef`` on a v1.5 CRD): the planner reports it and applies that rendering
+    #: no more (``controllers/workload_act.py`` records and clears it).
+    pool_refusals: dict[tuple[str, str], PoolRefusal] = field(default_factory=dict)
+    #: Workload key -> kind -> the last refusal of that Managed picker object, or ``NameTaken``
+    #: (an unlabelled object of its name): the planner reports it and applies no picker while
+    #: it is recent (``workload_act.picker_refusals``).
+    picker_refusals: dict[tuple[str, str], dict[str, PoolRefusal]] = field(default_factory=dict)
 
     def jitter(self, seconds: float) -> float:
         """``seconds`` +-10%, so that many objects' timers do not fire in lockstep."""

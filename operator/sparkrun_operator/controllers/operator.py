@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import logging
 import random
@@ -37,6 +38,7 @@ from sparkrun_operator.controllers import (
     cluster,
     daemonjob,
     indexes,
+    inferencepools,
     modelcache,
     ownership,
     recipe,
@@ -144,6 +146,9 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     workload.register(
         registry, drift_seconds=config.drift_seconds, network_policies=config.engine_policy is not None
     )
+    if config.inference_pools.manages:
+        # NB: only where served: kopf cannot watch a resource the apiserver does not serve
+        inferencepools.register(registry, network_policies=config.engine_policy is not None)
     autoscale.register(registry)
     cluster.register(registry, drift_seconds=config.drift_seconds)
     recipe.register(registry)
@@ -228,10 +233,16 @@ async def run(
     )
     metrics = Metrics()
     kube = Kube(api, field_manager=OPERATOR_MANAGER, on_write=metrics.count_write)
+    try:
+        pools = await inferencepools.discover(kube, options.config.inference_pools)
+    except BaseException:
+        await kube.close()
+        raise
+    config = dataclasses.replace(options.config, inference_pools=pools)
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
-    http = httpx.AsyncClient(limits=limits, timeout=options.config.engine_timeout)
+    http = httpx.AsyncClient(limits=limits, timeout=config.engine_timeout)
     ctx = Memo(
-        config=options.config,
+        config=config,
         kube=kube,
         http=http,
         metrics=metrics,
@@ -250,7 +261,7 @@ async def run(
         if not options.standalone:
             await ensure_peering(kube, options.peering_name, options.namespaces)
         await kopf.operator(
-            registry=build_registry(options.config),
+            registry=build_registry(config),
             settings=build_settings(options),
             memo=kopf.Memo(ctx=ctx),
             clusterwide=not options.namespaces,

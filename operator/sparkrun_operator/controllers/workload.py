@@ -32,7 +32,7 @@ import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +49,7 @@ from sparkrun_operator.controllers.loop import run_loop
 from sparkrun_operator.controllers.memo import Memo
 from sparkrun_operator.controllers.reconciler import Event, Outcome, post, run_pass
 from sparkrun_operator.controllers.status import StatusMemory, current_status, status_patch
-from sparkrun_operator.controllers.workload_act import execute
+from sparkrun_operator.controllers.workload_act import execute, picker_refusals
 from sparkrun_operator.controllers.workload_pokes import full_key, status_key
 from sparkrun_operator.k8s.resources import Resource, resource_of
 from sparkrun_operator.plan import observe
@@ -62,6 +62,7 @@ from sparkrun_operator.plan.workload import (
     finalize,
     plan,
 )
+from sparkrun_operator.plan.workload.pool import refusal_condition
 from sparkrun_operator.render import keys
 
 WORKLOADS: Resource = resource_of(INFERENCE_WORKLOAD)
@@ -83,14 +84,22 @@ class Expectations:
     revisions: set[str] = field(default_factory=set)
     service: bool = False
     policy: bool = False
+    #: The InferencePool and the endpoint picker's Deployment (issue 30).
+    pool: bool = False
+    picker: bool = False
     since: float = 0.0
 
-    def record(self, p: Plan) -> None:
+    def record(self, p: Plan, unapplied: Collection[str] = ()) -> None:
+        """What ``p`` made and deleted, less the kinds ``unapplied`` (refused, a name taken)."""
         self.created = {d["metadata"]["name"] for d in p.apply if d.get("kind") == "JobSet"}
         self.deleted = {d.uid for d in p.delete if d.kind != "ControllerRevision"}
         self.revisions = {d["metadata"]["name"] for d in p.revisions}
         self.service = any(d.get("kind") == "Service" for d in p.apply)
         self.policy = any(d.get("kind") == "NetworkPolicy" for d in p.apply)
+        self.pool = "InferencePool" not in unapplied and any(
+            d.get("kind") == "InferencePool" for d in p.apply
+        )
+        self.picker = "Deployment" not in unapplied and any(d.get("kind") == "Deployment" for d in p.apply)
         self.since = time.monotonic()
 
     def met(
@@ -101,8 +110,11 @@ class Expectations:
         patience: float,
         policy_seen: bool = True,
         revisions: Iterable[str] = (),
+        pool_seen: bool = True,
+        picker_seen: bool = True,
     ) -> bool:
-        if not (self.created or self.deleted or self.service or self.policy or self.revisions):
+        pending = self.service or self.policy or self.pool or self.picker
+        if not (self.created or self.deleted or pending or self.revisions):
             return True
         seen = {js.name for js in jobsets}
         gone = {js.uid for js in jobsets if not js.deleting}
@@ -111,10 +123,12 @@ class Expectations:
             and not (self.deleted & gone)
             and (service_seen or not self.service)
             and (policy_seen or not self.policy)
+            and (pool_seen or not self.pool)
+            and (picker_seen or not self.picker)
             and self.revisions <= set(revisions)
         ):
             self.created, self.deleted, self.service, self.policy = set(), set(), False, False
-            self.revisions = set()
+            self.revisions, self.pool, self.picker = set(), False, False
             return True
         return time.monotonic() - self.since > patience
 
@@ -196,6 +210,11 @@ def observation(
         ),
         engine_policy=ctx.config.engine_policy,
         network_policy=observe.first(indices.get("iw_policies"), key),
+        pool_settings=ctx.config.inference_pools,
+        inference_pool=observe.first(indices.get("iw_pools"), key),
+        picker=tuple(found for index in indexes.PICKER_NAMES for found in _store(indices.get(index), key)),
+        pool_refused=ctx.pool_refusals.get(key),
+        picker_refused=picker_refusals(ctx, key, time.monotonic()),
         asleep=asleep,
         options=ctx.config.render,
         scaling=ctx.scaling.get(key),
@@ -326,18 +345,25 @@ async def reconcile(
 
     async def act(looked: Looked, p: Plan) -> Acted:
         obs = looked.obs
-        refused = await execute(ctx, p, namespace=obs.namespace)
-        expectations.record(p)
+        done = await execute(ctx, p, namespace=obs.namespace)
+        expectations.record(p, done.unapplied)
         workload_pokes.record_memory_wait(ctx, (obs.namespace, obs.name), p.status)
-        status = finalize(p.status, refused=refused, generation=obs.generation, now=obs.now)
+        # NB: the pool stage's trouble never fails the workload: PoolAccepted says it
+        pool = done.pool[0] if done.pool else None
+        status = finalize(
+            p.status, refused=done.refused, generation=obs.generation, now=obs.now, pool_refused=pool
+        )
         ctx.reconciled[(obs.namespace, obs.name)] = looked.requested
         events = [Event(type=e.type, reason=e.reason, message=e.message) for e in p.events]
-        events += [Event(type="Warning", reason="Refused", message=message) for message in refused]
+        events += [Event(type="Warning", reason="Refused", message=message) for message in done.refused]
+        if pool is not None:
+            reason, message = refusal_condition(pool)
+            events.append(Event(type="Warning", reason=reason, message=message))
         return Acted(
             status=status,
             events=tuple(events),
             requeue=p.requeue_after,
-            refused=tuple(refused),
+            refused=tuple(done.refused),
             observed_at=looked.at,
         )
 
@@ -394,9 +420,10 @@ def prepare_status(
     pending = not p.idle or p.annotate or p.events or p.requeue_after is not None
     if pending or obs.spec.engine.enable_sleep_mode:
         ctx.triggers.poke(full_key(*key))
-    if not p.idle or p.events:
+    if not p.serving_idle or p.events:
         # an Event (a measured wake: Woke) is posted by the full pass, which writes the status
-        # that ends it; written here, the full pass would find the wake over and post nothing
+        # that ends it; written here, the full pass would find the wake over and post nothing.
+        # NB: the pool stage's pending writes do not hold readiness back (ADR 0050)
         return None
     status = p.status
     # NB: compared with our own last write while the watch has not shown it yet: a change
@@ -445,6 +472,8 @@ def catching_up(
         policy_seen=policy_seen,
         patience=ctx.config.expectation_seconds,
         revisions=revisions,
+        pool_seen=bool(_store(indices.get("iw_pools"), key)),
+        picker_seen=bool(_store(indices.get("iw_pickers"), key)),
     ):
         return None
     return 1.0
@@ -523,4 +552,6 @@ def _register_daemon(registry: kopf.OperatorRegistry) -> None:
                 await status_lane
             ctx.dependencies.pop((namespace, name), None)
             ctx.reconciled.pop((namespace, name), None)
+            ctx.pool_refusals.pop((namespace, name), None)
+            ctx.picker_refusals.pop((namespace, name), None)
             ctx.metrics.observe_ready("InferenceWorkload", (namespace, name), None)

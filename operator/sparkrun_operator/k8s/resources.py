@@ -25,6 +25,7 @@ __all__ = [
     "DEPLOYMENTS",
     "ENDPOINT_SLICES",
     "EVENTS",
+    "INFERENCE_POOLS",
     "JOBS",
     "JOBSETS",
     "KUEUE_GROUP",
@@ -36,6 +37,7 @@ __all__ = [
     "PEERINGS",
     "PODS",
     "RESOURCE_FLAVORS",
+    "ROLE_BINDINGS",
     "SECRETS",
     "SERVICES",
     "SERVICE_ACCOUNTS",
@@ -103,6 +105,11 @@ CRDS: Final = Resource(
 CLUSTER_ROLES: Final = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", False, "ClusterRole")
 CLUSTER_ROLE_BINDINGS: Final = Resource(
     "rbac.authorization.k8s.io", "v1", "clusterrolebindings", False, "ClusterRoleBinding"
+)
+ROLE_BINDINGS: Final = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", True, "RoleBinding")
+#: The Gateway API Inference Extension's pool (issue 30): served only where its CRD is installed.
+INFERENCE_POOLS: Final = Resource(
+    "inference.networking.k8s.io", "v1", "inferencepools", True, "InferencePool"
 )
 CLUSTER_PEERINGS: Final = Resource("kopf.dev", "v1", "clusterkopfpeerings", False, "ClusterKopfPeering")
 PEERINGS: Final = Resource("kopf.dev", "v1", "kopfpeerings", True, "KopfPeering")

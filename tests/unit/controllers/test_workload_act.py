@@ -82,7 +82,7 @@ async def test_a_refused_revision_is_reported_without_the_apiservers_message() -
     p.revisions.append(_revision())
     p.apply.append(JOBSET)
     kube = FakeKube(existing=None)
-    refused = await execute(_memo(kube), p, namespace="ns")
+    refused = (await execute(_memo(kube), p, namespace="ns")).refused
     assert kube.applied == []  # NB: not from a revision that was not made
     assert len(refused) == 1
     assert TOKEN not in refused[0]
@@ -99,7 +99,7 @@ async def test_a_revision_another_pass_made_is_not_a_refusal() -> None:
     p.revisions.append(_revision())
     p.apply.append(JOBSET)
     kube = FakeKube(existing=_revision())
-    assert await execute(_memo(kube), p, namespace="ns") == []
+    assert (await execute(_memo(kube), p, namespace="ns")).refused == []
     assert kube.applied == ["qwen-0"]
 
 
@@ -112,7 +112,7 @@ async def test_jobsets_of_a_revision_another_pass_made_otherwise_wait() -> None:
     other = _revision()
     other["metadata"]["labels"] = {**other["metadata"]["labels"], "sparkrun.dev/revision": "bbbbbbbbbb"}
     kube = FakeKube(existing=other)
-    assert await execute(_memo(kube), p, namespace="ns") == []
+    assert (await execute(_memo(kube), p, namespace="ns")).refused == []
     assert kube.applied == []
 
 
@@ -122,7 +122,7 @@ async def test_a_name_held_by_an_object_the_workload_does_not_own_is_said() -> N
     stranger = {
         "metadata": {"name": "qwen-2", "ownerReferences": _revision("other")["metadata"]["ownerReferences"]}
     }
-    refused = await execute(_memo(FakeKube(existing=stranger)), p, namespace="ns")
+    refused = (await execute(_memo(FakeKube(existing=stranger)), p, namespace="ns")).refused
     assert len(refused) == 1
     assert "does not own" in refused[0]
     assert TOKEN not in refused[0]
@@ -132,7 +132,7 @@ async def test_an_annotation_refused_is_logged_without_the_data(caplog: pytest.L
     p = Plan()
     p.annotate.append(Annotate(name="qwen-1", annotations={"sparkrun.dev/served-until": "x"}))
     with caplog.at_level(logging.WARNING, logger="sparkrun.operator.workload"):
-        refused = await execute(_memo(FakeKube()), p, namespace="ns")
+        refused = (await execute(_memo(FakeKube()), p, namespace="ns")).refused
     assert refused == []
     assert "qwen-1" in caplog.text
     assert TOKEN not in caplog.text
