@@ -92,7 +92,9 @@ def test_imperative_aliases_follow_their_namespaces_prefixes() -> None:
 
 
 def test_the_gateway_flag_parses_the_policy() -> None:
-    gateway, args = build(["--kubernetes", "--name-prefixes", json.dumps(POLICY.to_wire())])
+    gateway, args = build(
+        ["--kubernetes", "--name-prefixes", json.dumps(POLICY.to_wire()), "--inference-pools", "off"]
+    )
     assert args.name_prefixes == POLICY
     assert isinstance(gateway.source, KubeRoutingSource)
     assert gateway.source.name_policy == POLICY

@@ -103,7 +103,8 @@ def test_the_metrics_port_serves_metrics_without_a_key(tmp_path: Path, engines: 
 def test_static_and_secret_keys_are_merged(tmp_path: Path) -> None:
     keys = tmp_path / "keys.yaml"
     keys.write_text("keys:\n  - {key: sk-file}\n")
-    gateway, _ = build(["--kubernetes", "--secret-keys", "--keys", str(keys), "--admin-key-namespace", "ops"])
+    argv = ["--kubernetes", "--secret-keys", "--keys", str(keys), "--admin-key-namespace", "ops"]
+    gateway, _ = build([*argv, "--inference-pools", "off"])
     assert isinstance(gateway.keys, MergedKeySource)
     assert len(gateway.keys.sources) == 2  # before: the static keys were dropped
     assert gateway.keys.lookup("sk-file") is not None

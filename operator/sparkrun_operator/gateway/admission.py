@@ -21,9 +21,12 @@ never a handler or the application.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
+from sparkrun_operator.api import servedname
+from sparkrun_operator.api.clip import echo
 from sparkrun_operator.plan.served import TEXT_GENERATION
+from sparkrun_operator.render.keys import HEADER_GATEWAY_MODEL_NAME
 
 from .auth import KeySource
 from .config import GatewaySettings
@@ -38,6 +41,51 @@ if TYPE_CHECKING:  # NB: only --auth=kubernetes loads it (and with it the Kubern
 
 Held = tuple[str | None, str | None]
 """What :meth:`Admission.enter` counted: (caller, tenant)."""
+
+MODEL_HEADER: Final = HEADER_GATEWAY_MODEL_NAME.encode()
+"""``x-gateway-model-name`` as ASGI names it (lower case): the Inference Extension's model header."""
+MODEL_HEADER_MAX_BYTES: Final = 4 * servedname.SERVED_NAME_MAX_LENGTH
+"""The most bytes of the header decoded (a served name's characters, each at most 4 bytes of UTF-8)."""
+_ECHO: Final = 128
+"""Characters of each name quoted when the body and the header disagree."""
+
+
+def model_of(ctx: Ctx, doc: dict[str, Any]) -> Any:
+    """The model name a request uses: the body's ``model`` or, when the body names none
+    (absent, ``null`` or ``""``), ``X-Gateway-Model-Name``. When both are given they must be
+    equal (400 in the route's family otherwise). The header is sent once, at most
+    :data:`MODEL_HEADER_MAX_BYTES`, UTF-8, and a valid served name (:mod:`~..api.servedname`).
+    Without the header this is ``doc.get("model")`` and one dict probe."""
+    raw = ctx.headers.get(MODEL_HEADER)
+    if raw is None:
+        return doc.get("model")
+    name = _header_name(ctx, raw)
+    given = doc.get("model")
+    if given is None or given == "":
+        return name
+    if given != name:
+        raise bad_request(
+            f"The body's model {echo(given, _ECHO)} differs from the X-Gateway-Model-Name header's "
+            f"{echo(name, _ECHO)}: send one of them, or the same name in both",
+            param="model",
+        )
+    return given
+
+
+def _header_name(ctx: Ctx, raw: bytes) -> str:
+    """The header's model name, checked (see :func:`model_of`)."""
+    if sum(1 for key, _ in ctx.scope["headers"] if key == MODEL_HEADER) > 1:
+        raise bad_request("X-Gateway-Model-Name must be sent once", param="model")
+    if len(raw) > MODEL_HEADER_MAX_BYTES:
+        raise bad_request(f"X-Gateway-Model-Name has more than {MODEL_HEADER_MAX_BYTES} bytes", param="model")
+    try:
+        name = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise bad_request("X-Gateway-Model-Name is not UTF-8", param="model") from None
+    problem = servedname.problem(name)
+    if problem is not None:
+        raise bad_request(f"X-Gateway-Model-Name {problem}", param="model")
+    return name
 
 
 class Admission:

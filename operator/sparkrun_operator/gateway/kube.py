@@ -4,7 +4,8 @@
   request): InferenceWorkloads (state, prefix affinity, and the names, aliases and capabilities
   of ``status.model``: ``plan/served.py``) and the EndpointSlices of their Services (ready
   leader addresses). Endpoints are addresses of pods, not ClusterIPs, so the gateway balances
-  across replicas itself.
+  across replicas itself. Where the apiserver serves InferencePools, also the pools other
+  products created that carry a model-name annotation, and their Ready pods (:mod:`.pools`).
 - :class:`KubeWaker` wakes a Sleeping or Stopped workload by setting ``spec.state: Running``
   (a merge patch as field manager ``sparkrun-gateway``, ADR 0011; the operator does the rest),
   and one the idle policy took to zero replicas by also setting ``spec.replicas`` to its resume
@@ -39,7 +40,9 @@ from sparkrun_operator.api import namepolicy
 from sparkrun_operator.api.namepolicy import NamePolicy
 from sparkrun_operator.api.resources import INFERENCE_WORKLOAD
 from sparkrun_operator.api.scaling import WAKE_HISTORY
+from sparkrun_operator.gateway import pools
 from sparkrun_operator.gateway.auth import DigestTable, Grant
+from sparkrun_operator.gateway.pools import PoolWatch
 from sparkrun_operator.gateway.routing import (
     RoutingTable,
     State,
@@ -360,15 +363,20 @@ class KubeRoutingSource:
         *,
         namespace: str | Iterable[str] | None = None,
         name_policy: NamePolicy = namepolicy.OPEN,
+        inference_pools: bool = False,
     ) -> None:
         self._conn = conn
         self._namespaces = namespaces_of(namespace)
         #: Which names each namespace may claim (``--name-prefixes``); the rest is not routed.
         self.name_policy = name_policy
+        #: Route annotated foreign InferencePools when the apiserver serves them (``--inference-pools``:
+        #: the command's default is ``auto``, so ``True``; off unless asked where built otherwise).
+        self.inference_pools = inference_pools
         self._publisher = TablePublisher()
         self._workloads: Watches | None = None
         self._slices: Watches | None = None
         self._aliases: Watches | None = None
+        self._pools: PoolWatch | None = None
 
     def snapshot(self) -> RoutingTable:
         return self._publisher.snapshot()
@@ -401,13 +409,17 @@ class KubeRoutingSource:
         )
         await self._slices.start()
         await self._aliases.start()
+        if self.inference_pools and await pools.served(kube):
+            log.info("routing annotated InferencePools (inference.networking.k8s.io/v1 is served)")
+            self._pools = PoolWatch(kube, ns, self._rebuild, self.name_policy)
+            await self._pools.start()
         await self._workloads.start()
 
     async def close(self) -> None:
-        for informer in (self._workloads, self._slices, self._aliases):
+        for informer in (self._workloads, self._slices, self._aliases, self._pools):
             if informer is not None:
                 await informer.close()
-        self._workloads = self._slices = self._aliases = None
+        self._workloads = self._slices = self._aliases = self._pools = None
 
     def _rebuild(self) -> None:
         workloads, slices, aliases = self._workloads, self._slices, self._aliases
@@ -421,6 +433,8 @@ class KubeRoutingSource:
             imperative_aliases(aliases.objects()),
             self.name_policy,
         )
+        if self._pools is not None:
+            entries += self._pools.entries()  # NB: a workload's name wins (RoutingTable.build)
         # NB: a contested name affects only that name (plan/names.py); the rest always updates.
         self._publisher.publish(entries)
 

@@ -15,6 +15,7 @@ from .workers import worker_index
 async def models(svc: Services, ctx: Ctx) -> None:
     data = []
     for name, wl in await svc.admission.visible(ctx):
+        where = f"{wl.namespace}/{wl.name}"
         data.append(
             {
                 "id": name,
@@ -23,7 +24,9 @@ async def models(svc: Services, ctx: Ctx) -> None:
                 "owned_by": wl.namespace,
                 "root": wl.served_name,
                 "parent": None if name == wl.served_name else wl.served_name,
-                "workload": wl.key,
+                # NB: a foreign InferencePool's name (gateway/pools.py) names the pool instead.
+                "workload": None if wl.pool else where,
+                **({"inferencePool": where} if wl.pool else {}),
                 "state": wl.state,
                 "ready": wl.routable,
                 "capabilities": sorted(wl.capabilities),

@@ -14,6 +14,7 @@ from typing import Any
 
 from sparkrun_operator.plan.served import TEXT_GENERATION
 
+from .admission import model_of
 from .errors import GatewayError, bad_request, render
 from .request import DIRECT_BODY, Ctx, DirectBody
 from .services import Services
@@ -36,17 +37,36 @@ async def forward(svc: Services, ctx: Ctx, capability: str, path: str) -> None:
         validate_generation(doc, path)
     elif path == "/v1/embeddings":
         validate_embeddings(doc)
-    workload = await svc.admission.admit(ctx, doc.get("model"), capability)
+    named = doc.get("model")
+    workload = await svc.admission.admit(ctx, model_of(ctx, doc), capability)
     affinity = affinity_key(doc) if workload.prefix_affinity else None
     payload = ctx.body
-    if doc["model"] != workload.served_name:
-        # An alias: the engine knows only the served name, so the body is re-encoded once.
-        payload = json.dumps({**doc, "model": workload.served_name}, ensure_ascii=False).encode()
+    if named != workload.served_name:
+        # An alias, or a name from X-Gateway-Model-Name: the engine knows only the served name.
+        payload = with_model(ctx.body, doc, workload.served_name)
     response = await svc.connector.connect(ctx, workload, path, payload, affinity)
     try:
         await relay(svc, ctx, response, path)
     finally:
         response.close()
+
+
+def with_model(body: bytes, doc: dict[str, Any], name: str) -> bytes:
+    """``body`` (the JSON object ``doc``) with ``model`` set to ``name``. A body without a
+    ``model`` key (its name came from ``X-Gateway-Model-Name``) gets the key spliced in after
+    its opening brace, without encoding the rest again (only into UTF-8: JSON may come as
+    UTF-16 or UTF-32 too); otherwise it is re-encoded once, as UTF-8, escaping a lone surrogate
+    the caller escaped (``"\\ud800"``), which UTF-8 cannot carry."""
+    if "model" not in doc and json.detect_encoding(body) == "utf-8":
+        start = len(body) - len(body.lstrip())
+        if body[start : start + 1] == b"{":
+            head = b'{"model":' + json.dumps(name, ensure_ascii=False).encode()
+            return head + (b"," if doc else b"") + body[start + 1 :]
+    named = {**doc, "model": name}
+    try:
+        return json.dumps(named, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return json.dumps(named).encode()
 
 
 def validate_generation(doc: dict[str, Any], path: str) -> None:

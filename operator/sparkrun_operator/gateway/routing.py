@@ -101,11 +101,15 @@ class Workload:
     #: The wake under way as the operator saw it begin (``status.scaling.wake``), if any.
     wake_from: Resting | None = None
     wake_since: dt.datetime | None = field(default=None, compare=False)
+    #: An InferencePool another product created (``gateway/pools.py``), routed by the model name
+    #: on its annotation: never woken, and its names yield to every workload's.
+    pool: bool = False
 
     @property
     def key(self) -> str:
-        """``namespace/name``: the workload's identity (stable across table versions)."""
-        return f"{self.namespace}/{self.name}"
+        """``namespace/name`` (``InferencePool/namespace/name`` for a pool): the workload's
+        identity (stable across table versions)."""
+        return f"InferencePool/{self.namespace}/{self.name}" if self.pool else f"{self.namespace}/{self.name}"
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -162,22 +166,40 @@ class RoutingTable:
     def build(cls, workloads: Iterable[Workload], version: int) -> RoutingTable:
         """Index ``workloads`` by served name and alias. A name claimed by several workloads goes
         to the oldest claim (:func:`~sparkrun_operator.plan.names.owners`); the others keep
-        their remaining names, and the table records the conflict. Never raises."""
+        their remaining names, and the table records the conflict. A pool's name
+        (:attr:`Workload.pool`) goes to it only when no workload routes that name, and between
+        pools to the oldest (creation time, then namespace and name). Never raises."""
         items = tuple(workloads)
-        won = owners(wl.claim() for wl in items)
+        won = owners(wl.claim() for wl in items if not wl.pool)
         by_name: dict[str, Workload] = {}
         lost: list[NameConflict] = []
         for wl in items:
+            if wl.pool:
+                continue
             for name in wl.names:
                 winner = won[name].key
                 if winner == wl.key:
                     by_name.setdefault(name, wl)
                 else:
                     lost.append(NameConflict(name, winner, wl.key))
+        for pool in sorted((wl for wl in items if wl.pool), key=_age):
+            for name in pool.names:
+                holder = by_name.setdefault(name, pool)
+                if holder is not pool:
+                    lost.append(NameConflict(name, holder.key, pool.key))
         return cls(items, version, by_name, tuple(lost))
 
     def lookup(self, model: str) -> Workload | None:
         return self.by_name.get(model)
+
+
+_NEVER = dt.datetime.max.replace(tzinfo=dt.UTC)
+
+
+def _age(wl: Workload) -> tuple[dt.datetime, str, str]:
+    """Oldest first; no creation time sorts last."""
+    created = wl.created if wl.created is not None and wl.created.tzinfo is not None else _NEVER
+    return created, wl.namespace, wl.name
 
 
 class RoutingSource(Protocol):
@@ -214,7 +236,7 @@ class TablePublisher:
         if table.conflicts != self._table.conflicts:
             for c in table.conflicts:
                 log.warning(
-                    "model name %r stays with %s (the older claim); not routed to %s",
+                    "model name %r stays with %s (older, or a workload before a pool); not routed to %s",
                     c.model,
                     c.winner,
                     c.loser,

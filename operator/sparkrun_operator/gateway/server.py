@@ -217,6 +217,14 @@ def _name_flags(p: argparse.ArgumentParser) -> None:
         '\'{"team-a": ["a-"], "*": []}\'; other names (and imperative aliases) are not routed '
         "(default {}: any name)",
     )
+    p.add_argument(
+        "--inference-pools",
+        choices=("auto", "off"),
+        default="auto",
+        help="with --kubernetes: auto (default) routes InferencePools other products created that "
+        "carry the sparkrun.dev/model-name annotation, when the apiserver serves them (needs "
+        "get/list/watch on inferencepools and pods); off: never",
+    )
 
 
 def _namespace_flags(p: argparse.ArgumentParser) -> None:
@@ -400,7 +408,12 @@ def build(argv: Sequence[str]) -> tuple[Gateway, argparse.Namespace]:
             sources.append(SecretKeySource(conn, namespace=where, admin_namespaces=admins))
         return (
             Gateway(
-                KubeRoutingSource(conn, namespace=ns.namespace, name_policy=ns.name_prefixes),
+                KubeRoutingSource(
+                    conn,
+                    namespace=ns.namespace,
+                    name_policy=ns.name_prefixes,
+                    inference_pools=ns.inference_pools == "auto",
+                ),
                 settings=settings,
                 waker=KubeWaker(conn),
                 keys=MergedKeySource(*sources) if sources else None,

@@ -14,6 +14,7 @@ from typing import Any
 from sparkrun_operator.plan.served import TEXT_GENERATION
 
 from . import enginejson, messages_api, ollama_api
+from .admission import model_of
 from .errors import GatewayError, render, upstream_message
 from .openai_api import affinity_key, read_all
 from .request import JSON, NDJSON, Ctx
@@ -34,7 +35,8 @@ decoded and translated."""
 async def messages(svc: Services, ctx: Ctx) -> None:
     doc = ctx.parse_json()
     messages_api.validate(doc)
-    workload = await svc.admission.admit(ctx, doc.get("model"), TEXT_GENERATION)
+    doc["model"] = model_of(ctx, doc)  # the body's, or X-Gateway-Model-Name's
+    workload = await svc.admission.admit(ctx, doc["model"], TEXT_GENERATION)
     stream = bool(doc.get("stream"))
     body = messages_api.to_openai(doc)
     translator = messages_api.Translator(model=doc["model"], rid=ctx.rid)
@@ -44,7 +46,8 @@ async def messages(svc: Services, ctx: Ctx) -> None:
 async def ollama_chat(svc: Services, ctx: Ctx) -> None:
     doc = ctx.parse_json()
     ollama_api.validate_chat(doc)
-    workload = await svc.admission.admit(ctx, doc.get("model"), TEXT_GENERATION)
+    doc["model"] = model_of(ctx, doc)  # the body's, or X-Gateway-Model-Name's
+    workload = await svc.admission.admit(ctx, doc["model"], TEXT_GENERATION)
     stream = doc.get("stream", True) is not False
     translator = ollama_api.Translator(model=doc["model"], mode="chat", stream=stream)
     await forward(svc, ctx, ollama_api.chat_to_openai(doc, stream), workload, translator, stream)
@@ -53,7 +56,8 @@ async def ollama_chat(svc: Services, ctx: Ctx) -> None:
 async def ollama_generate(svc: Services, ctx: Ctx) -> None:
     doc = ctx.parse_json()
     ollama_api.validate_generate(doc)
-    workload = await svc.admission.admit(ctx, doc.get("model"), TEXT_GENERATION)
+    doc["model"] = model_of(ctx, doc)  # the body's, or X-Gateway-Model-Name's
+    workload = await svc.admission.admit(ctx, doc["model"], TEXT_GENERATION)
     stream = doc.get("stream", True) is not False
     if not doc.get("prompt") and not doc.get("system") and not doc.get("images"):
         # Ollama answers an empty prompt by loading the model: done at once, done_reason "load".
