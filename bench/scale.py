@@ -21,8 +21,15 @@ scheduler and marked Running/Ready by KWOK):
   get addresses of a CIDR routed to loopback, one process answers them in vLLM's layout and
   counts the scrapes per second); ``--compare`` runs without, then with it, each on a fresh
   testbed, and prints the two side by side.
+- with ``--inference-pools`` (issue 30), the chart's vendored InferencePool CRD is installed
+  before the operator starts and the operator runs with ``--inference-pools auto``: every
+  workload gets a pool and a managed endpoint picker (``bench/_pools.py``); the run also counts
+  the objects made, the pickers Ready, the workloads' ``PoolAccepted`` reasons, the apiserver's
+  watch events by resource and the bytes the operator read. ``--compare-pools`` runs without
+  (``--inference-pools off``, no CRD), then with, each on a fresh testbed, side by side.
 
-Run: ``python -m bench.scale [--workloads 1000 --nodes 250] [--autoscaling | --compare]``.
+Run: ``python -m bench.scale [--workloads 1000 --nodes 250] [--autoscaling | --compare]
+[--inference-pools | --compare-pools]``.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from typing import Any
 
 import httpx
 
-from bench import _common
+from bench import _common, _pools
 from bench._operator import (
     JOBSETS,
     WORKLOADS,
@@ -58,7 +65,13 @@ from bench._operator import (
 )
 from bench._scrapes import AUTOSCALING, POD_CIDR, ScrapeTargets, local_route, summary
 
-OPERATOR_RESOURCES = ("inferenceworkloads", "services", "jobsets", "controllerrevisions")
+OPERATOR_RESOURCES = (
+    "inferenceworkloads",
+    "services",
+    "jobsets",
+    "controllerrevisions",
+    *_pools.POOL_RESOURCES,
+)
 #: ``--probe``: the workload a probe object stands for.
 PROBE_LABEL = "bench.sparkrun.dev/probe-for"
 #: ``--probe``'s custom resource: written and watched through the apiserver's custom-resource
@@ -201,12 +214,17 @@ async def run(
     workdir: Path,
     *,
     autoscaling: bool = False,
+    pools: bool = False,
     targets: ScrapeTargets | None = None,
 ) -> dict[str, Any]:
-    """One run; with ``autoscaling``, every workload has :data:`AUTOSCALING`; with ``targets``,
-    the testbed's pods get addresses of :data:`POD_CIDR`, where ``targets`` answers the scrapes."""
+    """One run; with ``autoscaling``, every workload has :data:`AUTOSCALING`; with ``pools``, the
+    InferencePool CRD is served and the operator keeps a pool and picker per workload; with
+    ``targets``, the testbed's pods get addresses of :data:`POD_CIDR`, where ``targets`` answers
+    the scrapes."""
     t0 = time.perf_counter()
     tb = start_testbed(workdir, nodes=args.nodes, pod_cidr=POD_CIDR if targets else None)
+    if pools:
+        await asyncio.to_thread(tb.apply_crds, [_pools.crd()])
     spec = {"autoscaling": AUTOSCALING} if autoscaling else {}
     testbed_up = time.perf_counter() - t0
     print(f"testbed with {args.nodes} nodes up in {testbed_up:.1f} s", flush=True)
@@ -223,6 +241,7 @@ async def run(
                 str(metrics_port),
                 "--metrics-host",
                 "127.0.0.1",
+                *_pools.operator_flags(pools),
                 *args.operator_args,
             )
             path = WORKLOADS.format(ns="scale")
@@ -263,6 +282,8 @@ async def run(
                 await asyncio.sleep(5)
 
                 before = await write_counts(http)
+                watch_before = _pools.watch_events((await http.get("/metrics")).text)
+                read_before = _pools.read_bytes(operator.proc.pid)
                 throttled_before = await throttled(http)
                 cpu_before = operator.cpu_seconds()
                 peak = [operator.rss_bytes()]
@@ -288,15 +309,25 @@ async def run(
                 all_jobsets = (max(readiness.jobsets.values()) - start) if readiness.jobsets else float("nan")
                 print(f"every JobSet created after {all_jobsets:.1f} s", flush=True)
                 after = await write_counts(http)
+                watch_converging = _pools.watch_events((await http.get("/metrics")).text)
+                read_converging = _pools.read_bytes(operator.proc.pid) - read_before
                 throttled_converging = await throttled(http) - throttled_before
                 converge_cpu = operator.cpu_seconds() - cpu_before
                 await asyncio.sleep(5)  # late follow-up events of the last objects
                 idle_before = await write_counts(http)
+                watch_idle_before = _pools.watch_events((await http.get("/metrics")).text)
+                read_idle_before = _pools.read_bytes(operator.proc.pid)
                 idle_cpu_before = operator.cpu_seconds()
                 wall_idle = time.time()
                 await asyncio.sleep(args.idle_seconds)
                 idle_after = await write_counts(http)
+                watch_idle = _pools.watch_events((await http.get("/metrics")).text)
+                read_idle = _pools.read_bytes(operator.proc.pid) - read_idle_before
                 idle_cpu = operator.cpu_seconds() - idle_cpu_before
+                objects = await _pools.count_objects(http, "scale")
+                pickers = await _pools.pickers_ready(http, "scale")
+                if args.foreign_deployments:
+                    result["foreign"] = await foreign(http, operator, args.foreign_deployments)
                 stop.set()
                 await sampler
                 await lag_sampler
@@ -337,6 +368,15 @@ async def run(
             result.update(
                 {
                     "autoscaling": autoscaling,
+                    "inference_pools": pools,
+                    "objects": objects,
+                    "pickers": pickers,
+                    "pool_accepted": _pools.pool_reasons(readiness.workloads.values()),
+                    "watch_events_converging": _pools.diff_watch(watch_before, watch_converging),
+                    "watch_events_idle": _pools.diff_watch(watch_idle_before, watch_idle),
+                    "operator_read_mib_converging": read_converging / 2**20,
+                    "operator_read_mib_idle": read_idle / 2**20,
+                    "operator_writes_per_object_idle": per_object(idle_ours, args.workloads),
                     "single_s": single,
                     "created_s": created,
                     "converged": converged,
@@ -386,6 +426,33 @@ async def run(
             operator.stop()
         tb.stop()
     return result
+
+
+async def foreign(http: httpx.AsyncClient, operator: Operator, count: int) -> dict[str, float]:
+    """``--foreign-deployments``: the operator's cost of ``count`` Deployments that are none of
+    its own, created in another namespace after converging (the picker watch filters labels in
+    the operator, so with pools it receives and decodes every one); 10 s to settle after."""
+    await call(http, "POST", "/api/v1/namespaces", json={"metadata": {"name": "foreign"}})
+    path = "/apis/apps/v1/namespaces/foreign/deployments"
+    watch_before = _pools.watch_events((await http.get("/metrics")).text)
+    read_before, cpu_before = _pools.read_bytes(operator.proc.pid), operator.cpu_seconds()
+    gate = asyncio.Semaphore(32)
+
+    async def create(i: int) -> None:
+        async with gate:
+            await call(http, "POST", path, json=_pools.foreign_deployment(f"app-{i:05d}", "foreign"))
+
+    await asyncio.gather(*(create(i) for i in range(count)))
+    await asyncio.sleep(10)
+    events = _pools.diff_watch(watch_before, _pools.watch_events((await http.get("/metrics")).text))
+    out = {
+        "deployments": count,
+        "deployment_events_all_watchers": events.get("deployments", {}).get("events", 0.0),
+        "operator_cpu_s": operator.cpu_seconds() - cpu_before,
+        "operator_read_mib": (_pools.read_bytes(operator.proc.pid) - read_before) / 2**20,
+    }
+    print(f"{count} foreign Deployments: {out}", flush=True)
+    return out
 
 
 async def run_direct(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -440,7 +507,8 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> None:
     """The human table of one run."""
     print()
     mode = "with" if result["autoscaling"] else "without"
-    print(f"workloads {args.workloads} on {args.nodes} nodes x 8 GPUs, {mode} autoscaling")
+    pools = "with" if result.get("inference_pools") else "without"
+    print(f"workloads {args.workloads} on {args.nodes} nodes x 8 GPUs, {mode} autoscaling, {pools} pools")
     print(f"converge: {result['converge_s']:.1f} s (N x single: {result['n_times_single_s']:.1f} s)")
     print(f"every JobSet created after {result['all_jobsets_s']:.1f} s")
     lag = result["ready_lag_s"]
@@ -474,6 +542,16 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> None:
         print(f"  {key}: {value:.2f}")
     idle = result["idle_writes_operator_resources"]
     print(f"idle {args.idle_seconds:.0f} s: writes to operator resources {idle}")
+    print(f"objects in the namespace: {result['objects']}")
+    if result.get("inference_pools"):
+        print(f"pickers: {result['pickers']}; PoolAccepted: {result['pool_accepted']}")
+    for phase in ("converging", "idle"):
+        events = {
+            k: f"{v['events']:.0f} ({v['bytes'] / 2**20:.1f} MiB)"
+            for k, v in result[f"watch_events_{phase}"].items()
+        }
+        print(f"watch events sent, all watchers, {phase}: {events}")
+        print(f"  bytes the operator read, {phase}: {result[f'operator_read_mib_{phase}']:.1f} MiB")
     if scrapes := result.get("scrapes"):
         print(
             f"scrapes: {scrapes['scrapes']} of {scrapes['pods_scraped']} pods; per second "
@@ -483,26 +561,47 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> None:
         )
 
 
-def run_modes(args: argparse.Namespace, workdir: Path, modes: list[bool]) -> list[dict[str, Any]]:
-    """A run per mode (``autoscaling`` or not), each on a fresh testbed; when any scrapes, every
-    run's pods get addresses of :data:`POD_CIDR`, routed to one set of scrape targets."""
+def modes_of(args: argparse.Namespace) -> list[tuple[bool, bool]]:
+    """The runs the flags ask for, each ``(autoscaling, pools)``, in order."""
+    if args.compare and args.compare_pools:
+        raise SystemExit("--compare and --compare-pools: one comparison per run")
+    if args.compare:
+        return [(False, args.inference_pools), (True, args.inference_pools)]
+    if args.compare_pools:
+        return [(args.autoscaling, False), (args.autoscaling, True)]
+    return [(args.autoscaling, args.inference_pools)]
+
+
+def run_modes(
+    args: argparse.Namespace, workdir: Path, modes: list[tuple[bool, bool]]
+) -> list[dict[str, Any]]:
+    """A run per mode (``(autoscaling, pools)``), each on a fresh testbed; when any scrapes,
+    every run's pods get addresses of :data:`POD_CIDR`, routed to one set of scrape targets."""
     with contextlib.ExitStack() as stack:
         targets = None
-        if any(modes):
+        if any(autoscaling for autoscaling, _ in modes):
             stack.enter_context(local_route(POD_CIDR))
             targets = ScrapeTargets(workdir / "scrapes.log")
             stack.callback(targets.stop)
         results = []
-        for i, autoscaling in enumerate(modes):
+        for i, (autoscaling, pools) in enumerate(modes):
             (workdir / f"run-{i}").mkdir()
             results.append(
-                asyncio.run(run(args, workdir / f"run-{i}", autoscaling=autoscaling, targets=targets))
+                asyncio.run(
+                    run(args, workdir / f"run-{i}", autoscaling=autoscaling, pools=pools, targets=targets)
+                )
             )
         return results
 
 
-def side_by_side(without: dict[str, Any], with_: dict[str, Any]) -> None:
-    """``--compare``: the figures autoscaling could move, without and with it."""
+def _watched(result: dict[str, Any], phase: str) -> float:
+    return float(sum(v["events"] for k, v in result[f"watch_events_{phase}"].items() if k != "pods"))
+
+
+def side_by_side(without: dict[str, Any], with_: dict[str, Any], *, what: str = "autoscaling") -> None:
+    """``--compare`` / ``--compare-pools``: the figures autoscaling or pools could move, without
+    and with them."""
+    per_workload = max(1, len(with_["timeline"]))
     rows: list[tuple[str, Callable[[dict[str, Any]], float]]] = [
         ("converge (s)", lambda r: r["converge_s"]),
         ("pod Ready -> Ready p50 (s)", lambda r: r["ready_lag_s"]["p50"]),
@@ -512,11 +611,32 @@ def side_by_side(without: dict[str, Any], with_: dict[str, Any]) -> None:
         ("operator peak RSS (MiB)", lambda r: r["operator_peak_rss_mib"]),
         ("operator writes per object", lambda r: r["operator_writes_total_per_object"]),
         ("scrapes per second, idle", lambda r: (r.get("scrapes") or {}).get("per_s_idle", 0.0)),
+        ("operator read converging (MiB)", lambda r: r["operator_read_mib_converging"]),
+        ("operator read idle (MiB)", lambda r: r["operator_read_mib_idle"]),
+        ("watch events (no pods) converging", lambda r: _watched(r, "converging")),
+        ("objects in the namespace", lambda r: sum(r["objects"].values())),
+        ("objects per workload", lambda r: sum(r["objects"].values()) / per_workload),
+        (
+            "foreign Deployments: operator CPU (s)",
+            lambda r: (r.get("foreign") or {}).get("operator_cpu_s", 0.0),
+        ),
+        ("foreign Deployments: read (MiB)", lambda r: (r.get("foreign") or {}).get("operator_read_mib", 0.0)),
     ]
     print()
-    print(f"{'':32} {'without':>10} {'with':>10}  autoscaling")
+    print(f"{'':40} {'without':>10} {'with':>10}  {what}")
     for label, value in rows:
-        print(f"{label:32} {value(without):10.2f} {value(with_):10.2f}")
+        print(f"{label:40} {value(without):10.2f} {value(with_):10.2f}")
+    if what == "pools":
+        print("API writes per workload by resource (converging | idle), without -> with:")
+        keys = sorted(set(without["operator_writes_per_object"]) | set(with_["operator_writes_per_object"]))
+        for key in keys:
+            a, b = (
+                without["operator_writes_per_object"].get(key, 0.0),
+                with_["operator_writes_per_object"].get(key, 0.0),
+            )
+            c = without["operator_writes_per_object_idle"].get(key, 0.0)
+            d = with_["operator_writes_per_object_idle"].get(key, 0.0)
+            print(f"  {key:40} {a:6.2f} -> {b:6.2f} | {c:6.3f} -> {d:6.3f}")
 
 
 def main() -> int:
@@ -549,6 +669,27 @@ def main() -> int:
         help="run without, then with --autoscaling, each on a fresh testbed, and print them side by side",
     )
     parser.add_argument(
+        "--inference-pools",
+        action="store_true",
+        help="install the chart's InferencePool CRD before the operator starts and run it with "
+        "--inference-pools auto: a pool and a managed endpoint picker per workload",
+    )
+    parser.add_argument(
+        "--compare-pools",
+        action="store_true",
+        help="run without (--inference-pools off, no CRD), then with --inference-pools, each on a "
+        "fresh testbed, and print them side by side",
+    )
+    parser.add_argument(
+        "--foreign-deployments",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after the idle period, create N Deployments that are not the operator's (0 replicas) in "
+        "another namespace and measure the operator's CPU and bytes read for them (the picker "
+        "watch's client-side label filter)",
+    )
+    parser.add_argument(
         "operator_args",
         nargs="*",
         help="extra 'operator run' flags (after --), e.g. --max-concurrent-passes 32",
@@ -565,15 +706,14 @@ def main() -> int:
             print(json.dumps(result))
             print(f"wrote {path}")
             return 0
-        modes = [False, True] if args.compare else [args.autoscaling]
-        results = run_modes(args, workdir, modes)
+        results = run_modes(args, workdir, modes_of(args))
     except (httpx.HTTPError, RuntimeError) as error:
         print(f"failed: {error}")
         return 1
     for result in results:
         report(args, result)
-    if args.compare:
-        side_by_side(*results)
+    if args.compare or args.compare_pools:
+        side_by_side(*results, what="pools" if args.compare_pools else "autoscaling")
     result = results[0] if len(results) == 1 else {"without": results[0], "with": results[1]}
     path = _common.write_json(
         "scale",
