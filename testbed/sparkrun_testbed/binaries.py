@@ -107,3 +107,42 @@ def build(repo: Path | None = None) -> Binaries:
         raise BinariesMissing("cannot build: no sparkrun-operator checkout found")
     out = subprocess.run([str(root / _BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, check=True)
     return Binaries(Path(out.stdout.strip().splitlines()[-1])).check()
+
+
+@dataclass(frozen=True)
+class GoTool:
+    """One Go binary built by a script of its own (``hack/<name>-bin.sh``: the llm-d simulator,
+    the endpoint picker) into ``<cache>/<name>-<key>/bin/<binary>``: the script prints that bin
+    dir last, and with ``--print`` only that (no build). Env ``env`` (a path to the executable)
+    overrides the script."""
+
+    binary: str
+    env: str
+    script: Path
+
+    def _script(self, repo: Path | None) -> Path:
+        root = repo or repo_root()
+        if root is None:
+            raise BinariesMissing(f"set {self.env} or run inside the sparkrun-operator checkout")
+        return root / self.script
+
+    def locate(self, repo: Path | None = None) -> Path:
+        """The configured binary's path (it may not be built yet: check ``os.access(path, X_OK)``)."""
+        if env := os.environ.get(self.env):
+            return Path(env).resolve()
+        script = self._script(repo)
+        try:
+            out = subprocess.run(
+                [str(script), "--print"], capture_output=True, text=True, check=True, timeout=60
+            )
+        except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+            raise BinariesMissing(f"`{self.script} --print` failed (is go on PATH?): {e}") from e
+        return Path(out.stdout.strip().splitlines()[-1]) / self.binary
+
+    def build(self, repo: Path | None = None) -> Path:
+        """Run the script (a cold build takes minutes); its log goes to stderr."""
+        out = subprocess.run([str(self._script(repo))], stdout=subprocess.PIPE, text=True, check=True)
+        path = Path(out.stdout.strip().splitlines()[-1]) / self.binary
+        if not os.access(path, os.X_OK):
+            raise BinariesMissing(f"{self.script} finished but {path} is not executable")
+        return path

@@ -14,11 +14,9 @@ The process runtime runs the picker's image (:data:`IMAGE`, any tag) as this bin
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
-from .binaries import BinariesMissing, repo_root
+from .binaries import BinariesMissing, GoTool
 
 BIN_ENV = "SPARKRUN_EPP_BIN"
 NAME = "epp"
@@ -36,34 +34,17 @@ _GATEWAY_CRDS = tuple(
     Path("gateway-api") / f"gateway.networking.k8s.io_{kind}.yaml"
     for kind in ("gatewayclasses", "gateways", "httproutes")
 )
-
-
-def _script(repo: Path | None) -> Path:
-    root = repo or repo_root()
-    if root is None:
-        raise BinariesMissing(f"set {BIN_ENV} or run inside the sparkrun-operator checkout")
-    return root / _SCRIPT
+_TOOL = GoTool(NAME, BIN_ENV, _SCRIPT)
 
 
 def locate(repo: Path | None = None) -> Path:
     """The configured binary's path (it may not be built yet: check ``os.access(path, X_OK)``)."""
-    if env := os.environ.get(BIN_ENV):
-        return Path(env).resolve()
-    script = _script(repo)
-    try:
-        out = subprocess.run([str(script), "--print"], capture_output=True, text=True, check=True, timeout=60)
-    except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
-        raise BinariesMissing(f"`{_SCRIPT} --print` failed (is go on PATH?): {e}") from e
-    return Path(out.stdout.strip().splitlines()[-1]) / NAME
+    return _TOOL.locate(repo)
 
 
 def build(repo: Path | None = None) -> Path:
     """Run ``hack/epp-bin.sh`` (a cold build takes many minutes); its log goes to stderr."""
-    out = subprocess.run([str(_script(repo))], stdout=subprocess.PIPE, text=True, check=True)
-    path = Path(out.stdout.strip().splitlines()[-1]) / NAME
-    if not os.access(path, os.X_OK):
-        raise BinariesMissing(f"{_SCRIPT} finished but {path} is not executable")
-    return path
+    return _TOOL.build(repo)
 
 
 def share_dir(binary: Path) -> Path:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from .binaries import BinariesMissing, repo_root
+from .binaries import GoTool
 
 BIN_ENV = "SPARKRUN_LLMD_SIM_BIN"
 NAME = "llm-d-inference-sim"
@@ -26,32 +26,17 @@ VERSION = "v0.10.2"
 _SCRIPT = Path("hack") / "llmd-sim-bin.sh"
 
 
-def _script(repo: Path | None) -> Path:
-    root = repo or repo_root()
-    if root is None:
-        raise BinariesMissing(f"set {BIN_ENV} or run inside the sparkrun-operator checkout")
-    return root / _SCRIPT
+_TOOL = GoTool(NAME, BIN_ENV, _SCRIPT)
 
 
 def locate(repo: Path | None = None) -> Path:
     """The configured binary's path (it may not be built yet: check ``os.access(path, X_OK)``)."""
-    if env := os.environ.get(BIN_ENV):
-        return Path(env).resolve()
-    script = _script(repo)
-    try:
-        out = subprocess.run([str(script), "--print"], capture_output=True, text=True, check=True, timeout=60)
-    except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
-        raise BinariesMissing(f"`{_SCRIPT} --print` failed (is go on PATH?): {e}") from e
-    return Path(out.stdout.strip().splitlines()[-1]) / NAME
+    return _TOOL.locate(repo)
 
 
 def build(repo: Path | None = None) -> Path:
     """Run ``hack/llmd-sim-bin.sh`` (a cold build takes minutes); its log goes to stderr."""
-    out = subprocess.run([str(_script(repo))], stdout=subprocess.PIPE, text=True, check=True)
-    path = Path(out.stdout.strip().splitlines()[-1]) / NAME
-    if not os.access(path, os.X_OK):
-        raise BinariesMissing(f"{_SCRIPT} finished but {path} is not executable")
-    return path
+    return _TOOL.build(repo)
 
 
 @dataclass

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,13 +24,12 @@ import ollama
 import openai
 import pytest
 
-from sparkrun_testbed import binaries, llmdsim
+from sparkrun_testbed import llmdsim
 from tests.engine.conftest import free_port
+from tests.gobinary import go_binary
 
 from .conftest import GatewayThread, StartGateway, assert_stream_passed_through, workload
 
-IN_CI = os.environ.get("CI", "").lower() == "true"
-REPO = Path(__file__).resolve().parents[2]
 PROMPT = "The quick brown fox jumps over the lazy dog."
 TOOLS = [
     {
@@ -46,27 +44,9 @@ TOOLS = [
 ]
 
 
-def _binary() -> Path:
-    """The simulator binary: built under CI=true when missing, else the tests skip."""
-    try:
-        path = llmdsim.locate(REPO)
-    except binaries.BinariesMissing as exc:
-        path, why = None, str(exc)
-    else:
-        why = f"{path} is not built (hack/llmd-sim-bin.sh)"
-    if path is not None and os.access(path, os.X_OK):
-        return path
-    if not IN_CI:
-        pytest.skip(why)
-    try:
-        return llmdsim.build(REPO)
-    except Exception as exc:  # any failure to build fails the tests under CI
-        pytest.fail(f"prerequisite missing under CI=true: {why}; the build failed: {exc}", pytrace=False)
-
-
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[llmdsim.Sim]:
-    binary = _binary()
+    binary = go_binary(llmdsim.locate, llmdsim.build, "hack/llmd-sim-bin.sh")
     log = tmp_path_factory.mktemp("llmd-sim") / "sim.log"
     options = llmdsim.Options(model="sim-model", mode="echo")
     proc = llmdsim.Sim.start(binary, free_port(), log, options)

@@ -4,7 +4,6 @@ the picker reads (the picker itself runs in ``test_epp_picker.py``)."""
 
 from __future__ import annotations
 
-import os
 import stat
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ from sparkrun_operator.plan import enginemetrics
 from sparkrun_testbed import epp, process_images
 from sparkrun_testbed.binaries import BinariesMissing
 from sparkrun_testbed.engine import Engine, Knobs, parse_args
+from tests.gobinary import go_binary
 
 PICKER = "registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0"
 
@@ -76,12 +76,7 @@ def test_locate_honours_the_env_and_finds_the_crds_beside_the_binary(
 def test_the_built_crds_are_the_pinned_apis() -> None:
     """When the picker is built (always under CI), its share dir holds the v1 InferencePool CRD and
     Gateway API's standard HTTPRoute/Gateway/GatewayClass."""
-    binary = epp.locate()
-    if not os.access(binary, os.X_OK):
-        if os.environ.get("CI", "").lower() == "true":
-            binary = epp.build()
-        else:
-            pytest.skip(f"{binary} is not built (hack/epp-bin.sh)")
+    binary = go_binary(epp.locate, epp.build, "hack/epp-bin.sh")
     pool = yaml.safe_load(epp.inferencepool_crd(binary).read_text())
     assert pool["spec"]["group"] == "inference.networking.k8s.io"
     assert [v["name"] for v in pool["spec"]["versions"]] == ["v1"]
@@ -98,12 +93,7 @@ def test_the_charts_vendored_crd_is_the_pinned_modules_file() -> None:
     """The chart's ``files/inferencepool-crd.yaml`` (``inferencePool.installCRD``) is, below its
     comment header, byte for byte the pinned module's CRD (the copy ``hack/epp-bin.sh`` takes
     from the module cache), and the header names the module, version and path it came from."""
-    binary = epp.locate()
-    if not os.access(binary, os.X_OK):
-        if os.environ.get("CI", "").lower() == "true":
-            binary = epp.build()
-        else:
-            pytest.skip(f"{binary} is not built (hack/epp-bin.sh)")
+    binary = go_binary(epp.locate, epp.build, "hack/epp-bin.sh")
     vendored = VENDORED_CRD.read_bytes()
     lines = vendored.splitlines(keepends=True)
     header = [ln for ln in lines if ln.startswith(b"#")]

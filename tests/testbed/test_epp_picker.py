@@ -28,42 +28,21 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from sparkrun_operator.render.inferencepool import PICKER_CONFIG
 from sparkrun_testbed import epp, plane
-from sparkrun_testbed.binaries import BinariesMissing
 from sparkrun_testbed.kubeapi import KubeApi
 from sparkrun_testbed.ports import free_ports
 from sparkrun_testbed.process_probes import grpc_health_check
 from sparkrun_testbed.topology import Topology
+from tests.gobinary import picker
 from tests.process.helpers import ENGINE_IMAGE, pod, pod_spec, ready, wait_for, wait_pod
 
 pytestmark = pytest.mark.testbed
 
-IN_CI = os.environ.get("CI", "").lower() == "true"
-REPO = Path(__file__).resolve().parents[2]
 POOL_API = "inference.networking.k8s.io/v1"
 MODEL = "tiny"
 ENGINE_PORT = 8000
-
-
-def _binary() -> Path:
-    """The picker: built under CI=true when missing, else the tests skip."""
-    try:
-        path = epp.locate(REPO)
-    except BinariesMissing as exc:
-        path, why = None, str(exc)
-    else:
-        why = f"{path} is not built (hack/epp-bin.sh)"
-    if path is not None and os.access(path, os.X_OK):
-        return path
-    if not IN_CI:
-        pytest.skip(why)
-    try:
-        return epp.build(REPO)
-    except Exception as exc:  # any failure to build fails the tests under CI
-        pytest.fail(f"prerequisite missing under CI=true: {why}; the build failed: {exc}", pytrace=False)
 
 
 @pytest.fixture(scope="module")
@@ -76,10 +55,7 @@ def process_nodes(testbed: plane.Testbed) -> list[str]:
 
 @pytest.fixture(scope="module")
 def picker_binary(testbed: plane.Testbed) -> Path:
-    binary = _binary()
-    crd = yaml.safe_load(epp.inferencepool_crd(binary).read_text())
-    assert testbed.apply_crds([crd]) == ["inferencepools.inference.networking.k8s.io"]
-    return binary
+    return picker(testbed)
 
 
 def engine_pod(name: str, pool: str, *, busy: bool = False) -> dict[str, Any]:

@@ -7,7 +7,6 @@ same flow on the real apiserver is ``tests/operator/test_inferencepool.py``."""
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import time
 from typing import Any
@@ -17,7 +16,6 @@ import pytest
 
 from sparkrun_operator.api import conditions as c
 from sparkrun_operator.api.meta import find_condition
-from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus
 from sparkrun_operator.controllers.config import OperatorConfig
 from sparkrun_operator.controllers.inferencepools import picker_marks
 from sparkrun_operator.controllers.memo import Memo
@@ -33,12 +31,9 @@ from sparkrun_operator.k8s import errors
 from sparkrun_operator.plan.workload import Observation, finalize, plan
 from sparkrun_operator.plan.workload.model import ObservedPickerObject, ObservedPool, Plan
 from sparkrun_operator.render import keys
-from sparkrun_operator.render.inferencepool import PoolSettings
 from sparkrun_operator.render.networkpolicy import EnginePolicy
-from tests.unit.plan.pool_obs import first_plan_seen
+from tests.unit.plan.pool_obs import NAME, NOW, NS, UID, first_plan_seen, new_observation, workload_spec
 
-NOW = dt.datetime(2026, 9, 1, 12, 0, tzinfo=dt.UTC)
-NAME, NS, UID = "qwen", "ns", "uid-w"
 KEY = (NS, NAME)
 PICKER_KINDS = ("ServiceAccount", "RoleBinding", "Deployment", "Service")
 FORBIDDEN = "rolebindings.rbac.authorization.k8s.io is forbidden: cannot bind clusterrole"
@@ -92,22 +87,7 @@ def _memo(kube: PoolKube) -> Memo:
 def _obs(pool: dict[str, Any] | None = None, **kwargs: Any) -> Observation:
     """The workload once its JobSets are observed (serving first: ``tests/unit/plan/pool_obs.py``),
     their leaders not Ready yet (no served-from stamp for the fake to carry out)."""
-    doc: dict[str, Any] = {"model": {"name": "Qwen/Qwen3-0.6B"}}
-    if pool is not None:
-        doc["inferencePool"] = pool
-    values: dict[str, Any] = {
-        "name": NAME,
-        "namespace": NS,
-        "uid": UID,
-        "generation": 2,
-        "spec": InferenceWorkloadSpec.model_validate(doc),
-        "status": InferenceWorkloadStatus(),
-        "now": NOW,
-        "created": NOW - dt.timedelta(minutes=1),
-        "pool_settings": PoolSettings(mode="auto", served=True),
-    }
-    values.update(kwargs)
-    return first_plan_seen(Observation(**values), ready=False)
+    return first_plan_seen(new_observation(workload_spec(pool), **kwargs), ready=False)
 
 
 def _pool_stage(p: Plan) -> list[dict[str, Any]]:

@@ -10,12 +10,51 @@ observed, as the watch shows them; :func:`first_plan_seen` gives that observatio
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from typing import Any
 
+from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus
 from sparkrun_operator.plan.observe import jobset_from
 from sparkrun_operator.plan.workload import Observation, Plan, plan
 from sparkrun_operator.plan.workload.model import ObservedJobSet, ObservedRevision
 from sparkrun_operator.plan.workload.revisions import revision_from
+from sparkrun_operator.render import keys
+from sparkrun_operator.render.inferencepool import PoolSettings
+
+NOW = dt.datetime(2026, 9, 1, 12, 0, tzinfo=dt.UTC)
+NAME, NS, UID = "qwen", "ns", "uid-w"
+
+
+def workload_spec(pool: dict[str, Any] | None = None) -> InferenceWorkloadSpec:
+    """A workload's spec with ``spec.inferencePool`` = ``pool`` (unset: the defaults)."""
+    doc: dict[str, Any] = {"model": {"name": "Qwen/Qwen3-0.6B"}}
+    if pool is not None:
+        doc["inferencePool"] = pool
+    return InferenceWorkloadSpec.model_validate(doc)
+
+
+def new_observation(spec: InferenceWorkloadSpec | None = None, **kwargs: Any) -> Observation:
+    """Workload ``NAME`` in ``NS``, brand new (nothing of it observed), with pools managed
+    (``--inference-pools=auto``, the CRD served); ``kwargs`` replace fields."""
+    values: dict[str, Any] = {
+        "name": NAME,
+        "namespace": NS,
+        "uid": UID,
+        "generation": 2,
+        "spec": spec or workload_spec(),
+        "status": InferenceWorkloadStatus(),
+        "now": NOW,
+        "created": NOW - dt.timedelta(minutes=1),
+        "pool_settings": PoolSettings(mode="auto", served=True),
+    }
+    values.update(kwargs)
+    return Observation(**values)
+
+
+def pool_hash(doc: dict[str, Any]) -> str:
+    """A rendered pool or picker object's hash annotation."""
+    value: str = doc["metadata"]["annotations"][keys.ANNOTATION_POOL_HASH]
+    return value
 
 
 def _seen(doc: dict[str, Any]) -> dict[str, Any]:

@@ -4,14 +4,13 @@ branch of what it applies, deletes and reports (``PoolAccepted``, ``status.infer
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 from typing import Any
 
 import pytest
 
 from sparkrun_operator.api import conditions as c
 from sparkrun_operator.api.meta import find_condition
-from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus
+from sparkrun_operator.api.workload import InferenceWorkloadSpec
 from sparkrun_operator.plan.workload import Observation, finalize, plan
 from sparkrun_operator.plan.workload.model import (
     ObservedPickerObject,
@@ -23,50 +22,37 @@ from sparkrun_operator.plan.workload.model import (
 from sparkrun_operator.render import keys
 from sparkrun_operator.render.inferencepool import PickerSettings, PoolSettings, render_picker, render_pool
 from sparkrun_operator.render.workload import Owner, render_service
-from tests.unit.plan.pool_obs import first_plan_seen, observed_jobsets, observed_revisions
+from tests.unit.plan.pool_obs import (
+    NAME,
+    NOW,
+    NS,
+    UID,
+    first_plan_seen,
+    new_observation,
+    observed_jobsets,
+    observed_revisions,
+    pool_hash,
+    workload_spec,
+)
 
-NOW = dt.datetime(2026, 9, 1, 12, 0, tzinfo=dt.UTC)
-NAME, NS, UID = "qwen", "ns", "uid-w"
-ON = PoolSettings(mode="auto", served=True)
 PICKER_KINDS = ["ServiceAccount", "RoleBinding", "Deployment", "Service"]
-
-
-def _spec(pool: dict[str, Any] | None = None) -> InferenceWorkloadSpec:
-    doc: dict[str, Any] = {"model": {"name": "Qwen/Qwen3-0.6B"}}
-    if pool is not None:
-        doc["inferencePool"] = pool
-    return InferenceWorkloadSpec.model_validate(doc)
 
 
 def _obs(spec: InferenceWorkloadSpec | None = None, *, new: bool = False, **kwargs: Any) -> Observation:
     """The workload once its JobSets are observed (serving first: the pool stage applies
     nothing in the pass that makes them); ``new``: brand new, nothing of it observed."""
-    values: dict[str, Any] = {
-        "name": NAME,
-        "namespace": NS,
-        "uid": UID,
-        "generation": 2,
-        "spec": spec or _spec(),
-        "status": InferenceWorkloadStatus(),
-        "now": NOW,
-        "created": NOW - dt.timedelta(minutes=1),
-        "pool_settings": ON,
-    }
-    values.update(kwargs)
-    obs = Observation(**values)
+    obs = new_observation(spec, **kwargs)
     return obs if new else first_plan_seen(obs)
-
-
-def _hash(doc: dict[str, Any]) -> str:
-    value: str = doc["metadata"]["annotations"][keys.ANNOTATION_POOL_HASH]
-    return value
 
 
 def _pool(spec: InferenceWorkloadSpec | None = None, **kwargs: Any) -> ObservedPool:
     doc = render_pool(
-        namespace=NS, workload=NAME, spec=(spec or _spec()).inference_pool, owner=Owner(name=NAME, uid=UID)
+        namespace=NS,
+        workload=NAME,
+        spec=(spec or workload_spec()).inference_pool,
+        owner=Owner(name=NAME, uid=UID),
     )
-    values: dict[str, Any] = {"name": NAME, "uid": "uid-pool", "hash": _hash(doc), "controller": UID}
+    values: dict[str, Any] = {"name": NAME, "uid": "uid-pool", "hash": pool_hash(doc), "controller": UID}
     values.update(kwargs)
     return ObservedPool(**values)
 
@@ -80,7 +66,7 @@ def _picker(*, ready: bool = True, controller: str = UID, **hashes: str) -> tupl
             kind=d["kind"],
             name=d["metadata"]["name"],
             uid=f"uid-{d['kind']}",
-            hash=hashes.get(d["kind"], _hash(d)),
+            hash=hashes.get(d["kind"], pool_hash(d)),
             controller=controller,
             ready=ready and d["kind"] == "Deployment",
         )
@@ -196,10 +182,10 @@ def test_deleting_pool_objects_is_not_deferred() -> None:
     """Serving first holds back applies only: in the very pass that makes a new workload's
     JobSets, the pool and picker objects the workload controls still go when the pool is
     switched off, and the Managed picker's when the mode is External."""
-    off = plan(_obs(_spec({"enabled": False}), new=True, inference_pool=_pool(), picker=_picker()))
+    off = plan(_obs(workload_spec({"enabled": False}), new=True, inference_pool=_pool(), picker=_picker()))
     assert _jobsets(off) != []
     assert _deleted(off) == [("InferencePool", NAME)] + [(k, f"{NAME}-epp") for k in PICKER_KINDS]
-    external = _spec({"endpointPicker": {"mode": "External", "service": "platform-epp"}})
+    external = workload_spec({"endpointPicker": {"mode": "External", "service": "platform-epp"}})
     p = plan(_obs(external, new=True, inference_pool=_pool(hash="old"), picker=_picker()))
     assert _jobsets(p) != []
     assert _pool_actions(p) == []  # the changed pool waits for the next pass
@@ -256,7 +242,7 @@ def test_a_changed_hash_reapplies_that_object_only() -> None:
 
 
 def test_a_spec_change_changes_the_pool_hash() -> None:
-    spec = _spec({"endpointPicker": {"failureMode": "FailOpen"}})
+    spec = workload_spec({"endpointPicker": {"failureMode": "FailOpen"}})
     p = plan(_obs(spec, inference_pool=_pool(), picker=_picker()))
     assert _pool_actions(p) == [("InferencePool", NAME)]
     assert p.apply[-1]["spec"]["endpointPickerRef"]["failureMode"] == "FailOpen"
@@ -320,7 +306,7 @@ def test_a_stale_picker_object_of_ours_goes() -> None:
 def test_external_and_none_delete_the_managed_picker(
     pool: dict[str, Any], service: str | None, ref: dict[str, Any] | None
 ) -> None:
-    spec = _spec(pool)
+    spec = workload_spec(pool)
     p = plan(_obs(spec, inference_pool=_pool(hash="old"), picker=_picker()))
     assert _pool_actions(p) == [("InferencePool", NAME)]
     applied = p.apply[-1]["spec"].get("endpointPickerRef")
@@ -338,7 +324,7 @@ def test_external_and_none_delete_the_managed_picker(
 
 def test_disabled_in_the_spec_deletes_what_the_workload_controls() -> None:
     foreign_picker = ObservedPickerObject(kind="Deployment", name="qwen-epp", uid="f", controller="other")
-    p = plan(_obs(_spec({"enabled": False}), inference_pool=_pool(), picker=(foreign_picker,)))
+    p = plan(_obs(workload_spec({"enabled": False}), inference_pool=_pool(), picker=(foreign_picker,)))
     assert _deleted(p) == [("InferencePool", NAME)]
     assert p.delete[0].uid == "uid-pool"
     assert _cond(p)[:2] == ("False", c.REASON_POOL_DISABLED)
@@ -364,11 +350,13 @@ def test_crd_not_served_says_how_to_fix_it() -> None:
 
 
 def test_a_refused_pool_is_not_applied_again_until_its_spec_changes() -> None:
-    spec = _spec({"endpointPicker": {"mode": "None"}})
+    spec = workload_spec({"endpointPicker": {"mode": "None"}})
     desired = render_pool(
         namespace=NS, workload=NAME, spec=spec.inference_pool, owner=Owner(name=NAME, uid=UID)
     )
-    refusal = PoolRefusal(hash=_hash(desired), message="spec.endpointPickerRef: Required value " + "x" * 9000)
+    refusal = PoolRefusal(
+        hash=pool_hash(desired), message="spec.endpointPickerRef: Required value " + "x" * 9000
+    )
     p = plan(_obs(spec, pool_refused=refusal))
     assert _pool_actions(p) == []
     status, reason, message = _cond(p)
@@ -376,7 +364,7 @@ def test_a_refused_pool_is_not_applied_again_until_its_spec_changes() -> None:
     assert "Required value" in message
     assert len(message) < 5000
     # the user switches back to a Managed picker: a new rendering, applied again
-    p = plan(_obs(_spec(), pool_refused=refusal))
+    p = plan(_obs(workload_spec(), pool_refused=refusal))
     assert ("InferencePool", NAME) in _pool_actions(p)
 
 
@@ -505,7 +493,7 @@ def test_a_refused_picker_object_is_not_applied_again_as_rendered() -> None:
     applied, that one not again until its rendering changes; ``PoolAccepted`` says Refused."""
     docs = {d["kind"]: d for d in _picker_docs()}
     refusal = PoolRefusal(
-        hash=_hash(docs["RoleBinding"]),
+        hash=pool_hash(docs["RoleBinding"]),
         message="rolebindings.rbac.authorization.k8s.io is forbidden: " + "y" * 9000,
         kind="RoleBinding",
         name=f"{NAME}-epp",
@@ -555,7 +543,7 @@ def test_pending_pool_writes_never_hold_the_status_lane_back() -> None:
     assert not new.serving_idle
     # nor one with engine work or a serving child's delete, pool deletes aside
     disabled = plan(
-        _obs(_spec({"enabled": False}), service=service, inference_pool=_pool(), picker=_picker())
+        _obs(workload_spec({"enabled": False}), service=service, inference_pool=_pool(), picker=_picker())
     )
     assert disabled.delete
     assert all(d.pool for d in disabled.delete)

@@ -8,22 +8,19 @@ policy: ``tests/tenancy/test_network_policy.py``."""
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 from typing import Any
 
 from sparkrun_operator.api import conditions as c
 from sparkrun_operator.api.meta import find_condition
-from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus
+from sparkrun_operator.api.workload import InferenceWorkloadSpec
 from sparkrun_operator.plan.workload import Observation, plan
 from sparkrun_operator.plan.workload.model import ObservedPickerObject, ObservedPool, Plan, PoolRefusal
 from sparkrun_operator.render import keys
-from sparkrun_operator.render.inferencepool import PickerSettings, PoolSettings, render_picker, render_pool
+from sparkrun_operator.render.inferencepool import PickerSettings, render_picker, render_pool
 from sparkrun_operator.render.networkpolicy import EnginePolicy
 from sparkrun_operator.render.workload import Owner
-from tests.unit.plan.pool_obs import first_plan_seen
+from tests.unit.plan.pool_obs import NAME, NS, UID, first_plan_seen, new_observation, pool_hash, workload_spec
 
-NOW = dt.datetime(2026, 9, 1, 12, 0, tzinfo=dt.UTC)
-NAME, NS, UID = "qwen", "ns", "uid-w"
 PICKER = f"{NAME}-epp"
 GATEWAY = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gateway-system"}}}
 POLICY = EnginePolicy(
@@ -32,34 +29,9 @@ POLICY = EnginePolicy(
 KINDS = ["ServiceAccount", "RoleBinding", "Deployment", "Service", "NetworkPolicy"]
 
 
-def _spec(pool: dict[str, Any] | None = None) -> InferenceWorkloadSpec:
-    doc: dict[str, Any] = {"model": {"name": "Qwen/Qwen3-0.6B"}}
-    if pool is not None:
-        doc["inferencePool"] = pool
-    return InferenceWorkloadSpec.model_validate(doc)
-
-
 def _obs(spec: InferenceWorkloadSpec | None = None, **kwargs: Any) -> Observation:
     """The workload once its JobSets are observed (serving first: ``tests/unit/plan/pool_obs.py``)."""
-    values: dict[str, Any] = {
-        "name": NAME,
-        "namespace": NS,
-        "uid": UID,
-        "generation": 2,
-        "spec": spec or _spec(),
-        "status": InferenceWorkloadStatus(),
-        "now": NOW,
-        "created": NOW - dt.timedelta(minutes=1),
-        "pool_settings": PoolSettings(mode="auto", served=True),
-        "engine_policy": POLICY,
-    }
-    values.update(kwargs)
-    return first_plan_seen(Observation(**values))
-
-
-def _hash(doc: dict[str, Any]) -> str:
-    value: str = doc["metadata"]["annotations"][keys.ANNOTATION_POOL_HASH]
-    return value
+    return first_plan_seen(new_observation(spec, **{"engine_policy": POLICY, **kwargs}))
 
 
 def _docs(policy: EnginePolicy | None = POLICY) -> dict[str, dict[str, Any]]:
@@ -72,7 +44,7 @@ def _docs(policy: EnginePolicy | None = POLICY) -> dict[str, dict[str, Any]]:
 
 def _current_pool() -> ObservedPool:
     doc = render_pool(namespace=NS, workload=NAME, spec=None, owner=Owner(name=NAME, uid=UID))
-    return ObservedPool(name=NAME, uid="uid-pool", hash=_hash(doc), controller=UID)
+    return ObservedPool(name=NAME, uid="uid-pool", hash=pool_hash(doc), controller=UID)
 
 
 def _observed(**hashes: str) -> tuple[ObservedPickerObject, ...]:
@@ -82,7 +54,7 @@ def _observed(**hashes: str) -> tuple[ObservedPickerObject, ...]:
             kind=kind,
             name=PICKER,
             uid=f"uid-{kind}",
-            hash=hashes.get(kind, _hash(doc)),
+            hash=hashes.get(kind, pool_hash(doc)),
             controller=UID,
             ready=kind == "Deployment",
         )
@@ -128,7 +100,7 @@ def test_a_refused_policy_holds_the_deployment_back() -> None:
     pods are created or changed; the other objects go ahead, ``PoolAccepted`` says Refused."""
     docs = _docs()
     refusal = PoolRefusal(
-        hash=_hash(docs["NetworkPolicy"]),
+        hash=pool_hash(docs["NetworkPolicy"]),
         message="NetworkPolicy.networking.k8s.io is invalid: spec.ingress[0].from[0]: bad",
         kind="NetworkPolicy",
         name=PICKER,
@@ -171,7 +143,7 @@ def test_external_none_and_disabled_delete_the_picker_but_not_its_policy() -> No
         {"endpointPicker": {"mode": "None"}},
         {"enabled": False},
     ):
-        p = plan(_obs(_spec(pool), inference_pool=_current_pool(), picker=_observed()))
+        p = plan(_obs(workload_spec(pool), inference_pool=_current_pool(), picker=_observed()))
         deleted = _deleted(p)
         assert ("Deployment", PICKER) in deleted, pool
         assert ("NetworkPolicy", PICKER) not in deleted, pool
