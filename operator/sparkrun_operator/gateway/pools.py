@@ -336,15 +336,25 @@ class PoolWatch:
         return out
 
     async def start(self, sync_timeout: float = 30.0) -> None:
-        """List and watch the pools, then list each routed pool's pods (bounded by ``sync_timeout``)."""
+        """List and watch the pools (as the workloads: the gateway does not start without them),
+        then give the routed pools' pod watches ``sync_timeout`` in all to list. A tenant's pool
+        whose pods are slow to list, or refused, never holds the gateway's start back: its
+        routes appear once its pods are listed."""
         for informer in self.pools:
             await informer.start(sync_timeout=sync_timeout)
         self._changed()
-        async with asyncio.timeout(sync_timeout):
-            while self._chores:
-                await asyncio.gather(*list(self._chores))
-            for _, informer in list(self.pods.values()):
-                await informer.start(sync_timeout=sync_timeout)
+        try:
+            async with asyncio.timeout(sync_timeout):
+                while self._chores:
+                    await asyncio.gather(*list(self._chores), return_exceptions=True)
+                watches = [informer for _, informer in list(self.pods.values())]
+                await asyncio.gather(*(w.start(sync_timeout=None) for w in watches), return_exceptions=True)
+        except TimeoutError:
+            log.warning(
+                "the pods of some InferencePools were not listed within %g s; their routes appear "
+                "once they are",
+                sync_timeout,
+            )
 
     async def close(self) -> None:
         for informer in self.pools:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any, Final, Literal
 
 from sparkrun_operator.api.clip import SERVER_TEXT_MAX, clip
+from sparkrun_operator.api.meta import GROUP
 from sparkrun_operator.plan.workload.model import ObservedPickerObject, ObservedPool, PoolParent
 from sparkrun_operator.render import keys
 
@@ -41,13 +42,14 @@ def _str(value: Any, limit: int = NAME_MAX) -> str:
 
 
 def controller_uid(meta: Mapping[str, Any]) -> str | None:
-    """The UID of the InferenceWorkload that controls the object (its controller owner
-    reference), else ``None``."""
+    """The UID of the InferenceWorkload (of our group: another product's kind of that name is
+    not ours) that controls the object (its controller owner reference), else ``None``."""
     for ref in _list(meta.get("ownerReferences"), 16):
         if (
             isinstance(ref, Mapping)
             and ref.get("controller") is True
             and ref.get("kind") == "InferenceWorkload"
+            and str(ref.get("apiVersion") or "").partition("/")[0] == GROUP
         ):
             uid = ref.get("uid")
             return uid if isinstance(uid, str) else None

@@ -75,6 +75,23 @@ def test_another_products_pool_has_no_controller_of_ours() -> None:
     assert pool.controller is None
     assert pool.hash is None
     assert pool.parents == ()
+    # another group's kind of the same name (a CRD of another product) is not ours either
+    doc["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "example.com/v1",
+            "kind": "InferenceWorkload",
+            "name": "qwen",
+            "uid": "w",
+            "controller": True,
+        }
+    ]
+    pool = pool_from(doc)
+    assert pool is not None
+    assert pool.controller is None
+    doc["metadata"]["ownerReferences"][0]["apiVersion"] = "sparkrun.dev/v1alpha1"
+    pool = pool_from(doc)
+    assert pool is not None
+    assert pool.controller == "w"
 
 
 def test_a_hostile_status_is_bounded() -> None:
