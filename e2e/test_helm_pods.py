@@ -367,10 +367,23 @@ def test_the_charts_rbac_refuses_what_the_components_must_not_do(cluster: Cluste
         assert not cluster.can(component, "create", "clusterrolebindings.rbac.authorization.k8s.io"), (
             component
         )
-        assert not cluster.can(component, "create", "rolebindings.rbac.authorization.k8s.io", "-n", "default")
+        if component != "operator":  # NB: the operator binds its endpoint pickers' accounts (below)
+            rolebindings = "rolebindings.rbac.authorization.k8s.io"
+            assert not cluster.can(component, "create", rolebindings, "-n", "default"), component
         assert not cluster.can(component, "bind", "clusterroles.rbac.authorization.k8s.io"), component
         assert not cluster.can(component, "escalate", "clusterroles.rbac.authorization.k8s.io"), component
         assert not cluster.can(component, "impersonate", "users"), component
+    # The operator creates a RoleBinding per managed endpoint picker (ADR 0050): `bind` only on the
+    # pickers' ClusterRole, and the apiserver's escalation check refuses any role it does not hold.
+    as_operator = f"--as=system:serviceaccount:{NAMESPACE}:{RELEASE}-operator"
+    binding = ("create", "rolebinding", "e2e-bind-check", "-n", "default", "--serviceaccount=default:default")
+    dry = ("--dry-run=server", as_operator)
+    picker_role = f"--clusterrole={RELEASE}-endpoint-picker"
+    assert cluster.kubectl(*binding, picker_role, *dry, check=False).returncode == 0
+    for role in ("admin", "edit", "cluster-admin"):
+        refused = cluster.kubectl(*binding, f"--clusterrole={role}", *dry, check=False)
+        assert refused.returncode != 0, role
+        assert "forbidden" in refused.stderr.lower(), refused.stderr
     # What they do need, they have: nothing any of them did so far was refused.
     for component in COMPONENTS:
         for pod in cluster.pods(component):

@@ -30,6 +30,7 @@ from sparkrun_operator.render import keys
 from sparkrun_operator.render.inferencepool import PoolSettings
 from sparkrun_testbed.kubeapi import KubeApi
 from tests.operator.conftest import workload
+from tests.unit.plan.pool_obs import first_plan_seen
 
 pytestmark = pytest.mark.testbed
 
@@ -62,8 +63,9 @@ def _observation(obj: dict[str, Any]) -> Observation:
 
 
 def _picker_pass(obs: Observation) -> Plan:
-    """The picker objects of one pass (no pool: the subject is the picker's names)."""
-    p = plan(obs)
+    """The picker objects of one pass (no pool: the subject is the picker's names), once the
+    workload's JobSets are observed (serving first: the pass that makes them defers the pool's)."""
+    p = plan(first_plan_seen(obs, ready=False))
     docs = [
         d
         for d in p.apply
