@@ -97,17 +97,22 @@ def workload_of(body: Mapping[str, Any]) -> tuple[str, str] | None:
     return namespace, workload
 
 
+def _owners(meta: Mapping[str, Any]) -> tuple[tuple[Any, Any], ...]:
+    """An object's owner references as far as a mark needs them (uid, controller; at most 8)."""
+    return tuple(
+        (r.get("uid"), r.get("controller"))
+        for r in (meta.get("ownerReferences") or ())[:8]
+        if isinstance(r, Mapping)
+    )
+
+
 def pool_marks(body: Mapping[str, Any] | None) -> tuple[Any, Any]:
     """What the full lane acts on of a pool (its labels, controller, hash, deletion) and what
     only the status reads (``status``); ``None`` parts for a pool that is gone."""
     if body is None:
         return None, None
     meta = body.get("metadata") or {}
-    owners = tuple(
-        (r.get("uid"), r.get("controller"))
-        for r in (meta.get("ownerReferences") or ())[:8]
-        if isinstance(r, Mapping)
-    )
+    owners = _owners(meta)
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
     acted = (
@@ -128,11 +133,7 @@ def picker_marks(body: Mapping[str, Any] | None) -> tuple[Any, Any]:
     meta = body.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     status = body.get("status") or {}
-    owners = tuple(
-        (r.get("uid"), r.get("controller"))
-        for r in (meta.get("ownerReferences") or ())[:8]
-        if isinstance(r, Mapping)
-    )
+    owners = _owners(meta)
     acted = (
         annotations.get(keys.ANNOTATION_POOL_HASH) if isinstance(annotations, Mapping) else None,
         owners,
