@@ -231,7 +231,7 @@ BUDGET = GatewaySettings(
 TENANT_KEYS = {"sk-bad": Grant("bad", None, "bad"), "sk-good": Grant("good", None, "good")}
 
 
-def _wait_held(gw: Any, n: int, body_bytes: int) -> None:
+def _wait_held(gw: Any, n: int, body_bytes: int, out: list[int] | None = None) -> None:
     """Wait until ``n`` requests are held at one wake with ``body_bytes`` reserved (every body read)."""
     admission = gw.gateway.services.admission
     deadline = time.monotonic() + 10
@@ -240,7 +240,7 @@ def _wait_held(gw: Any, n: int, body_bytes: int) -> None:
         or len(admission.wakes._pending) < 1
         or admission.bodies.used != body_bytes
     ):
-        assert time.monotonic() < deadline, (admission.in_flight.total, admission.bodies.used)
+        assert time.monotonic() < deadline, (admission.in_flight.total, admission.bodies.used, out)
         time.sleep(0.02)
 
 
@@ -253,8 +253,12 @@ def test_a_held_request_with_a_small_chunked_body_reserves_only_its_body(start_g
         source = LiveSource([BROKEN, _good(up.url)])
         gw = start_gateway([], source=source, keys=DigestTable(TENANT_KEYS), settings=BUDGET)
         out: list[int] = []
-        threads = _hold(gw.url, [iter([doc]) for _ in range(4)], out)
-        _wait_held(gw, 4, 4 * len(doc))  # each reserves its body, not max_body_bytes
+        threads: list[threading.Thread] = []
+        for held in range(1, 5):  # one at a time: an unread chunked body reserves max_body_bytes,
+            # so four arriving together could pass the tenant's half of the budget (429) before
+            # any body is read; each held one must then reserve its body, not max_body_bytes
+            threads += _hold(gw.url, [iter([doc])], out)
+            _wait_held(gw, held, held * len(doc), out)
         status, seconds = _ask_fine(gw.url)
         assert status == 200, (status, seconds)  # not 503 after the body timeout
         for t in threads:
