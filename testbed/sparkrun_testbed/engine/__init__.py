@@ -24,7 +24,13 @@ Contract (what a client can rely on):
   and a request runs only when its prompt fits in the KV cache beside the running ones'; the rest
   wait in arrival order. ``/metrics`` has ``vllm:num_requests_running``,
   ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc`` (tokens of running requests over the
-  KV-cache size), ``vllm:request_success_total{finished_reason=stop|length|abort}``, and the info
+  KV-cache size), ``vllm:request_success_total{finished_reason=stop|length|abort}``,
+  ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``, ``vllm:num_preemptions_total``
+  (always 0: it never preempts), the histograms ``vllm:time_to_first_token_seconds``,
+  ``vllm:inter_token_latency_seconds`` (between consecutive tokens of a request),
+  ``vllm:e2e_request_latency_seconds`` and ``vllm:request_queue_time_seconds`` (arrival to
+  admission) with vLLM's default buckets (``helm/sparkrun-operator/dashboards/vllm-metrics.yaml``,
+  what the engine dashboard reads), and the info
   gauges the Inference Extension's endpoint picker reads: ``vllm:cache_config_info`` (value 1;
   labels ``block_size`` (``--block-size``, 16), ``num_gpu_blocks`` (the KV-cache size over the
   block size), ``gpu_memory_utilization``, ``cache_dtype``, ``enable_prefix_caching``, ``engine``)

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# vLLM's TTFT histogram buckets (vllm/v1/metrics/loggers.py), so dashboards built on the real
-# engine read the stand-in's histogram the same way.
-_TTFT_BUCKETS = (
+# vLLM's default histogram buckets (the pinned release's vllm/v1/metrics/buckets.py, as listed in
+# helm/sparkrun-operator/dashboards/vllm-metrics.yaml; a test compares them), so dashboards built
+# on the real engine read the stand-in's histograms the same way.
+TTFT_BUCKETS = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
     20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
 )  # fmt: skip
-_E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
+#: The ``inter_token_latency`` family (inter-token latency, time per output token).
+ITL_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
+)  # fmt: skip
+#: The ``request_latency`` family (end-to-end and queue time).
+REQUEST_LATENCY_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
 
 
 @dataclass
@@ -50,5 +60,13 @@ class Stats:
     prompt_tokens: int = 0
     generation_tokens: int = 0
     finished: dict[str, int] = field(default_factory=lambda: {"stop": 0, "length": 0, "abort": 0})
-    ttft: Histogram = field(default_factory=lambda: Histogram(_TTFT_BUCKETS))
-    e2e: Histogram = field(default_factory=lambda: Histogram(_E2E_BUCKETS))
+    #: Arrival to the first generated token (queue time included, as vLLM's).
+    ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
+    #: Between two consecutive generated tokens of a request.
+    itl: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS))
+    #: Arrival to the last token of a request that finished (not aborted).
+    e2e: Histogram = field(default_factory=lambda: Histogram(REQUEST_LATENCY_BUCKETS))
+    #: Arrival to admission into the running batch (the scheduler's wait).
+    queue: Histogram = field(default_factory=lambda: Histogram(REQUEST_LATENCY_BUCKETS))
+    #: Running requests preempted: always 0 (the stand-in never preempts; vLLM exports it anyway).
+    preemptions: int = 0

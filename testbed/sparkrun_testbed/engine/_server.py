@@ -192,12 +192,21 @@ class Engine:
         for reason, count in sorted(s.finished.items()):
             lines.append(f'vllm:request_success_total{{{lbl},finished_reason="{reason}"}} {float(count)}')
         lines += [
+            "# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.",
+            "# TYPE vllm:num_preemptions_total counter",
+            f"vllm:num_preemptions_total{{{lbl}}} {float(s.preemptions)}",
             "# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.",
             "# TYPE vllm:time_to_first_token_seconds histogram",
             *s.ttft.render("vllm:time_to_first_token_seconds", lbl),
+            "# HELP vllm:inter_token_latency_seconds Histogram of inter-token latency in seconds.",
+            "# TYPE vllm:inter_token_latency_seconds histogram",
+            *s.itl.render("vllm:inter_token_latency_seconds", lbl),
             "# HELP vllm:e2e_request_latency_seconds Histogram of e2e request latency in seconds.",
             "# TYPE vllm:e2e_request_latency_seconds histogram",
             *s.e2e.render("vllm:e2e_request_latency_seconds", lbl),
+            "# HELP vllm:request_queue_time_seconds Histogram of time spent in WAITING phase for request.",
+            "# TYPE vllm:request_queue_time_seconds histogram",
+            *s.queue.render("vllm:request_queue_time_seconds", lbl),
             "# HELP vllm:is_sleeping Whether the engine is sleeping (sparkrun stand-in).",
             "# TYPE vllm:is_sleeping gauge",
             f"vllm:is_sleeping{{{lbl}}} {float(self.sleeping)}",
@@ -261,9 +270,11 @@ class Engine:
         if not await self.scheduler.enter(prompt_tokens, lambda: conn.gone):  # a slot, KV-cache room
             s.finished["abort"] += 1  # the client left while waiting
             return
+        s.queue.observe(time.monotonic() - start)
         s.prompt_tokens += prompt_tokens
         produced = 0
         finished = "abort"
+        last = start
         try:
             if self.knobs.ttft_seconds:
                 await asyncio.sleep(self.knobs.ttft_seconds)
@@ -274,8 +285,9 @@ class Engine:
                     await asyncio.sleep(0)  # let other requests progress with zero delays
                 if conn.gone:
                     return
-                if i == 0:
-                    s.ttft.observe(time.monotonic() - start)
+                now = time.monotonic()
+                (s.itl if i else s.ttft).observe(now - last)
+                last = now
                 produced += 1
                 s.generation_tokens += 1
                 s.running_tokens += 1
