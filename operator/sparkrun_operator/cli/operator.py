@@ -191,9 +191,9 @@ def _autoscaling_flags(runner: argparse.ArgumentParser) -> None:
         type=int,
         default=2000,
         metavar="N",
-        help="the most workloads in autoscaling mode External whose sparkrun_workload_load_per_replica "
-        "the operator exports at /metrics (%(default)s; later ones are not exported and "
-        "sparkrun_operator_load_exports_refused counts them)",
+        help="the most workloads with sparkrun_workload_* series (their state; in autoscaling mode "
+        "External their load per replica) at /metrics (%(default)s; later ones get none and "
+        "sparkrun_operator_workload_series_refused counts them)",
     )
 
 

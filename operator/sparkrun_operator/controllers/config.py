@@ -66,9 +66,9 @@ class OperatorConfig:
     engine_policy: EnginePolicy | None = None
     #: ``--name-prefixes``: which model names each namespace may claim (api/namepolicy.py).
     name_policy: NamePolicy = field(default_factory=NamePolicy)
-    #: ``--load-metric-workloads``: the most workloads (External autoscaling mode) whose
-    #: ``sparkrun_workload_load_per_replica`` series the operator exports; later ones are not
-    #: exported (``sparkrun_operator_load_exports_refused`` counts them).
+    #: ``--load-metric-workloads``: the most workloads with ``sparkrun_workload_*`` series (their
+    #: state, and ``sparkrun_workload_load_per_replica`` in External autoscaling mode); later ones
+    #: get none (``sparkrun_operator_workload_series_refused`` counts them).
     load_metric_workloads: int = 2000
     #: ``--inference-pools`` and ``--endpoint-picker`` (issue 30): whether the operator keeps an
     #: InferencePool (and a managed endpoint picker) per workload; ``served`` is decided once at

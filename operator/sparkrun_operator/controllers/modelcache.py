@@ -153,9 +153,9 @@ async def reconcile(ctx: Memo, body: Mapping[str, Any]) -> float | None:
         meta = body.get("metadata") or {}
         ready = "True" if outcome.status.phase == "Ready" else "False"
         deleting = bool(meta.get("deletionTimestamp"))
-        ctx.metrics.observe_ready(
-            "ModelCache", f"{meta['namespace']}/{meta['name']}", None if deleting else ready
-        )
+        key = f"{meta['namespace']}/{meta['name']}"
+        ctx.metrics.observe_ready("ModelCache", key, None if deleting else ready)
+        ctx.metrics.observe_phase("ModelCache", key, None if deleting else outcome.status.phase)
 
     return await run_pass(
         observe=observed,

@@ -47,6 +47,7 @@ from sparkrun_operator.controllers import gate, indexes, lane, workload_pokes
 from sparkrun_operator.controllers.engine import Engine
 from sparkrun_operator.controllers.loop import run_loop
 from sparkrun_operator.controllers.memo import Memo
+from sparkrun_operator.controllers.metrics import WorkloadFigures, workload_figures
 from sparkrun_operator.controllers.reconciler import Event, Outcome, post, run_pass
 from sparkrun_operator.controllers.status import StatusMemory, current_status, status_patch
 from sparkrun_operator.controllers.workload_act import execute, picker_refusals
@@ -259,8 +260,24 @@ class Writes:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: The engines' sleep state the last full pass probed (status passes make no engine calls).
     asleep: dict[str, bool] = field(default_factory=dict)
-    #: The Ready status of the status last written (or found current), for the gauge.
+    #: The Ready status, phase and figures of the status last written (or found current), for
+    #: the gauges (``show``).
     ready: str = "Unknown"
+    phase: str | None = None
+    figures: WorkloadFigures | None = None
+
+    def note(self, body: Mapping[str, Any], status: InferenceWorkloadStatus) -> None:
+        """Remember what ``status`` (of ``body``) shows, for :meth:`show`."""
+        self.ready = _ready_of(status)
+        self.phase = status.phase
+        self.figures = workload_figures(body.get("spec") or {}, status)
+
+    def show(self, ctx: Memo, key: tuple[str, str]) -> None:
+        """Set the gauges of the workload ``key`` from the status last noted (constant time)."""
+        ctx.metrics.observe_ready("InferenceWorkload", key, self.ready)
+        ctx.metrics.observe_phase("InferenceWorkload", key, self.phase)
+        if self.figures is not None:
+            ctx.metrics.observe_workload(key, self.figures, cap=ctx.config.load_metric_workloads)
 
     def current(self, body: Mapping[str, Any]) -> Mapping[str, Any] | None:
         """The status as it is: the last one written while the watch has not delivered it yet
@@ -297,7 +314,7 @@ class Writes:
                 version=meta.get("resourceVersion"),
             )
             self.observed_at = max(self.observed_at, observed_at)
-            self.ready = _ready_of(status)
+            self.note(body, status)
             return wrote
 
 
@@ -375,9 +392,7 @@ async def reconcile(
             )
 
     def emit(acted: Acted, wrote: bool) -> None:
-        ctx.metrics.observe_ready(
-            "InferenceWorkload", (str(meta["namespace"]), str(meta["name"])), writes.ready
-        )
+        writes.show(ctx, (str(meta["namespace"]), str(meta["name"])))
         post(body, acted.events)
         if wrote:
             logger.debug("status written: phase %s", acted.status.phase)
@@ -430,12 +445,12 @@ def prepare_status(
     # seen meanwhile is neither taken for readiness again nor written twice.
     current = writes.current(body)
     if status_patch(current, status) is None:
-        writes.ready = _ready_of(status)
+        writes.note(body, status)
         return None
 
     async def write() -> bool:
         wrote = await writes.write(ctx, body=body, status=status, observed_at=observed_at)
-        ctx.metrics.observe_ready("InferenceWorkload", key, writes.ready)
+        writes.show(ctx, key)
         return wrote
 
     return lane.Pending(urgent=urgent(current, status), write=write)
@@ -555,3 +570,5 @@ def _register_daemon(registry: kopf.OperatorRegistry) -> None:
             ctx.pool_refusals.pop((namespace, name), None)
             ctx.picker_refusals.pop((namespace, name), None)
             ctx.metrics.observe_ready("InferenceWorkload", (namespace, name), None)
+            ctx.metrics.observe_phase("InferenceWorkload", (namespace, name), None)
+            ctx.metrics.observe_workload((namespace, name), None, cap=0)

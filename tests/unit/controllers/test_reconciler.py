@@ -136,7 +136,12 @@ async def test_an_invalid_recipe_is_warned_about_once_when_its_status_is_written
     assert name == "r"
     assert patch["status"]["conditions"][0]["status"] == "False"
     assert posted == [("Warning", "InvalidRecipe")]
-    assert ctx.metrics._ready_counts.get(("Recipe", "False")) == 1
+    assert (
+        ctx.metrics.registry.get_sample_value(
+            "sparkrun_operator_objects", {"kind": "Recipe", "ready": "False"}
+        )
+        == 1
+    )
     # the same status again (a resume): nothing written, nothing warned
     await recipe.reconcile(ctx, body=_recipe("nope", patch["status"]))
     assert len(_patches(ctx)) == 1
@@ -158,7 +163,8 @@ async def test_a_cluster_pass_writes_its_status_and_a_deleted_one_nothing() -> N
     assert await cluster.reconcile(ctx, body=body, indices={}) is None
     [(name, patch)] = _patches(ctx)
     assert (name, "conditions" in patch["status"]) == ("c", True)
-    assert ctx.metrics._ready_counts.get(("InferenceCluster", "False")) == 1
+    ready = {"kind": "InferenceCluster", "ready": "False"}
+    assert ctx.metrics.registry.get_sample_value("sparkrun_operator_objects", ready) == 1
     deleted: Any = {"metadata": {"name": "d", "deletionTimestamp": "2026-09-01T12:00:00Z"}, "spec": {}}
     assert await cluster.reconcile(ctx, body=deleted, indices={}) is None
     assert len(_patches(ctx)) == 1

@@ -196,7 +196,10 @@ async def test_a_full_pass_writes_once_then_records_the_request_and_emits(
     [status] = _sent(ctx)
     assert (status["phase"], status["readyReplicas"]) == ("Running", 1)
     assert ctx.reconciled[KEY] == (1, None)
-    assert (writes.ready, ctx.metrics._ready_counts[("InferenceWorkload", "True")]) == ("True", 1)
+    ready = ctx.metrics.registry.get_sample_value(
+        "sparkrun_operator_objects", {"kind": "InferenceWorkload", "ready": "True"}
+    )
+    assert (writes.ready, ready) == ("True", 1)
     assert posted == []
     deleted = _body(version="2")
     deleted["metadata"]["deletionTimestamp"] = "2026-09-01T12:01:00Z"
