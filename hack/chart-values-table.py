@@ -8,6 +8,10 @@ overrides the type). The table lists documented keys with their dotted path, typ
 `<!-- values-table:end -->` markers. Every key must be documented, itself or through a parent
 whose value is a map or list documented as a whole; otherwise this fails.
 
+Lines `# @keyword: <YAML>` inside a `# --` block are JSON Schema keywords for that key (e.g.
+`# @enum: ["", none, apiKeys]`, `# @pattern: '^v1\\.[0-9]+$'`, `# @minimum: 1`): they are not part
+of the description; hack/chart-values-schema.py (values.schema.json) reads them (see there).
+
     python hack/chart-values-table.py [--chart helm/sparkrun-operator]   (run by `make generate`)
 """
 
@@ -17,7 +21,7 @@ import argparse
 import json
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +31,16 @@ START = "<!-- values-table:start -->"
 END = "<!-- values-table:end -->"
 _KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_.-]+|\"[^\"]+\"):(?:\s|$)")
 _TYPE = re.compile(r"^\((?P<type>[^)]+)\)\s*")
+_ANNOTATION = re.compile(r"^@(?P<keyword>[A-Za-z]+):\s*(?P<value>.*)$")
+
+
+@dataclass
+class Doc:
+    """The `# --` comment of one key: the `(type)` override, the text and its `@keyword` lines."""
+
+    type: str | None
+    description: str
+    schema: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -53,15 +67,29 @@ def _type_of(value: Any) -> str:
     return "null"
 
 
-def _lookup(values: Any, path: list[str]) -> Any:
-    for part in path:
-        values = values[part]
-    return values
+def _annotation(path: str, line: str) -> tuple[str, Any]:
+    match = _ANNOTATION.match(line)
+    if not match:
+        raise SystemExit(f"{path}: an annotation is `# @keyword: <YAML value>`, not {line!r}")
+    try:
+        return match["keyword"], yaml.safe_load(match["value"])
+    except yaml.YAMLError as err:
+        raise SystemExit(f"{path}: annotation {line!r} is no YAML value: {err}") from None
 
 
-def documented_keys(text: str) -> tuple[dict[str, tuple[str | None, str]], list[str]]:
-    """``{dotted path: (type override, description)}`` and every key path, in file order."""
-    docs: dict[str, tuple[str | None, str]] = {}
+def _doc(path: str, lines: list[str]) -> Doc:
+    text = [line for line in lines if not line.startswith("@")]
+    description = " ".join(part for part in text if part)
+    override = _TYPE.match(description)
+    if override:
+        description = description[override.end() :]
+    schema = dict(_annotation(path, line) for line in lines if line.startswith("@"))
+    return Doc(override["type"] if override else None, description, schema)
+
+
+def documented_keys(text: str) -> tuple[dict[str, Doc], list[str]]:
+    """``{dotted path: its comment}`` and every key path, in file order."""
+    docs: dict[str, Doc] = {}
     every: list[str] = []
     stack: list[tuple[int, str]] = []
     pending: list[str] | None = None
@@ -86,35 +114,45 @@ def documented_keys(text: str) -> tuple[dict[str, tuple[str | None, str]], list[
         path = ".".join(key for _, key in stack)
         every.append(path)
         if pending is not None:
-            description = " ".join(part for part in pending if part)
-            override = _TYPE.match(description)
-            if override:
-                description = description[override.end() :]
-            docs[path] = (override["type"] if override else None, description)
+            docs[path] = _doc(path, pending)
         pending = None
     return docs, every
 
 
-def rows(values_file: Path) -> list[Row]:
+def lookup(values: Any, path: list[str]) -> Any:
+    for part in path:
+        values = values[part]
+    return values
+
+
+def parse(values_file: Path) -> tuple[Any, dict[str, Doc]]:
+    """The values and the comment of each documented key; fails on an undocumented key (one
+    neither documented itself nor under a key documented as a whole, or an undocumented empty map)."""
     text = values_file.read_text()
     values = yaml.safe_load(text) or {}
     docs, every = documented_keys(text)
-    undocumented = [
-        path
-        for path in every
-        if path not in docs
-        and not any(path.startswith(parent + ".") for parent in docs)
-        and not isinstance(_lookup(values, path.split(".")), dict)
-    ]
+
+    def covered(path: str) -> bool:
+        if path in docs or any(path.startswith(parent + ".") for parent in docs):
+            return True
+        value = lookup(values, path.split("."))
+        return isinstance(value, dict) and any(key.startswith(path + ".") for key in every)
+
+    undocumented = [path for path in every if not covered(path)]
     if undocumented:
         raise SystemExit(f"{values_file}: keys without a `# --` comment: {', '.join(undocumented)}")
+    return values, docs
+
+
+def rows(values_file: Path) -> list[Row]:
+    values, docs = parse(values_file)
     out = []
-    for path, (override, description) in docs.items():
-        value = _lookup(values, path.split("."))
+    for path, doc in docs.items():
+        value = lookup(values, path.split("."))
         default = json.dumps(value, separators=(",", ":")) if value not in ("", None) else '""'
         if value is None:
             default = "null"
-        out.append(Row(path, override or _type_of(value), default, description))
+        out.append(Row(path, doc.type or _type_of(value), default, doc.description))
     return out
 
 

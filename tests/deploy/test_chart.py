@@ -496,6 +496,19 @@ def test_gateway_autoscaling_and_disruption_budget(helm_bin: str, tmp_path: Path
     pdb = out.get("PodDisruptionBudget", "sparkrun-gateway")
     pod_labels = out.get("Deployment", "sparkrun-gateway")["spec"]["template"]["metadata"]["labels"]
     assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+def test_one_gateway_replica_gets_no_disruption_budget(helm_bin: str, tmp_path: Path) -> None:
+    """minAvailable 1 of one pod would hold every node drain: one replica, no budget; two, one."""
+    one = render(helm_bin, tmp_path, {"gateway": {"replicas": 1}})
+    assert one.find("PodDisruptionBudget", "sparkrun-gateway") is None
+    scaled = render(
+        helm_bin, tmp_path, {"gateway": {"replicas": 1, "autoscaling": {"enabled": True, "minReplicas": 1}}}
+    )
+    assert scaled.find("PodDisruptionBudget", "sparkrun-gateway") is None
+    two = render(helm_bin, tmp_path, {"gateway": {"replicas": 2}})
+    assert two.get("PodDisruptionBudget", "sparkrun-gateway")["spec"]["minAvailable"] == 1
 
 
 def test_network_policies(default: Rendered, helm_bin: str, tmp_path: Path) -> None:
@@ -729,7 +742,8 @@ def test_anti_affinity_modes_and_bad_values_fail(helm_bin: str, tmp_path: Path) 
     assert term["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "gateway"
     assert "affinity" not in hard.get("Deployment", "sparkrun-operator")["spec"]["template"]["spec"]
     for values, needle in (
-        ({"shim": {"podAntiAffinity": "sometimes"}}, "must be soft, hard or none"),
+        # refused by values.schema.json before the template's own `fail`
+        ({"shim": {"podAntiAffinity": "sometimes"}}, "'/shim/podAntiAffinity': value must be one of 'soft'"),
         (
             {"gateway": {"preStopSeconds": 30, "terminationGracePeriodSeconds": 10}},
             "at least gateway.preStopSeconds",

@@ -77,6 +77,8 @@ def test_chart_outputs_regenerate_in_the_copy(clone: Path) -> None:
         pytest.skip(reason)
     table = _run(clone, sys.executable, "hack/chart-values-table.py")
     assert table.returncode == 0, table.stderr
+    schema = _run(clone, sys.executable, "hack/chart-values-schema.py")
+    assert schema.returncode == 0, schema.stderr
     manifests = _run(clone, sys.executable, "hack/render-manifests.py", "--helm", helm)
     assert manifests.returncode == 0, manifests.stderr
     verify = _run(clone, "bash", "hack/verify-clean.sh")

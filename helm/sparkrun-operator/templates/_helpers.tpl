@@ -53,14 +53,46 @@ app.kubernetes.io/component: {{ index . 1 }}
 app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 
-{{/* The product image (operator, shim and gateway run the same one). */}}
-{{- define "sparkrun.image" -}}
-{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
-{{- if .Values.image.digest -}}
-{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{/* An image reference from {repository, tag, digest}: the digest replaces the tag, an empty tag
+is the chart's appVersion. include "sparkrun.imageRef" (list . .Values.image) */}}
+{{- define "sparkrun.imageRef" -}}
+{{- $root := index . 0 -}}{{- $image := index . 1 -}}
+{{- if $image.digest -}}
+{{ $image.repository }}@{{ $image.digest }}
 {{- else -}}
-{{ .Values.image.repository }}:{{ $tag }}
+{{ $image.repository }}:{{ default $root.Chart.AppVersion $image.tag }}
 {{- end -}}
+{{- end -}}
+
+{{/* The product image (operator, shim and gateway run the same one). */}}
+{{- define "sparkrun.image" -}}{{ include "sparkrun.imageRef" (list . .Values.image) }}{{- end -}}
+
+{{/* The tools image (the operator's --tools-image: download, tool and benchmark Jobs); empty
+when values reused from a release older than toolsImage lack it (the operator's default then). */}}
+{{- define "sparkrun.toolsImage" -}}
+{{- with .Values.toolsImage }}{{ if .repository }}{{ include "sparkrun.imageRef" (list $ .) }}{{ end }}{{ end -}}
+{{- end -}}
+
+{{/* A PodDisruptionBudget of a component with more than one replica (maxUnavailable, never blocking a
+drain on a not-Ready pod): include "sparkrun.disruptionBudget" (list . "shim" .Values.shim) */}}
+{{- define "sparkrun.disruptionBudget" -}}
+{{- $root := index . 0 -}}{{- $component := index . 1 -}}{{- $v := index . 2 -}}
+{{- $budget := $v.podDisruptionBudget | default dict -}}
+{{- if and $budget.enabled (gt (int $v.replicas) 1) }}
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ include "sparkrun.prefix" $root }}-{{ $component }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "sparkrun.componentLabels" (list $root $component) | nindent 4 }}
+spec:
+  maxUnavailable: {{ $budget.maxUnavailable | toJson }}
+  unhealthyPodEvictionPolicy: AlwaysAllow
+  selector:
+    matchLabels:
+      {{- include "sparkrun.selector" (list $root $component) | nindent 6 }}
+{{- end }}
 {{- end -}}
 
 {{/* Pod security context shared by the three components. */}}
@@ -181,6 +213,11 @@ deprecated engine* values fold in (NOTES.txt says so). */}}
 {{- if .Values.gateway.enabled }}{{ $components = append $components "gateway" }}{{ end -}}
 {{- if .Values.shim.enabled }}{{ $components = append $components "shim" }}{{ end -}}
 {{- $extra := concat ($engines.extraIngress | default list) ($np.engineExtraIngress | default list) -}}
+{{- /* issue 31: with the engines' PodMonitor, networkPolicy.metricsFrom may scrape the engine port
+(8000: /metrics shares it with the API); metricsFrom empty adds nobody (not "anyone") */ -}}
+{{- if and (((.Values.metrics).engines).podMonitor).enabled $np.metricsFrom -}}
+{{- $extra = append $extra (dict "from" $np.metricsFrom "ports" (list (dict "port" 8000 "protocol" "TCP"))) -}}
+{{- end -}}
 {{- $doc := dict "releaseNamespace" .Release.Namespace "components" (sortAlpha $components) -}}
 {{- if $extra }}{{ $_ := set $doc "extraIngress" $extra }}{{ end -}}
 {{- with (.Values.inferencePool).gatewayFrom }}{{ $_ := set $doc "gatewayFrom" . }}{{ end -}}
