@@ -134,13 +134,14 @@ class BenchmarkTemplate(KubeModel):
     )
     tokenizer: str | None = Field(
         default=None,
-        description="llama-benchy's tokenizer: a Hub repo id (fetched from hfEndpoint); "
-        "default: the workload's model.",
+        description="llama-benchy's tokenizer: a Hub repo id, or a path inside the target's ModelCache; "
+        "default: the target's ModelCache, then the Hub (the workload's model).",
         max_length=256,
     )
     hf_endpoint: str | None = Field(
         default=None,
-        description="Hub the tokenizer comes from (default: the runner's HF_ENDPOINT, else huggingface.co).",
+        description="Hub the tokenizer comes from when the target's ModelCache cannot give it (default: the "
+        "runner's HF_ENDPOINT, else huggingface.co).",
         pattern=r"^https?://",
         max_length=2048,
     )

@@ -3,7 +3,8 @@
 A per-benchmark daemon (``ib-reconcile``) runs a pass when the benchmark, one of its Jobs or pods,
 or the target workload changes, and every ``POLL_SECONDS`` while it is Pending or Running. A
 pass reads the target workload (and, before the first result, one of its pods' node for the GPU
-product), the benchmark's Jobs, the log tail of a finished Job's newest pod (the runner's result
+product, and the ModelCache it serves from: its runner mounts that read-only for the tokenizer),
+the benchmark's Jobs, the log tail of a finished Job's newest pod (the runner's result
 line), the raw-output ConfigMap and the namespace's benchmarks (the comparison's candidates).
 
 Deletion cancels: the Jobs and the ConfigMap are owned by the benchmark, so the garbage collector
@@ -23,7 +24,7 @@ import kopf
 from sparkrun_operator.api.benchmark import InferenceBenchmarkSpec, InferenceBenchmarkStatus
 from sparkrun_operator.api.meta import utcnow
 from sparkrun_operator.api.recipe import RecipeSpec
-from sparkrun_operator.api.resources import INFERENCE_BENCHMARK, INFERENCE_WORKLOAD, RECIPE
+from sparkrun_operator.api.resources import INFERENCE_BENCHMARK, INFERENCE_WORKLOAD, MODEL_CACHE, RECIPE
 from sparkrun_operator.controllers.loop import reconcile_daemon
 from sparkrun_operator.controllers.memo import Memo
 from sparkrun_operator.controllers.reconciler import Outcome, no_events, run_pass, writes_status
@@ -39,6 +40,7 @@ from sparkrun_operator.render import keys
 BENCHMARKS = resource_of(INFERENCE_BENCHMARK)
 WORKLOADS = resource_of(INFERENCE_WORKLOAD)
 RECIPES = resource_of(RECIPE)
+MODEL_CACHES = resource_of(MODEL_CACHE)
 BENCHMARK_ID: Final = (INFERENCE_BENCHMARK.group, INFERENCE_BENCHMARK.version, INFERENCE_BENCHMARK.plural)
 WORKLOAD_ID: Final = (INFERENCE_WORKLOAD.group, INFERENCE_WORKLOAD.version, INFERENCE_WORKLOAD.plural)
 OURS: Final = {keys.LABEL_BENCHMARK: kopf.PRESENT}
@@ -56,7 +58,9 @@ def _key(namespace: str, name: str) -> tuple[str, str, str]:
 
 
 def bench_options(ctx: Memo) -> render.BenchOptions:
-    return render.BenchOptions(image=ctx.config.render.tools_image)
+    return render.BenchOptions(
+        image=ctx.config.render.tools_image, cache_mount_path=ctx.config.render.cache_mount_path
+    )
 
 
 async def _gpu_product(ctx: Memo, namespace: str, workload: Mapping[str, Any]) -> str | None:
@@ -109,6 +113,7 @@ async def observe(ctx: Memo, body: Mapping[str, Any]) -> BenchmarkObservation:
     workload = None
     gpu_product = None
     recipe = None
+    cache = None
     if spec.target.workload_ref is not None:
         workload = await ctx.kube.get(WORKLOADS, spec.target.workload_ref.name, namespace)
         if workload is not None and not previous.results:
@@ -120,6 +125,10 @@ async def observe(ctx: Memo, body: Mapping[str, Any]) -> BenchmarkObservation:
                 recipe = (
                     RecipeSpec.model_validate((raw_recipe or {}).get("spec") or {}) if raw_recipe else None
                 )
+        # NB: a cacheRef names a ModelCache of the workload's namespace, which is the benchmark's.
+        cache_name = benchobserve.cache_name(workload, recipe)
+        if cache_name:
+            cache = await ctx.kube.get(MODEL_CACHES, cache_name, namespace)
     done = {r.name for r in previous.results}
     jobs, others, raw = await asyncio.gather(
         _jobs(ctx, namespace, name, done),
@@ -127,7 +136,13 @@ async def observe(ctx: Memo, body: Mapping[str, Any]) -> BenchmarkObservation:
         ctx.kube.get(CONFIG_MAPS, render.raw_config_map(name), namespace),
     )
     target = benchobserve.target_from(
-        spec, namespace, workload, gpu_product=gpu_product, gateway_url=ctx.config.gateway_url, recipe=recipe
+        spec,
+        namespace,
+        workload,
+        gpu_product=gpu_product,
+        gateway_url=ctx.config.gateway_url,
+        recipe=recipe,
+        cache=cache,
     )
     if previous.provenance is not None and target.provenance is not None and previous.results:
         # NB: what was measured stays what the first result measured.

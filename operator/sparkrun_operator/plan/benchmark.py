@@ -49,6 +49,8 @@ class ObservedTarget:
     model: str | None = None
     model_id: str | None = None
     provenance: Provenance | None = None
+    #: The Ready ModelCache the target workload serves from: the runner's tokenizer comes from it.
+    cache: render.BenchCache | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,7 +177,10 @@ def _step(obs: BenchmarkObservation, out: BenchmarkPlan, conds: list[Condition],
             _finish(obs, out, conds, "TargetUnresolved", f"{obs.target.key}: no URL or model name to measure")
             return False
         target = render.Target(
-            base_url=obs.target.base_url, model=obs.target.model, model_id=obs.target.model_id
+            base_url=obs.target.base_url,
+            model=obs.target.model,
+            model_id=obs.target.model_id,
+            cache=obs.target.cache,
         )
         spent = (obs.now - status.started_at).total_seconds() if status.started_at else 0
         out.create.append(

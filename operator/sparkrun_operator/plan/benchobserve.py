@@ -11,14 +11,16 @@ from sparkrun_operator.api.benchmark import (
     InferenceBenchmarkStatus,
     Provenance,
 )
+from sparkrun_operator.api.modelcache import HuggingFaceSource
 from sparkrun_operator.api.recipe import RecipeSpec
 from sparkrun_operator.api.workload import InferenceWorkloadSpec
 from sparkrun_operator.plan.benchcompare import PreviousRun
 from sparkrun_operator.plan.benchmark import ObservedBenchJob, ObservedTarget
 from sparkrun_operator.plan.logtail import last_event
-from sparkrun_operator.plan.observe import parse_time
+from sparkrun_operator.plan.observe import cache_from, parse_time
 from sparkrun_operator.recipe.resolve import EffectiveSpec, resolve
 from sparkrun_operator.render import keys
+from sparkrun_operator.render.benchmark import BenchCache
 from sparkrun_operator.render.workload import endpoint_url
 
 Obj = Mapping[str, Any]
@@ -71,6 +73,49 @@ def provenance(workload: Obj, served: EffectiveSpec | None, gpu_product: str | N
     )
 
 
+def _full_commit(value: str | None) -> bool:
+    return value is not None and len(value) == 40 and all(c in "0123456789abcdef" for c in value)
+
+
+def bench_cache(raw: Obj | None, name: str) -> BenchCache | None:
+    """The ModelCache ``name`` the target serves from, when the runner can mount it: Ready, its
+    revision resolved to a full commit, its repository a valid id, and its claim reachable from
+    the runner's node (shareable, or pinned to a known node the runner is placed on; never a
+    ReadWriteOncePod claim, which the engine's pod holds)."""
+    if raw is None:
+        return None
+    cache = cache_from(raw, name=name)
+    source = (((raw.get("spec") or {}).get("source") or {}).get("huggingFace")) or {}
+    try:
+        repo = HuggingFaceSource.model_validate(source).repo
+    except ValueError:
+        return None
+    commit = cache.resolved_revision
+    if not (cache.ready and cache.claim_name and _full_commit(commit)):
+        return None
+    if cache.single_node and cache.node_name is None:
+        return None  # NB: a ReadWriteOnce claim on an unknown node: the runner could not attach it
+    if "ReadWriteOncePod" in cache.access_modes:
+        return None  # NB: the engine's pod holds it: a runner would wait, or keep the engine out
+    assert commit is not None
+    return BenchCache(
+        name=name,
+        repo=repo,
+        claim_name=cache.claim_name,
+        commit=commit,
+        path=cache.path,
+        node=cache.node_name,
+    )
+
+
+def cache_name(workload: Obj | None, recipe: RecipeSpec | None) -> str | None:
+    """The ModelCache (of the workload's own namespace) the workload serves from, if any."""
+    if workload is None:
+        return None
+    served = effective(workload, recipe)
+    return served.cache_ref if served is not None else None
+
+
 def target_from(
     spec: InferenceBenchmarkSpec,
     namespace: str,
@@ -79,6 +124,7 @@ def target_from(
     gpu_product: str | None = None,
     gateway_url: str | None = None,
     recipe: RecipeSpec | None = None,
+    cache: Obj | None = None,
 ) -> ObservedTarget:
     """The target: a URL is always ready; a workload is when its Ready condition is True."""
     target = spec.target
@@ -126,6 +172,7 @@ def target_from(
         model=served,
         model_id=serving.model if serving else None,
         provenance=prov,
+        cache=bench_cache(cache, serving.cache_ref) if serving is not None and serving.cache_ref else None,
     )
 
 

@@ -5,6 +5,11 @@ Pure. A scenario's Job runs the tools image's runner (``python -m sparkrun_opera
 --plan JSON``) once; the plan is everything the runner needs (framework, profile, bench_args, the
 scenario, the target's URL and model names, the tokenizer). The runner prints its result as the
 last JSON line of the pod log, which the controller reads (``docs/benchmarks.md``).
+
+When the target workload serves a Ready ModelCache (of the benchmark's own namespace, as every
+``cacheRef`` is), the Job mounts that cache's claim READ-ONLY where the engine mounts it, and the
+plan names the model's snapshot directory there (``modelCache``): the runner takes the tokenizer
+from it before it would ask any Hub (``runtime/bench.py``).
 """
 
 from __future__ import annotations
@@ -36,8 +41,30 @@ class BenchOptions:
     """Operator-wide settings of benchmark Jobs."""
 
     image: str = DEFAULT_TOOLS_IMAGE
+    #: Where a ModelCache's claim is mounted (the operator's ``--cache-mount-path``, as for engines).
+    cache_mount_path: str = keys.CACHE_MOUNT_PATH
     #: Pod retries of one scenario (a killed pod reruns that scenario, and only it).
     backoff_limit: int = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchCache:
+    """The Ready ModelCache the target workload serves from: mounted read-only for the tokenizer."""
+
+    name: str
+    repo: str
+    claim_name: str
+    #: The full commit the cache holds (``status.resolvedRevision``).
+    commit: str
+    #: ``spec.storage.path``: the cache root inside the claim (a ``subPath``).
+    path: str = "/"
+    #: The only node the cache's volume is reachable from: the runner pod is placed there.
+    node: str | None = None
+
+    def snapshot(self, root: str) -> str:
+        """The model's files under the mount ``root`` (the Hugging Face layout, docs/model-cache.md)."""
+        folder = "models--" + self.repo.replace("/", "--")
+        return f"{root.rstrip('/')}/hub/{folder}/snapshots/{self.commit}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +74,7 @@ class Target:
     base_url: str
     model: str
     model_id: str | None = None
+    cache: BenchCache | None = None
 
 
 def _fit(base: str, suffix: str) -> str:
@@ -70,7 +98,9 @@ def labels(owner: BenchmarkOwner) -> dict[str, str]:
     return {keys.LABEL_BENCHMARK: owner.name, keys.LABEL_MANAGED_BY: keys.MANAGED_BY}
 
 
-def scenario_plan(spec: InferenceBenchmarkSpec, scenario: Scenario, target: Target) -> dict[str, Any]:
+def scenario_plan(
+    spec: InferenceBenchmarkSpec, scenario: Scenario, target: Target, cache_root: str = keys.CACHE_MOUNT_PATH
+) -> dict[str, Any]:
     """The runner's ``--plan``."""
     plan: dict[str, Any] = {
         "framework": spec.framework,
@@ -88,7 +118,37 @@ def scenario_plan(spec: InferenceBenchmarkSpec, scenario: Scenario, target: Targ
     ):
         if value:
             plan[key] = value
+    if target.cache is not None:
+        plan["modelCache"] = {
+            "name": target.cache.name,
+            "repo": target.cache.repo,
+            "root": cache_root,
+            "path": target.cache.snapshot(cache_root),
+        }
     return plan
+
+
+def _mount_cache(pod: dict[str, Any], container: dict[str, Any], cache: BenchCache, root: str) -> None:
+    """The cache's claim, read-only (the volume and the mount both say so), and its node."""
+    pod["volumes"] = [
+        {
+            "name": keys.VOLUME_CACHE,
+            "persistentVolumeClaim": {"claimName": cache.claim_name, "readOnly": True},
+        }
+    ]
+    mount: dict[str, Any] = {"name": keys.VOLUME_CACHE, "mountPath": root, "readOnly": True}
+    if cache.path.strip("/"):
+        mount["subPath"] = cache.path.strip("/")
+    container["volumeMounts"] = [mount]
+    if cache.node:
+        on_node = {"key": "metadata.name", "operator": "In", "values": [cache.node]}
+        pod["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchFields": [on_node]}]
+                }
+            }
+        }
 
 
 def render_job(
@@ -102,7 +162,7 @@ def render_job(
     deadline_seconds: int,
 ) -> dict[str, Any]:
     """The Job of one scenario (the planner makes one at a time, in the spec's order)."""
-    plan = scenario_plan(spec, scenario, target)
+    plan = scenario_plan(spec, scenario, target, options.cache_mount_path)
     container = {
         "name": keys.CONTAINER_BENCHMARK,
         "image": options.image,
@@ -128,6 +188,8 @@ def render_job(
         "securityContext": podsecurity.tools_pod_context(),
         "containers": [container],
     }
+    if target.cache is not None:
+        _mount_cache(pod, container, target.cache, options.cache_mount_path)
     if spec.runner.node_selector:
         pod["nodeSelector"] = dict(sorted(spec.runner.node_selector.items()))
     if spec.runner.tolerations:
