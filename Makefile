@@ -14,15 +14,18 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 BENCH_ARGS ?=
 
-.PHONY: sizes help venv demo test unit verify crds generate lint fmt typecheck importlint chart-lint policy test-vllm-args testbed-bin ssa-check netpol-eval testbed-up testbed-down bench bench-gateway bench-reconcile bench-scale clean
+.PHONY: sizes help venv demo test unit verify crds generate lint fmt typecheck importlint chart-lint policy test-vllm-args testbed-bin ssa-check flux-health netpol-eval promtool oci-registry lock lock-check testbed-up testbed-down bench bench-gateway bench-reconcile bench-scale clean
 
 help: ## list the verbs
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml testbed/pyproject.toml
+# NB: the tools image's lock (hashes dropped) constrains the dev venv: the tests run the versions the
+# images ship (ADR 0017); the dev-only packages resolve freely around them.
+$(STAMP): pyproject.toml testbed/pyproject.toml runtime-images/tools/requirements.lock
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]' -e ./testbed
+	grep -E '^[A-Za-z0-9]' runtime-images/tools/requirements.lock | sed 's/ *\\$$//' > $(VENV)/constraints.txt
+	$(PY) -m pip install -q -c $(VENV)/constraints.txt -e '.[dev]' -e ./testbed
 	@touch $(STAMP)
 
 venv: $(STAMP) ## create .venv: the package with its dev tools, and the testbed (testbed/)
@@ -30,7 +33,7 @@ venv: $(STAMP) ## create .venv: the package with its dev tools, and the testbed 
 demo: $(STAMP) testbed-bin ## bring up the local testbed and run the main flow end to end
 	$(BIN)/sparkrun-k8s demo
 
-test: verify testbed-bin ssa-check netpol-eval ## install everything, run every check and the whole test suite
+test: verify testbed-bin ssa-check flux-health netpol-eval promtool oci-registry ## install everything, run every check and the whole test suite
 	SPARKRUN_TESTBED_BIN="$$(hack/testbed-bin.sh --print)" $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 unit: $(STAMP) ## only the tests that need no testbed
@@ -38,14 +41,16 @@ unit: $(STAMP) ## only the tests that need no testbed
 
 HELM = "$$(hack/testbed-bin.sh --print)/helm"
 
-crds generate: $(STAMP) testbed-bin ## regenerate every generated file (CRDs, chart CRDs and values table, RBAC table, manifests/, ops catalog)
+crds generate: $(STAMP) testbed-bin ## regenerate every generated file (CRDs, chart CRDs, values table and schema, RBAC table, manifests/, ops catalog)
 	$(PY) -m sparkrun_operator.api.generate
 	$(PY) hack/gen-ops-catalog.py
 	$(PY) hack/chart-values-table.py
+	$(PY) hack/chart-values-schema.py
 	$(PY) hack/rbac-table.py
+	$(PY) hack/argocd-health.py
 	$(PY) hack/render-manifests.py --helm $(HELM)
 
-verify: generate lint typecheck importlint sizes chart-lint policy ## regenerate, run all static checks, fail on any diff
+verify: generate lint typecheck importlint sizes chart-lint policy lock-check ## regenerate, run all static checks, fail on any diff
 	@hack/verify-clean.sh
 
 sizes: $(STAMP) ## product modules <= 600 lines, functions <= 80, or a written reason (hack/size-exceptions.txt)
@@ -86,8 +91,23 @@ testbed-bin: ## build the pinned Kubernetes binaries into ~/.cache/sparkrun-test
 ssa-check: ## build hack/ssa-check (Flux's server-side-apply library; the GitOps tests) into ~/.cache/sparkrun-tools (once)
 	hack/ssa-check.sh
 
+oci-registry: ## build hack/oci-registry (go-containerregistry's registry on loopback; hack/pin-digests.py's tests) into ~/.cache/sparkrun-tools (once)
+	hack/oci-registry.sh
+
+lock: $(STAMP) ## re-resolve the images' lock files (runtime-images/*/*.lock; needs the package index)
+	$(PY) hack/lock.py
+
+lock-check: $(STAMP) ## the images' lock files match their inputs (offline, no resolution)
+	$(PY) hack/lock.py --check
+
+flux-health: ## build hack/flux-health (kstatus's default and Flux's CEL health checks; tests/health) into ~/.cache/sparkrun-tools (once)
+	hack/flux-health.sh
+
 netpol-eval: ## build hack/netpol-eval (kube-network-policies' verdicts; the NetworkPolicy matrix) into ~/.cache/sparkrun-tools (once)
 	hack/netpol-eval.sh
+
+promtool: ## promtool from Debian's prometheus package (rule checks and rule unit tests) into ~/.cache/sparkrun-tools (once)
+	hack/promtool.sh
 
 testbed-up: $(STAMP) testbed-bin ## start a local testbed and print how to reach it
 	$(BIN)/sparkrun-k8s testbed up
