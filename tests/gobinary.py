@@ -1,10 +1,14 @@
-"""The testbed's Go binaries of their own (``hack/<name>-bin.sh``: the llm-d simulator, the
-endpoint picker) as the tests need them: built under CI=true when missing (a failed build fails
-the test), else the test skips."""
+"""The Go binaries the tests need. The testbed's own (``hack/<name>-bin.sh``: the llm-d simulator,
+the endpoint picker, :func:`go_binary`): built under CI=true when missing (a failed build fails
+the test), else the test skips. The test tools (``hack/<name>.sh`` on ``hack/go-tool.sh``:
+netpol-eval, flux-health, oci-registry, :func:`go_tool`): built when missing wherever Go is
+(a failed build fails the test); without Go the test skips (fails under CI=true)."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,6 +38,24 @@ def go_binary(locate: Callable[[Path], Path], build: Callable[[Path], Path], scr
         return build(REPO)
     except Exception as exc:  # any failure to build fails the test under CI
         pytest.fail(f"prerequisite missing under CI=true: {why}; the build failed: {exc}", pytrace=False)
+
+
+def go_tool(name: str, *, timeout: float = 1200) -> Path:
+    """``hack/<name>.sh``'s binary: the cached one, else built (``timeout`` seconds at most)."""
+    script = REPO / "hack" / f"{name}.sh"
+    printed = subprocess.run([str(script), "--print"], capture_output=True, text=True, check=False)
+    binary = Path(printed.stdout.strip())
+    if printed.returncode == 0 and binary.is_file():
+        return binary
+    if shutil.which("go") is None:
+        reason = f"{binary} is not built and there is no Go to build it (make {name})"
+        if IN_CI:
+            pytest.fail(f"prerequisite missing under CI=true: {reason}", pytrace=False)
+        pytest.skip(reason)
+    built = subprocess.run([str(script)], capture_output=True, text=True, check=False, timeout=timeout)
+    if built.returncode != 0 or not binary.is_file():
+        pytest.fail(f"hack/{name}.sh failed:\n{built.stderr[-4000:]}")
+    return binary
 
 
 def picker(testbed: plane.Testbed) -> Path:

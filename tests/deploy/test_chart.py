@@ -31,21 +31,11 @@ from sparkrun_operator.cli.main import build_parser
 from sparkrun_operator.controllers.metrics import Metrics
 from sparkrun_operator.gateway.metrics import GatewayMetrics
 from sparkrun_operator.gateway.server import _parser as gateway_parser
-from tests.deploy.chart import CHART, NAMESPACE, REPO, Rendered, helm, render, require_helm
+from tests.deploy.chart import CHART, NAMESPACE, REPO, Rendered, helm, render
 
 SHIM_DNS = f"sparkrun-shim.{NAMESPACE}.svc"
 SHIM_TLS_DIR = "/var/run/secrets/sparkrun.dev/shim-tls"
 TESTBED_VALUES = REPO / "hack" / "testbed-values.yaml"
-
-
-@pytest.fixture(scope="module")
-def helm_bin() -> str:
-    return require_helm()
-
-
-@pytest.fixture(scope="module")
-def default(helm_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Rendered:
-    return render(helm_bin, tmp_path_factory.mktemp("default"))
 
 
 def _rules(role: dict[str, Any]) -> list[dict[str, Any]]:

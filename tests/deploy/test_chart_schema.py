@@ -16,7 +16,7 @@ import yaml
 
 from sparkrun_operator.cli.main import build_parser
 from sparkrun_operator.render.modelcache import DEFAULT_TOOLS_IMAGE
-from tests.deploy.chart import CHART, NAMESPACE, REPO, Rendered, helm, render, require_helm
+from tests.deploy.chart import CHART, NAMESPACE, REPO, Rendered, helm, render
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 VALUES_FILES = [
@@ -25,16 +25,6 @@ VALUES_FILES = [
     REPO / "hack" / "checkov-values.yaml",
     *sorted((REPO / "examples" / "helm").glob("*.yaml")),
 ]
-
-
-@pytest.fixture(scope="module")
-def helm_bin() -> str:
-    return require_helm()
-
-
-@pytest.fixture(scope="module")
-def default(helm_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Rendered:
-    return render(helm_bin, tmp_path_factory.mktemp("default"))
 
 
 def test_the_chart_ships_its_schema() -> None:

@@ -9,26 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from sparkrun_operator.api.upgradecheck import crds_of
 from sparkrun_operator.cli.main import build_parser
 from sparkrun_operator.cli.upgrade import chart_files
-from tests.deploy.chart import CHART, NAMESPACE, Rendered, render, require_helm
+from tests.deploy.chart import CHART, NAMESPACE, Rendered, render
 
 NAME = "sparkrun-upgrade-check"
 #: A ConfigMap holds at most 1 MiB (data and metadata together).
 CONFIGMAP_LIMIT = 1024 * 1024
-
-
-@pytest.fixture(scope="module")
-def helm_bin() -> str:
-    return require_helm()
-
-
-@pytest.fixture(scope="module")
-def default(helm_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Rendered:
-    return render(helm_bin, tmp_path_factory.mktemp("upgrade-hook"))
 
 
 def _hooked(chart: Rendered) -> list[dict[str, Any]]:

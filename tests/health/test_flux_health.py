@@ -16,13 +16,12 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.gobinary import go_binary
+from tests.gobinary import go_tool
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 OBJECTS = HERE / "objects"
 EXPRS = REPO / "integrations" / "flux" / "health-checks.yaml"
-SCRIPT = REPO / "hack" / "flux-health.sh"
 EXPECTED: dict[str, dict[str, str]] = yaml.safe_load((HERE / "expected-flux.yaml").read_text())
 CASES = sorted(f"{p.parent.name}/{p.stem}" for p in OBJECTS.glob("*/*.yaml"))
 GROUP = "sparkrun.dev"
@@ -31,21 +30,9 @@ GROUP = "sparkrun.dev"
 pytestmark = pytest.mark.timeout(1800)
 
 
-def _locate(repo: Path) -> Path:
-    printed = subprocess.run([str(SCRIPT), "--print"], capture_output=True, text=True, check=True)
-    return Path(printed.stdout.strip())
-
-
-def _build(repo: Path) -> Path:
-    built = subprocess.run([str(SCRIPT)], capture_output=True, text=True, check=False, timeout=1700)
-    if built.returncode != 0:
-        raise RuntimeError(f"hack/flux-health.sh failed:\n{built.stderr[-4000:]}")
-    return Path(built.stdout.strip().splitlines()[-1])
-
-
 @pytest.fixture(scope="module")
 def flux_health() -> Path:
-    return go_binary(_locate, _build, "hack/flux-health.sh")
+    return go_tool("flux-health", timeout=1700)
 
 
 def judge(binary: Path, *paths: Path, exprs: Path = EXPRS) -> list[dict[str, Any]]:

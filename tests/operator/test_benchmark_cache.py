@@ -2,7 +2,9 @@
 is reachable from the pods once the cache is Ready (the local Hub is stopped; the pod network
 reaches nothing else). The benchmark's runner Job mounts the cache read-only, takes the
 tokenizer from the model's snapshot there and the prompt text it ships, and succeeds with the
-real llama-benchy; the runner's log says where the tokenizer came from."""
+real llama-benchy; the runner's log says where the tokenizer came from. Every name differs (the
+workload, its served name, the ModelCache, its existing claim, the model), so the runner cannot
+find the cache by a name that merely coincides."""
 
 from __future__ import annotations
 
@@ -21,13 +23,15 @@ from tests.operator.test_modelcache import (
     TOLERATE,
     _cache,
     _node_ip,
-    _volume,
     _wait_phase,
+    bound_claim,
     volumes,
 )
 
 Factory = Callable[..., OperatorProcess]
 __all__ = ["volumes"]  # the fixture
+#: The benchmark's target, the ModelCache it serves and the existing claim that holds it.
+TARGET, CACHE, CLAIM = "bench-target", "tokenizer-cache", "weights"
 
 
 def test_a_benchmark_of_a_cached_model_needs_no_hub(
@@ -39,28 +43,30 @@ def test_a_benchmark_of_a_cached_model_needs_no_hub(
     volumes: list[str],
 ) -> None:
     operator_factory(namespace, "--cache-mount-path", MOUNT)
-    _volume(kube, tmp_path, namespace, "tok", volumes, mode="ReadWriteMany")
+    volumes.append(bound_claim(kube, tmp_path / "pv-weights", namespace, CLAIM))
     with Hub(default_repos(lfs_mib=0.01), host=_node_ip(kube)) as hub:
-        kube.apply(_cache("tok", namespace, hub, TOKENIZER, "main", mode="ReadWriteMany"))
-        ready = _wait_phase(kube, namespace, "tok", "Ready", timeout=120)
+        cache = _cache(CACHE, namespace, hub, TOKENIZER, "main")
+        cache["spec"]["storage"] = {"claimName": CLAIM}
+        kube.apply(cache)
+        ready = _wait_phase(kube, namespace, CACHE, "Ready", timeout=120)
     commit = ready["status"]["resolvedRevision"]
     # the Hub is gone: nothing the pods could ask for a tokenizer or a book
     kube.apply(
         workload(
-            "tiny",
+            TARGET,
             namespace,
-            model={"name": TOKENIZER, "servedName": "tiny", "cacheRef": {"name": "tok"}},
+            model={"name": TOKENIZER, "servedName": "tiny-chat", "cacheRef": {"name": CACHE}},
             scheduling=ON_PROCESS_NODES,
         )
     )
-    wait_condition(kube, namespace, "tiny", "Ready", timeout=120)
+    wait_condition(kube, namespace, TARGET, "Ready", timeout=120)
     kube.apply(
         {
             "apiVersion": API,
             "kind": "InferenceBenchmark",
             "metadata": {"name": "offline", "namespace": namespace},
             "spec": {
-                "target": {"workloadRef": {"name": "tiny"}, "via": "Endpoint"},
+                "target": {"workloadRef": {"name": TARGET}, "via": "Endpoint"},
                 "benchArgs": {"skip_coherence": True},  # the stand-in knows no capital of France
                 "scenarios": [{"name": "one", "requests": 2, "inputTokens": 64, "outputTokens": 8}],
                 "runner": {"nodeSelector": ON_PROCESS_NODES["nodeSelector"], "tolerations": TOLERATE},
@@ -75,7 +81,7 @@ def test_a_benchmark_of_a_cached_model_needs_no_hub(
     [job] = _jobs(kube, namespace, "offline")
     pod_spec = job["spec"]["template"]["spec"]
     assert pod_spec["volumes"] == [
-        {"name": "model-cache", "persistentVolumeClaim": {"claimName": "tok", "readOnly": True}}
+        {"name": "model-cache", "persistentVolumeClaim": {"claimName": CLAIM, "readOnly": True}}
     ]
     assert pod_spec["containers"][0]["volumeMounts"] == [
         {"name": "model-cache", "mountPath": MOUNT, "readOnly": True}
@@ -90,5 +96,6 @@ def test_a_benchmark_of_a_cached_model_needs_no_hub(
     ).text
     started = next(json.loads(line) for line in log.splitlines() if line.startswith('{"event":"started"'))
     snapshot = f"{MOUNT}/hub/models--{TOKENIZER.replace('/', '--')}/snapshots/{commit}"
-    assert started["tokenizer"] == {"path": snapshot, "from": f"ModelCache tok ({TOKENIZER}) at {snapshot}"}
+    where = f"ModelCache {CACHE} ({TOKENIZER}) at {snapshot}"
+    assert started["tokenizer"] == {"path": snapshot, "from": where}
     assert started["args"]["book_url"].startswith("file:///")

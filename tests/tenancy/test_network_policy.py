@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -36,13 +35,13 @@ from sparkrun_operator.recipe.resolve import resolve
 from sparkrun_operator.render import benchmark, inferencepool, keys, networkpolicy
 from sparkrun_operator.render.workload import ServingInputs, render_jobset
 from sparkrun_testbed.kubeapi import KubeApi
-from tests.deploy.chart import NAMESPACE, REPO, Rendered, render, require_helm
+from tests.deploy.chart import NAMESPACE, Rendered, render, require_helm
+from tests.gobinary import go_tool
 from tests.operator.conftest import API, OperatorProcess, operator_factory, wait_condition, workload
 from tests.unit.plan.served_obs import observation
 
 __all__ = ["operator_factory"]  # the fixture, for the testbed test
 
-SCRIPT = REPO / "hack" / "netpol-eval.sh"
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 SERVING, OTHER, MONITORING = "serving", "other-team", "monitoring"
@@ -66,25 +65,10 @@ PROMETHEUS_RULE = {
 # -- the evaluator ----------------------------------------------------------------------------
 
 
-def _missing(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"prerequisite missing under CI=true: {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="session")
 def netpol_eval() -> Path:
     """``hack/netpol-eval``: built by ``hack/netpol-eval.sh`` when missing (Go needed)."""
-    printed = subprocess.run([str(SCRIPT), "--print"], capture_output=True, text=True, check=False)
-    binary = Path(printed.stdout.strip())
-    if printed.returncode == 0 and binary.is_file():
-        return binary
-    if shutil.which("go") is None:
-        _missing(f"{binary} is not built and there is no Go to build it (make netpol-eval)")
-    built = subprocess.run([str(SCRIPT)], capture_output=True, text=True, check=False, timeout=1200)
-    if built.returncode != 0 or not binary.is_file():
-        pytest.fail(f"hack/netpol-eval.sh failed:\n{built.stderr[-4000:]}")
-    return binary
+    return go_tool("netpol-eval")
 
 
 class World:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import importlib.util
 import secrets
 import subprocess
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -40,6 +39,7 @@ from sparkrun_operator.k8s.resources import JOBSETS, PODS, SECRETS
 from sparkrun_operator.ops import kube as ops_kube
 from sparkrun_testbed import plane
 from sparkrun_testbed.kubeapi import KubeApi
+from tests import hack_script
 from tests.deploy.chart import CHART, NAMESPACE, REPO, Rendered, render, require_helm
 from tests.operator.conftest import (
     get_workload,
@@ -559,12 +559,7 @@ def test_gateway_watch_namespaces() -> None:
 
 
 def test_the_security_page_table_is_generated_from_the_file() -> None:
-    path = REPO / "hack" / "rbac-table.py"
-    spec = importlib.util.spec_from_file_location("rbac_table", path)
-    assert spec is not None
-    assert spec.loader is not None
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = hack_script.load("rbac-table.py", "rbac_table")
     page = (REPO / "docs" / "security.md").read_text()
     assert tool.render(page, load_table()) == page
     assert "**Cluster-scoped, unavoidable:** Node, Namespace and PersistentVolume" in page

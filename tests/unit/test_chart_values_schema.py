@@ -4,9 +4,7 @@ checks it with the real helm)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -14,19 +12,14 @@ from typing import Any
 import jsonschema
 import pytest
 
+from tests import hack_script
+
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "sparkrun-operator"
 
 
 def _tool() -> ModuleType:
-    path = REPO / "hack" / "chart-values-schema.py"
-    spec = importlib.util.spec_from_file_location("chart_values_schema", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return hack_script.load("chart-values-schema.py", "chart_values_schema")
 
 
 def _schema(tmp_path: Path, text: str) -> dict[str, Any]:

@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests import hack_script
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "sparkrun-operator"
 
 
 def _tool() -> ModuleType:
-    path = REPO / "hack" / "chart-values-table.py"
-    spec = importlib.util.spec_from_file_location("chart_values_table", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return hack_script.load("chart-values-table.py", "chart_values_table")
 
 
 def test_the_committed_table_is_current() -> None:

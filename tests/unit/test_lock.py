@@ -6,29 +6,18 @@ bounds, a dependency has no pin or a pin has no hash fails, naming the lock and 
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from tests import hack_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _lock_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("hack_lock", ROOT / "hack" / "lock.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["hack_lock"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-LOCK = _lock_module()
+LOCK = hack_script.load("lock.py", "hack_lock")
 
 
 @pytest.fixture

@@ -6,58 +6,32 @@ Docker Hub's token flow (401, WWW-Authenticate: Bearer, an anonymous token, then
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from tests import hack_script
+from tests.gobinary import go_tool
+
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "hack" / "oci-registry.sh"
 PIN = ROOT / "hack" / "pin-digests.py"
 PYTHON_BASE = "library/python:3.12-slim-bookworm"
 VLLM_BASE = "vllm/vllm-openai:v0.33.0"
 
 
-def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("pin_digests", PIN)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["pin_digests"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-pin = _module()
-
-
-def _missing(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"prerequisite missing under CI=true: {reason}", pytrace=False)
-    pytest.skip(reason)
+pin = hack_script.load("pin-digests.py", "pin_digests")
 
 
 @pytest.fixture(scope="module")
 def oci_registry() -> Path:
     """``hack/oci-registry``: built by ``hack/oci-registry.sh`` when missing (Go needed)."""
-    printed = subprocess.run([str(SCRIPT), "--print"], capture_output=True, text=True, check=False)
-    binary = Path(printed.stdout.strip())
-    if printed.returncode == 0 and binary.is_file():
-        return binary
-    if shutil.which("go") is None:
-        _missing(f"{binary} is not built and there is no Go to build it (make oci-registry)")
-    built = subprocess.run([str(SCRIPT)], capture_output=True, text=True, check=False, timeout=1200)
-    if built.returncode != 0 or not binary.is_file():
-        pytest.fail(f"hack/oci-registry.sh failed:\n{built.stderr[-4000:]}")
-    return binary
+    return go_tool("oci-registry")
 
 
 @dataclass

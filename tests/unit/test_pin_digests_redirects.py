@@ -6,33 +6,22 @@ flow that redirects every manifest to a second server, which records what it was
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import threading
 import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from tests import hack_script
 
 PIN = Path(__file__).resolve().parents[2] / "hack" / "pin-digests.py"
 DIGEST = "sha256:" + "ab" * 32
 
 
-def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("pin_digests_redirects", PIN)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["pin_digests_redirects"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-pin = _module()
+pin = hack_script.load("pin-digests.py", "pin_digests_redirects")
 
 
 class _Servers:
