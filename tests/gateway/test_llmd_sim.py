@@ -27,6 +27,7 @@ import pytest
 from sparkrun_testbed import llmdsim
 from tests.engine.conftest import free_port
 from tests.gobinary import go_binary
+from tests.process.helpers import wait_for
 
 from .conftest import GatewayThread, StartGateway, assert_stream_passed_through, workload
 
@@ -157,8 +158,15 @@ def test_metrics_count_streamed_usage(oai: openai.OpenAI, gw: GatewayThread) -> 
     )
     usage = chunks[-1].usage
     assert usage is not None
-    assert _tokens(gw, "out") == usage.completion_tokens
-    assert _tokens(gw, "in") == usage.prompt_tokens
+    # The gateway counts once the stream has ended on its side, which may be just after the
+    # client has read the last chunk: wait (bounded) for the counters, then compare exactly.
+    want = {"out": float(usage.completion_tokens), "in": float(usage.prompt_tokens)}
+    got = wait_for(
+        lambda: seen if (seen := {d: _tokens(gw, d) for d in want}) == want else None,
+        timeout=10,
+        what=f"the gateway's token counters at {want}",
+    )
+    assert got == want
 
 
 # -- Anthropic ------------------------------------------------------------------------------
