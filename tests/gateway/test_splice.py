@@ -6,6 +6,7 @@ upstream broke off with an in-band error."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
@@ -14,6 +15,7 @@ import httpx
 import pytest
 
 from sparkrun_operator.gateway import GatewaySettings
+from sparkrun_operator.gateway.accounting import USAGE_WINDOW, stream_tail
 from sparkrun_operator.gateway.splice import Splice
 
 from .conftest import StartGateway, workload
@@ -114,3 +116,43 @@ def test_streams_served_by_the_gateways_server_take_the_fast_path(
     assert resp.content.startswith(b": command_id ")
     assert resp.content.endswith(b"data: [DONE]\n\n")
     assert len(runs) == 1  # relayed by the upstream's callbacks, not by the general relay
+
+
+def test_usage_is_counted_when_the_done_line_comes_in_a_read_of_its_own(
+    start_gateway: StartGateway,
+) -> None:
+    """The tokens are read from the end of the answer: the usage event and ``[DONE]`` may reach
+    the gateway in separate reads (each written and flushed apart here), and the usage still counts."""
+    usage = {"prompt_tokens": 15, "completion_tokens": 10, "total_tokens": 25}
+    doc = {"id": "c1", "object": "chat.completion.chunk", "model": "m", "choices": [], "usage": usage}
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await read_request(reader)
+        writer.write(ok_head(b"text/event-stream") + chunk_event("hi", finish="stop"))
+        await writer.drain()
+        await asyncio.sleep(0.2)
+        writer.write(b"data: " + json.dumps(doc).encode() + b"\n\n")
+        await writer.drain()
+        await asyncio.sleep(0.2)
+        writer.write(b"data: [DONE]\n\n")
+        await writer.drain()
+
+    with raw_upstream(handler) as up:
+        gw = start_gateway([workload("m", "m", [up.url])])
+        resp = httpx.post(f"{gw.url}/v1/chat/completions", json=CHAT, timeout=20)
+        assert resp.status_code == 200
+        assert resp.content.endswith(b"data: [DONE]\n\n")
+        registry = gw.gateway.metrics.registry
+        counted = {
+            d: registry.get_sample_value("sparkrun_gateway_tokens_total", {"model": "m", "direction": d})
+            for d in ("in", "out")
+        }
+    assert counted == {"in": 15.0, "out": 10.0}
+
+
+def test_the_stream_tail_keeps_the_last_bytes_across_reads() -> None:
+    done, usage = b"data: [DONE]\n\n", b'data: {"usage": {"completion_tokens": 10}}\n\n'
+    assert stream_tail(stream_tail(b"", usage), done) == usage + done
+    assert stream_tail(usage, b"x" * 5000) == b"x" * USAGE_WINDOW
+    assert len(stream_tail(b"y" * USAGE_WINDOW, done)) == USAGE_WINDOW
+    assert stream_tail(b"y" * USAGE_WINDOW, done).endswith(done)

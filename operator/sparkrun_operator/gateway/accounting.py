@@ -19,8 +19,18 @@ from .routing import Workload
 
 _USAGE_IN = re.compile(rb'"(?:prompt_tokens|input_tokens)"\s*:\s*(\d+)')
 _USAGE_OUT = re.compile(rb'"(?:completion_tokens|output_tokens)"\s*:\s*(\d+)')
+USAGE_WINDOW = 1024
+"""Bytes at the end of a stream the usage is read from (its last event and ``[DONE]``)."""
 _UNCOUNTED_ROUTES = frozenset({"metrics", "health"})
 """Routes whose requests are not counted (scrapes and probes would drown the rest)."""
+
+
+def stream_tail(tail: bytes, out: bytes) -> bytes:
+    """The last :data:`USAGE_WINDOW` bytes of a stream once ``out`` went after ``tail`` (bounded):
+    the usage event and ``[DONE]`` may reach the gateway in reads of their own."""
+    if len(out) >= USAGE_WINDOW:
+        return out[-USAGE_WINDOW:]
+    return (tail + out)[-USAGE_WINDOW:]
 
 
 class Accounting:

@@ -14,6 +14,7 @@ from typing import Any
 
 from sparkrun_operator.plan.served import TEXT_GENERATION
 
+from .accounting import stream_tail
 from .admission import model_of
 from .errors import GatewayError, bad_request, render
 from .request import DIRECT_BODY, Ctx, DirectBody
@@ -155,7 +156,7 @@ async def _relay_by_task(svc: Services, ctx: Ctx, response: UpstreamResponse, op
             out, tail, passing = cut(tail, chunk, passing)
             if not out:
                 continue
-            last = out
+            last = stream_tail(last, out)
             if opening:
                 out, opening = opening + out, b""
             await ctx.body_part(out)
@@ -167,7 +168,7 @@ async def _relay_by_task(svc: Services, ctx: Ctx, response: UpstreamResponse, op
         message = "Upstream ended the stream in the middle of an event"
         await ctx.body_part(opening + _after(passing) + ctx.stream_end(message), more=False)
         return
-    svc.accounting.usage(ctx, last[-1024:])
+    svc.accounting.usage(ctx, last)
     await ctx.body_part(opening, more=False)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 
+from .accounting import stream_tail
 from .request import Ctx, DirectBody
 from .services import Services
 from .upstream import UpstreamError, UpstreamResponse, UpstreamTimeout
@@ -132,7 +133,7 @@ class Splice:
         out, self.tail, self.passing = cut(self.tail, chunk, self.passing)
         if not out:
             return
-        self.last = out
+        self.last = stream_tail(self.last, out)
         if self.opening:
             out, self.opening = self.opening + out, b""
         self.out.write(out)
@@ -167,5 +168,5 @@ class Splice:
             message = "Upstream ended the stream in the middle of an event"
             await ctx.body_part(self.opening + after + ctx.stream_end(message), more=False)
             return
-        self.accounting.usage(ctx, self.last[-1024:])
+        self.accounting.usage(ctx, self.last)
         await ctx.body_part(self.opening, more=False)
