@@ -50,6 +50,8 @@ from sparkrun_testbed.kubeapi import KubeApi
 from sparkrun_testbed.state import State
 from sparkrun_testbed.topology import PROCESS_TAINT, NodePool, Topology
 
+pytest_plugins = ["tests.gitserver"]  # the `git_server` fixture (a real git server on loopback)
+
 IN_CI = os.environ.get("CI", "").lower() == "true"
 REPO = Path(__file__).resolve().parent.parent
 TESTBED_FIXTURES = frozenset({"testbed", "crds", "kubeconfig", "kube", "kubectl", "namespace", "k8s_api"})
