@@ -5,7 +5,8 @@ Starts a testbed (KWOK GPU nodes and process nodes, as the test session does), i
 generated CRDs, runs the real operator (``sparkrun-k8s operator run``) on one namespace and
 drives every kind through the phases the operator can put it in. Each object is saved as the
 apiserver returned it, trimmed to apiVersion, kind, metadata (name, namespace, generation),
-spec and status, as ``tests/health/objects/<kind>/<case>.yaml``. A poller also keeps the first
+spec and status, as ``tests/health/objects/<kind>/<case>.yaml``. RecipeRegistries sync from a
+real git server on loopback (``tests/gitserver.py``: smart HTTP and ``git://``). A poller also keeps the first
 object seen in each phase (the short-lived ones: Resolving, Downloading, queued, running).
 
     .venv/bin/python hack/capture-health-objects.py [--out tests/health/objects] [--only kind,...]
@@ -33,17 +34,21 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from sparkrun_operator.ops.jobargs import request_digest  # noqa: E402
+from sparkrun_operator.render import keys  # noqa: E402
 from sparkrun_testbed import binaries, plane  # noqa: E402
 from sparkrun_testbed.hfhub import TOKEN, Hub, default_repos  # noqa: E402
 from sparkrun_testbed.hfhub.fixtures import GATED, TAG, TINY  # noqa: E402
 from sparkrun_testbed.kubeapi import KubeApi  # noqa: E402
 from tests.conftest import SESSION_TOPOLOGY  # noqa: E402
+from tests.gitserver import GitServer  # noqa: E402
 from tests.operator.conftest import API, condition, workload  # noqa: E402
 from tests.operator.test_benchmark import SCENARIOS, benchmark  # noqa: E402
 from tests.operator.test_modelcache import ON_PROCESS_NODES, _cache, _node_ip, host_volume  # noqa: E402
+from tests.operator.test_registry import INVALID, RECIPE  # noqa: E402
 
 NS = "health"
 SCRIPT = "hack/capture-health-objects.py"
+CLUSTER_SCOPED = frozenset({"InferenceCluster", "RecipeRegistry"})
 
 
 def trim(obj: dict[str, Any]) -> dict[str, Any]:
@@ -149,7 +154,7 @@ class Operator:
 
 
 def get(kube: KubeApi, kind: str, name: str) -> dict[str, Any] | None:
-    return kube.get(API, kind, name, namespace=None if kind == "InferenceCluster" else NS)
+    return kube.get(API, kind, name, namespace=None if kind in CLUSTER_SCOPED else NS)
 
 
 def wait_for(
@@ -174,7 +179,7 @@ def phase_is(*phases: str) -> Callable[[dict[str, Any]], bool]:
 def patch(kube: KubeApi, kind: str, name: str, body: dict[str, Any]) -> None:
     kube.request(
         "PATCH",
-        kube.resource_path(API, kind, namespace=None if kind == "InferenceCluster" else NS, name=name),
+        kube.resource_path(API, kind, namespace=None if kind in CLUSTER_SCOPED else NS, name=name),
         json=body,
         headers={"Content-Type": "application/merge-patch+json"},
     )
@@ -426,6 +431,131 @@ def clusters_and_recipes(kube: KubeApi, corpus: Corpus) -> None:
     )
 
 
+def registries(kube: KubeApi, corpus: Corpus) -> None:
+    """RecipeRegistries syncing from a real git server on loopback (tests/gitserver.py)."""
+
+    def registry(name: str, url: str, **spec: Any) -> dict[str, Any]:
+        return {
+            "apiVersion": API,
+            "kind": "RecipeRegistry",
+            "metadata": {"name": name},
+            "spec": {"url": url, "subpath": "recipes", "targetNamespace": NS, **spec},
+        }
+
+    def synced_is(status: str, reason: str) -> Callable[[dict[str, Any]], bool]:
+        def test(obj: dict[str, Any]) -> bool:
+            found = condition(obj, "Synced") or {}
+            return (found.get("status"), found.get("reason")) == (status, reason)
+
+        return test
+
+    def reached(name: str, test: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        try:
+            return wait_for(kube, "RecipeRegistry", name, test, 120)
+        except Exception as error:
+            last = get(kube, "RecipeRegistry", name) or {}
+            raise RuntimeError(f"{error}; last status: {last.get('status')}") from error
+
+    def save(name: str, case: str, scenario: str, test: Callable[[dict[str, Any]], bool]) -> None:
+        corpus.save(reached(name, test), case, scenario)
+
+    with GitServer() as server:
+        # NB: each repository's recipes have their own names: the registries share one namespace
+        good = server.create_repo("good")
+        good.write("recipes/health-good.yaml", RECIPE.format(served="health-good"))
+        good.commit("one valid recipe")
+        mixed = server.create_repo("mixed")
+        mixed.write("recipes/health-mixed.yaml", RECIPE.format(served="health-mixed"))
+        mixed.write("recipes/health-broken.yaml", INVALID)
+        mixed.commit("a valid and an invalid recipe")
+        gone = server.create_repo("gone")
+        gone.write("recipes/health-gone.yaml", RECIPE.format(served="health-gone"))
+        gone.commit("synced once, then the repository disappears")
+        paused = server.create_repo("paused")
+        paused.write("recipes/health-paused.yaml", RECIPE.format(served="health-paused"))
+        paused.commit("synced once, then disabled")
+        kube.apply(registry("health-synced", good.url_http))
+        kube.apply(registry("health-problems", mixed.url_http))
+        kube.apply(registry("health-gone", gone.url_http))
+        kube.apply(registry("health-disabled", paused.url_git))
+        kube.apply(registry("health-missing", f"{server.base_http}/no-such-repo.git"))
+        kube.apply(
+            registry("health-credentials", good.url_http, credentialsSecret={"name": "no-such-secret"})
+        )
+        kube.apply(registry("health-elsewhere", good.url_http, targetNamespace="not-served"))
+        attempt(
+            "registry synced",
+            lambda: save(
+                "health-synced", "synced", "one valid recipe over smart HTTP", synced_is("True", "Synced")
+            ),
+        )
+        attempt(
+            "registry synced with problems",
+            lambda: save(
+                "health-problems",
+                "synced-with-problems",
+                "a valid recipe and one that does not validate",
+                synced_is("True", "SyncedWithProblems"),
+            ),
+        )
+        attempt(
+            "registry never fetched",
+            lambda: save(
+                "health-missing",
+                "fetch-failed",
+                "a repository the server does not have, never synced",
+                synced_is("False", "FetchFailed"),
+            ),
+        )
+        attempt(
+            "registry credentials invalid",
+            lambda: save(
+                "health-credentials",
+                "credentials-invalid",
+                "credentialsSecret names a Secret that does not exist",
+                synced_is("False", "CredentialsInvalid"),
+            ),
+        )
+        attempt(
+            "registry target not served",
+            lambda: save(
+                "health-elsewhere",
+                "target-not-served",
+                "targetNamespace the operator does not serve",
+                synced_is("False", "TargetNamespaceNotServed"),
+            ),
+        )
+
+        def disabled() -> None:
+            reached("health-disabled", synced_is("True", "Synced"))
+            patch(kube, "RecipeRegistry", "health-disabled", {"spec": {"enabled": False}})
+            save(
+                "health-disabled",
+                "disabled",
+                "synced over git://, then spec.enabled false",
+                synced_is("False", "Disabled"),
+            )
+
+        def failed_after_sync() -> None:
+            reached("health-gone", synced_is("True", "Synced"))
+            gone.delete_repo()
+            patch(
+                kube,
+                "RecipeRegistry",
+                "health-gone",
+                {"metadata": {"annotations": {keys.ANNOTATION_SYNC_REQUESTED: "health-capture"}}},
+            )
+            save(
+                "health-gone",
+                "fetch-failed-after-sync",
+                "synced, then the repository disappeared and a sync was requested",
+                synced_is("False", "FetchFailed"),
+            )
+
+        attempt("registry disabled", disabled)
+        attempt("registry fetch failed after a sync", failed_after_sync)
+
+
 def daemon_job(name: str, operation: str, arguments: dict[str, Any], **spec: Any) -> dict[str, Any]:
     return {
         "apiVersion": API,
@@ -505,6 +635,7 @@ def spec_ahead(kube: KubeApi, corpus: Corpus, operator: Operator) -> None:
         ("ModelCache", "tiny", {"spec": {"verify": "size"}}),
         ("InferenceCluster", "health-ready", {"spec": {"minReadyNodes": 2}}),
         ("Recipe", "qwen3-8b-vllm", {"spec": {"metadata": {"description": "changed"}}}),
+        ("RecipeRegistry", "health-synced", {"spec": {"description": "changed"}}),
     ]
     for kind, name, body in edits:
         try:
@@ -521,7 +652,7 @@ def spec_ahead(kube: KubeApi, corpus: Corpus, operator: Operator) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=REPO / "tests" / "health" / "objects")
-    parser.add_argument("--only", default="workloads,clusters,prompts,jobs,sleeping,caches,ahead")
+    parser.add_argument("--only", default="workloads,clusters,registries,prompts,jobs,sleeping,caches,ahead")
     args = parser.parse_args()
     only = set(args.only.split(","))
     corpus = Corpus(args.out)
@@ -545,6 +676,8 @@ def main() -> None:
             try:
                 if "clusters" in only:
                     clusters_and_recipes(kube, corpus)
+                if "registries" in only:
+                    attempt("registries", lambda: registries(kube, corpus))
                 if "workloads" in only:
                     workloads(kube, corpus)
                 if "sleeping" in only:

@@ -408,6 +408,46 @@ INVALID: list[InvalidCase] = [
     _case("recipe-no-model", "recipe", _delete("spec.model"), "spec.model"),
     _case("recipe-bad-runtime", "recipe", _set("spec.runtime", "VLLM!"), "spec.runtime"),
     _case("recipe-env-not-string", "recipe", _set("spec.env", {"A": {"nested": 1}}), "spec.env.A"),
+    # RecipeRegistry (issue 32)
+    _case(
+        "registry-trust-unacknowledged",
+        "reciperegistry",
+        _set("spec.trusted", True),
+        "spec.trusted",
+        "trusted needs acknowledgeTrust",
+    ),
+    _case(
+        "registry-userinfo",
+        "reciperegistry",
+        _set("spec.url", "https://user:secret@github.com/org/recipes.git"),
+        "spec.url",
+        "without user information",
+    ),
+    _case("registry-file-url", "reciperegistry", _set("spec.url", "file:///etc"), "spec.url", "url must be"),
+    _case(
+        "registry-ssh-url",
+        "reciperegistry",
+        _set("spec.url", "ssh://git@host/x.git"),
+        "spec.url",
+        "url must be",
+    ),
+    _case(
+        "registry-dotdot-subpath", "reciperegistry", _set("spec.subpath", "a/../b"), "spec.subpath", "'..'"
+    ),
+    _case(
+        "registry-short-interval",
+        "reciperegistry",
+        _set("spec.syncIntervalSeconds", 10),
+        "spec.syncIntervalSeconds",
+    ),
+    _case("registry-no-target", "reciperegistry", _delete("spec.targetNamespace"), "spec.targetNamespace"),
+    _update(
+        "registry-target-moved",
+        "reciperegistry",
+        _set("spec.targetNamespace", "elsewhere"),
+        "spec.targetNamespace",
+        "targetNamespace is immutable",
+    ),
     # InferenceWorkload: spec.inferencePool (issue 30)
     _case(
         "pool-external-without-service",

@@ -151,11 +151,17 @@ def test_testbed_values_put_every_pod_on_process_nodes(helm_bin: str, tmp_path: 
 def test_least_privilege_by_default(default: Rendered) -> None:
     operator = default.get("ClusterRole", "sparkrun-operator")
     assert not _grants(operator, "secrets", "get")
-    # ConfigMaps cluster-wide: only InferenceBenchmarks' raw output, by name (get/create/patch);
-    # never listed or watched, so the operator cannot enumerate other tenants' ConfigMaps.
+    # ConfigMaps cluster-wide: never listed or watched, so the operator cannot enumerate other
+    # tenants' ConfigMaps; every one it reads it reads by name (an InferenceBenchmark's raw
+    # output; a RecipeRegistry's mod and profile ConfigMaps, by the names its status records).
+    # update: a registry replaces its ConfigMaps whole (resourceVersion precondition); delete: a
+    # registry removes the ConfigMaps of mods and profiles that left its repository, each with
+    # the UID precondition of the object it controls (tests/unit/plan/test_registry_plan.py;
+    # tests/shim/test_registry_admission.py runs a registry with exactly these rights).
     assert not _grants(operator, "configmaps", "list")
     assert not _grants(operator, "configmaps", "watch")
-    assert not _grants(operator, "configmaps", "delete")
+    (config_maps,) = [r for r in _rules(operator) if "configmaps" in r["resources"]]
+    assert config_maps["verbs"] == ["get", "create", "update", "patch", "delete"]
     assert not _grants(operator, "clusterrolebindings", "create", "rbac.authorization.k8s.io")
     # ServiceAccounts: created only for managed endpoint pickers (inferencePool.enabled, the
     # default), by the pool rules alone (test_pool_rights_exist_only_with_pools)
@@ -163,9 +169,22 @@ def test_least_privilege_by_default(default: Rendered) -> None:
     assert [r for r in _rules(operator) if "bind" in r["verbs"]] == [PICKER_BIND]
     assert not _grants(operator, "pods", "create")
     assert _grants(operator, "jobsets", "create", "jobset.x-k8s.io")
-    plurals = sorted(d["spec"]["names"]["plural"] for d in all_crds())
+    # the served rules name every kind but RecipeRegistry, which has rules of its own (below)
+    plurals = sorted(p for d in all_crds() if (p := d["spec"]["names"]["plural"]) != "reciperegistries")
     own = [r["resources"] for r in _rules(operator) if r["apiGroups"] == ["sparkrun.dev"]]
-    assert [sorted(r) for r in own] == [plurals, sorted(f"{p}/status" for p in plurals)]
+    assert [sorted(r) for r in own] == [
+        plurals,
+        sorted(f"{p}/status" for p in plurals),
+        ["reciperegistries"],
+        ["reciperegistries/status"],
+    ]
+    # RecipeRegistries (cluster-scoped): synced (status) and written by the catalog.registries.*
+    # operations; never updated whole
+    registries = [r for r in _rules(operator) if r["resources"][0].startswith("reciperegistries")]
+    assert [r["verbs"] for r in registries] == [
+        ["get", "list", "watch", "create", "patch", "delete"],
+        ["get", "patch"],
+    ]
     local = default.get("Role", "sparkrun-operator", NAMESPACE)
     assert _grants(local, "secrets", "get")
     assert not _grants(local, "secrets", "list"), "answer Secrets are read by name"

@@ -1,6 +1,6 @@
 """The chart's pre-upgrade check, rendered (issue 28, item 5): a hook Job running the new image's
 ``sparkrun-k8s upgrade --check`` against the chart's own CRDs from a hook ConfigMap, with a
-ServiceAccount that may only get and list the six kinds, restricted Pod Security, bounded
+ServiceAccount that may only get and list the seven kinds, restricted Pod Security, bounded
 runtime, and a value to turn it off. ``e2e/test_upgrade_hook.py`` runs it under ``helm upgrade``.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sparkrun_operator.api.resources import KINDS
 from sparkrun_operator.api.upgradecheck import crds_of
 from sparkrun_operator.cli.main import build_parser
 from sparkrun_operator.cli.upgrade import chart_files
@@ -43,7 +44,9 @@ def test_the_hook_runs_before_the_upgrade_and_goes_once_it_passed(default: Rende
         assert int(annotations["helm.sh/hook-weight"]) == (0 if doc["kind"] == "Job" else -10)
 
 
-def test_its_account_reads_the_six_kinds_and_nothing_else(default: Rendered) -> None:
+def test_its_account_reads_the_kinds_and_nothing_else(default: Rendered) -> None:
+    """It lists every stored object of each kind the operator defines (``cli/upgrade.py``
+    checks them all against the new CRDs): get and list of those, nothing else."""
     role = default.get("ClusterRole", NAME)
     assert role["rules"] == [
         {
@@ -55,6 +58,7 @@ def test_its_account_reads_the_six_kinds_and_nothing_else(default: Rendered) -> 
                 "modelcaches",
                 "inferencebenchmarks",
                 "daemonjobs",
+                "reciperegistries",
             ],
             "verbs": ["get", "list"],
         }
@@ -91,8 +95,9 @@ def test_the_job_is_restricted_bounded_and_runs_the_check(default: Rendered) -> 
 
 
 def test_the_configmap_holds_the_charts_crds_within_the_limit(default: Rendered, tmp_path: Path) -> None:
-    """The mounted files are the chart's CRDs as the chart renders them, about 300 KB (under a
-    third of the 1 MiB a ConfigMap may hold)."""
+    """The mounted files are the chart's CRDs as the chart renders them, one per kind the check
+    lists (a kind without its CRD there would be a finding of every object of it), about 400 KB
+    (under half of the 1 MiB a ConfigMap may hold)."""
     config_map = default.get("ConfigMap", NAME, NAMESPACE)
     size = sum(len(k) + len(v.encode()) for k, v in config_map["data"].items())
     assert size < CONFIGMAP_LIMIT // 2, size
@@ -100,7 +105,7 @@ def test_the_configmap_holds_the_charts_crds_within_the_limit(default: Rendered,
         (tmp_path / key).write_text(text)
     mounted = crds_of(chart_files(tmp_path))
     from_chart = crds_of(chart_files(CHART))
-    assert sorted(mounted) == sorted(from_chart)
+    assert sorted(mounted) == sorted(from_chart) == sorted(k.kind for k in KINDS)
     for kind, crd in mounted.items():
         assert crd["spec"] == from_chart[kind]["spec"], kind
         assert "helm.sh/resource-policy" not in (crd["metadata"].get("annotations") or {})
@@ -112,7 +117,7 @@ def test_turned_off_or_with_crds_managed_elsewhere(helm_bin: str, tmp_path: Path
     # CRDs outside the chart: the hook still checks against this version's CRDs
     outside = render(helm_bin, tmp_path, {"crds": {"install": False}})
     assert outside.of("CustomResourceDefinition") == []
-    assert len(outside.get("ConfigMap", NAME, NAMESPACE)["data"]) == 6
+    assert len(outside.get("ConfigMap", NAME, NAMESPACE)["data"]) == len(KINDS)
     no_policies = render(helm_bin, tmp_path, {"networkPolicy": {"enabled": False}})
     assert no_policies.find("NetworkPolicy", NAME, NAMESPACE) is None
     assert no_policies.find("Job", NAME, NAMESPACE) is not None

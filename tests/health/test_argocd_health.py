@@ -25,6 +25,7 @@ KINDS = {
     "modelcache": "ModelCache",
     "inferencebenchmark": "InferenceBenchmark",
     "daemonjob": "DaemonJob",
+    "reciperegistry": "RecipeRegistry",
 }
 CASES = sorted(f"{p.parent.name}/{p.stem}" for p in OBJECTS.glob("*/*.yaml"))
 

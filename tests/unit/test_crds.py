@@ -20,7 +20,7 @@ def _load() -> list[dict[str, Any]]:
     return [yaml.safe_load(p.read_text()) for p in CRD_FILES]
 
 
-def test_exactly_the_six_crds() -> None:
+def test_exactly_the_seven_crds() -> None:
     assert sorted(p.name for p in CRD_FILES) == sorted(f"{k.plural}.sparkrun.dev.yaml" for k in KINDS)
     assert {d["spec"]["names"]["kind"] for d in _load()} == {
         "InferenceWorkload",
@@ -29,6 +29,7 @@ def test_exactly_the_six_crds() -> None:
         "InferenceBenchmark",
         "Recipe",
         "DaemonJob",
+        "RecipeRegistry",
     }
 
 
@@ -124,6 +125,7 @@ def test_short_names_match_design() -> None:
         "InferenceBenchmark": ["ib"],
         "Recipe": ["rcp"],
         "DaemonJob": ["dj"],
+        "RecipeRegistry": ["rreg"],
     }
 
 

@@ -50,7 +50,7 @@ def _version(crd: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
-def test_the_chart_defines_the_six_kinds_and_every_example_passes(chart_crds: dict[str, Any]) -> None:
+def test_the_chart_defines_the_seven_kinds_and_every_example_passes(chart_crds: dict[str, Any]) -> None:
     assert sorted(chart_crds) == [
         "DaemonJob",
         "InferenceBenchmark",
@@ -58,9 +58,10 @@ def test_the_chart_defines_the_six_kinds_and_every_example_passes(chart_crds: di
         "InferenceWorkload",
         "ModelCache",
         "Recipe",
+        "RecipeRegistry",
     ]
     objects = [stored(d) for d in VALID]
-    assert len({d["kind"] for d in objects}) == 6
+    assert len({d["kind"] for d in objects}) == 7
     assert check(chart_crds, objects) == []
 
 

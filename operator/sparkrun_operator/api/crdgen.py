@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from sparkrun_operator.api.meta import CATEGORY
+from sparkrun_operator.api.meta import CATEGORY, DNS_LABEL
 from sparkrun_operator.api.resources import KINDS, Kind
 
 _DROP = {"title", "discriminator"}
@@ -192,6 +192,28 @@ WORKLOAD_NAME_MAX = 35
 WORKLOAD_NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
 
+def _name_schema(kind: Kind) -> dict[str, Any] | None:
+    """The restriction on ``metadata.name`` of a kind that has one (the apiserver allows this and
+    nothing else of metadata; CEL on self.metadata.name could only report at the object root)."""
+    if kind.kind == "InferenceWorkload":
+        return {
+            "type": "string",
+            "maxLength": WORKLOAD_NAME_MAX,
+            "pattern": WORKLOAD_NAME_PATTERN,
+            "description": f"At most {WORKLOAD_NAME_MAX} characters, starting with a lowercase "
+            "letter: JobSet names its Jobs and pods after it and they must fit in 63.",
+        }
+    if kind.kind == "RecipeRegistry":
+        # NB: its name is the value of the sparkrun.dev/registry label on what it writes
+        return {
+            "type": "string",
+            "maxLength": 63,
+            "pattern": DNS_LABEL,
+            "description": "A DNS label (at most 63 characters): it labels the objects the registry writes.",
+        }
+    return None
+
+
 def crd(kind: Kind) -> dict[str, Any]:
     """The CustomResourceDefinition of ``kind``."""
     spec_schema = model_schema(kind.spec)
@@ -217,21 +239,9 @@ def crd(kind: Kind) -> dict[str, Any]:
     }
     if kind.spec_required:
         root["required"] = ["spec"]
-    if kind.kind == "InferenceWorkload":
-        # NB: the apiserver allows restrictions on metadata.name (and nothing else of metadata);
-        # CEL on self.metadata.name could only report the error at the object root.
-        root["properties"]["metadata"] = {
-            "type": "object",
-            "properties": {
-                "name": {
-                    "type": "string",
-                    "maxLength": WORKLOAD_NAME_MAX,
-                    "pattern": WORKLOAD_NAME_PATTERN,
-                    "description": f"At most {WORKLOAD_NAME_MAX} characters, starting with a lowercase "
-                    "letter: JobSet names its Jobs and pods after it and they must fit in 63.",
-                }
-            },
-        }
+    name = _name_schema(kind)
+    if name is not None:
+        root["properties"]["metadata"] = {"type": "object", "properties": {"name": name}}
     subresources: dict[str, Any] = {"status": {}}
     if kind.scale:
         subresources["scale"] = {

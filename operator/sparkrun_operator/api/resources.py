@@ -1,4 +1,4 @@
-"""The six kinds: their names, scope, schema types, printer columns and subresources.
+"""The seven kinds: their names, scope, schema types, printer columns and subresources.
 
 This table drives CRD generation (``crdgen``) and is what the controllers, the shim and the
 CLI use to address resources, so names live in exactly one place.
@@ -17,6 +17,7 @@ from sparkrun_operator.api.daemonjob import DaemonJobSpec, DaemonJobStatus
 from sparkrun_operator.api.meta import API_VERSION, CATEGORY, GROUP, VERSION
 from sparkrun_operator.api.modelcache import ModelCacheSpec, ModelCacheStatus
 from sparkrun_operator.api.recipe import RecipeSpec, RecipeStatus
+from sparkrun_operator.api.registry import RecipeRegistrySpec, RecipeRegistryStatus
 from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus
 
 
@@ -212,6 +213,27 @@ DAEMON_JOB = Kind(
     ),
 )
 
+RECIPE_REGISTRY = Kind(
+    kind="RecipeRegistry",
+    plural="reciperegistries",
+    short_names=("rreg",),
+    scope="Cluster",
+    spec=RecipeRegistrySpec,
+    status=RecipeRegistryStatus,
+    description="A git repository of sparkrun recipes, synced as Recipes into one namespace (admins only).",
+    columns=(
+        PrinterColumn("Synced", _condition("Synced")),
+        PrinterColumn("Trusted", ".spec.trusted", "boolean"),
+        PrinterColumn("Enabled", ".spec.enabled", "boolean"),
+        PrinterColumn("Recipes", ".status.counts.valid", "integer", "Valid recipes"),
+        PrinterColumn("Invalid", ".status.counts.invalid", "integer", "Invalid recipes", priority=1),
+        PrinterColumn("Commit", ".status.commit", priority=1),
+        PrinterColumn("Namespace", ".spec.targetNamespace", description="Where its Recipes are"),
+        PrinterColumn("URL", ".spec.url", priority=1),
+        AGE_COLUMN,
+    ),
+)
+
 KINDS: tuple[Kind, ...] = (
     INFERENCE_WORKLOAD,
     INFERENCE_CLUSTER,
@@ -219,6 +241,7 @@ KINDS: tuple[Kind, ...] = (
     INFERENCE_BENCHMARK,
     RECIPE,
     DAEMON_JOB,
+    RECIPE_REGISTRY,
 )
 KINDS_BY_NAME: dict[str, Kind] = {k.kind: k for k in KINDS}
 

@@ -2,7 +2,7 @@
 
 Reads the sparkrun.dev CRDs of the chart at PATH (a chart directory: ``templates/crds/`` and
 ``crds/``; or a directory or file of rendered CRD YAML, as the pre-upgrade hook mounts them),
-lists every stored object of the six kinds in every namespace through the one client (pages of
+lists every stored object of the seven kinds in every namespace through the one client (pages of
 :data:`PAGE`, at most :data:`MAX_OBJECTS` a kind) and evaluates each offline
 (``api/upgradecheck.py``: schema and CEL with ``validate``'s evaluator, transition rules as an
 update of the object onto itself). Exit 0 when every object passes, 1 when any is rejected or
@@ -154,7 +154,7 @@ async def _check_kind(kube: Kube, kind: Kind, crds: dict[str, dict[str, Any]], r
 
 
 async def check_cluster(args: argparse.Namespace, crds: dict[str, dict[str, Any]]) -> Report:
-    """The report for every stored object of the six kinds."""
+    """The report for every stored object of the seven kinds."""
     report = Report(chart=str(args.chart))
     kube = await common.connect(args)
     try:
