@@ -139,7 +139,7 @@ def test_a_spec_the_operator_has_not_observed_is_in_progress(flux_health: Path, 
         if "observedGeneration" in (obj.get("status") or {}):
             obj["metadata"]["generation"] = int(obj["status"]["observedGeneration"]) + 1
             ahead.append(obj)
-    assert {o["kind"] for o in ahead} == set(served_kinds()) - {"DaemonJob"}
+    assert {o["kind"] for o in ahead} == set(served_kinds())
     for item in judge(flux_health, _write(tmp_path, ahead)):
         assert item["flux"]["status"] == item["default"]["status"] == "InProgress", item
 

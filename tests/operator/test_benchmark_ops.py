@@ -156,3 +156,55 @@ def test_cancelling_the_daemon_job_deletes_the_benchmark_and_stops_the_workload(
         timeout=90,
         what="the benchmark, its Job and the launched workload gone",
     )
+
+
+def test_an_operator_restart_mid_run_adopts_the_benchmark_and_the_workload(
+    env: tuple[Daemon, Hub], kube: KubeApi
+) -> None:
+    """benchmarks.run is resumable (ADR 0025): killed mid-run, the next operator runs the job
+    again and adopts the benchmark and the workload the first run made (the same objects, no
+    second launch); cancelling the job then removes both, as the first run would have."""
+    daemon, hub = env
+    bench_args = {**_bench_args(hub), "runs": 100000}  # far longer than this test waits
+    job_id = daemon.submit("operator", "benchmarks.run", {"recipe": RECIPE, "bench_args": bench_args})
+
+    def running() -> dict[str, Any] | None:
+        items = kube.list_items(API, "InferenceBenchmark", namespace=daemon.namespace)
+        return next((b for b in items if (b.get("status") or {}).get("phase") == "Running"), None)
+
+    bench = kube.wait(running, timeout=180, what="the benchmark running")
+    (workload,) = kube.list_items(API, "InferenceWorkload", namespace=daemon.namespace)
+    daemon.runner.restart_operator(kill=True)
+
+    def resumed() -> dict[str, Any] | None:
+        status = daemon.job_object(job_id).get("status") or {}
+        adopted = "exists (this job's); adopting it" in json.dumps(status.get("events") or [])
+        return status if status.get("attempts") == 2 and adopted else None
+
+    try:
+        status = kube.wait(resumed, timeout=180, what="the job resumed and the benchmark adopted")
+    except Exception:
+        print(json.dumps(daemon.job_object(job_id).get("status"), indent=1)[:6000])
+        print(daemon.runner.operator.tail(200))
+        raise
+    assert status["state"] == "running"
+    events = json.dumps(status["events"])
+    assert f"InferenceWorkload {workload['metadata']['name']} already exists; adopting it" in events
+    # the same objects: nothing was launched or created twice
+    benches = kube.list_items(API, "InferenceBenchmark", namespace=daemon.namespace)
+    assert [b["metadata"]["uid"] for b in benches] == [bench["metadata"]["uid"]]
+    workloads = kube.list_items(API, "InferenceWorkload", namespace=daemon.namespace)
+    assert [w["metadata"]["uid"] for w in workloads] == [workload["metadata"]["uid"]]
+
+    with daemon.http("operator") as client:
+        assert client.delete(f"/v1/jobs/{job_id}").status_code == 200
+    assert daemon.wait_job(job_id, "operator", timeout=60)["state"] == "cancelled"
+    name = bench["metadata"]["name"]
+    kube.wait(
+        lambda: (
+            kube.get(API, "InferenceBenchmark", name, namespace=daemon.namespace) is None
+            and not kube.list_items(API, "InferenceWorkload", namespace=daemon.namespace)
+        ),
+        timeout=90,
+        what="the adopted benchmark and workload gone",
+    )

@@ -164,8 +164,8 @@ def test_the_daemon_api_through_the_aggregation_layer(
             assert info["protocol"] == 1
             assert info["runtime"]["identity"] == "front-proxy"
             assert info["runtime"]["principal"] == "sparkrun-admin"
-            # NB: the reference's enabled 67 and the project's (ADR 0048)
-            assert len(_raw(kubectl, prefix + "/v1/ops")) == 67 + len(OPERATIONS)
+            # NB: the reference's enabled 76 and the project's (ADR 0048)
+            assert len(_raw(kubectl, prefix + "/v1/ops")) == 76 + len(OPERATIONS)
             reader_ops = _raw(kubectl, prefix + "/v1/ops", "--token", env.tokens["reader"])
             assert {op["scope"] for op in reader_ops} == {"read"}
             denied = kubectl(

@@ -478,9 +478,11 @@ def test_ops_are_filtered_by_permission_and_availability(daemon: Daemon) -> None
     assert "cluster.create" in views["admin"]
     assert "setup.mesh_ssh_keys" not in views["admin"]
     assert "benchmarks.run" in views["operator"]
-    assert "catalog.refresh" not in views["admin"]
+    assert "catalog.refresh" in views["operator"]
+    assert "catalog.registries.add" not in views["operator"]
+    assert "recipes.build" not in views["admin"]
     assert "model_cache.list" in views["reader"]
-    assert len(views["admin"]) == 67 + len(OPERATIONS)  # the reference's enabled 67, the project's (ADR 0048)
+    assert len(views["admin"]) == 76 + len(OPERATIONS)  # the reference's enabled 76, the project's (ADR 0048)
     entry = views["admin"]["workloads.run"]
     assert list(entry) == [
         "name", "owner", "local_name", "version", "kind", "cacheable", "scope", "description",

@@ -1,6 +1,6 @@
 """Every enabled operation, run once through the shim against the testbed.
 
-Each of the 71 enabled operations (the reference's 67, the project's 4) is called with valid
+Each of the 85 enabled operations (the reference's 76, the project's 9) is called with valid
 arguments as the document's users would (jobs through their HTTP alias, queries inline) and must
 end as expected: succeeded, or failed with the typed error its situation calls for (a JobSet that
 does not exist is a ``LookupError``). A job that succeeded passed the runtime check of its result
@@ -114,6 +114,19 @@ def test_every_enabled_operation_runs(daemon: Daemon) -> None:
         issues = run("recipes.validate", {"recipe": "qwen3-8b-vllm"}, who="reader")
         assert all(issue["severity"] != "error" for issue in issues)
 
+        # Recipe registries (in depth, with a git server and the controller: test_registry_ops.py).
+        # The admin principal holds no Kubernetes permission on reciperegistries itself: add is
+        # refused, and so are the others, before the name is looked up (a refusal does not say
+        # which registries exist; with the permission an unknown name is the reference's error).
+        assert isinstance(run("catalog.registries", {}, who="reader"), list)
+        url = "https://example.com/recipes.git"
+        run("catalog.registries.add", {"name": f"reg-{tag}", "url": url}, error="PermissionError")
+        for action in ("remove", "enable", "disable", "untrust"):
+            run(f"catalog.registries.{action}", {"name": f"no-reg-{tag}"}, error="PermissionError")
+        trust = {"name": f"no-reg-{tag}", "acknowledge_trust": True}
+        run("catalog.registries.trust", trust, error="PermissionError")
+        assert set(run("catalog.refresh", {}, who="operator")) == {"updated", "failed"}
+
         # Benchmarks (measured for real in tests/operator/test_benchmark_ops.py).
         preview = run(
             "benchmarks.run",
@@ -134,6 +147,10 @@ def test_every_enabled_operation_runs(daemon: Daemon) -> None:
         materialized = run("workloads.materialize", {"recipe": "qwen3-8b-vllm"}, who="operator")
         assert materialized["kind"] == "kubernetes.jobset"
         assert materialized["units"]
+        # Placed and pinned, and what a build needs (each in depth: tests/shim/test_realize.py).
+        realized = run("recipes.realize", {"recipe": "qwen3-8b-vllm"}, who="operator")
+        assert realized["plan"]["workload_id"] == materialized["workload_id"]
+        assert run("recipes.plan_build", {"recipe": "qwen3-8b-vllm"}, who="reader")["needs_image"] is False
         dry = run("workloads.run", {"recipe": "qwen3-8b-vllm", "dry_run": True}, who="operator")
         assert dry["dry_run"] is True
         ready = run("workloads.ensure_ready", {"recipe": "qwen3-8b-vllm", "timeout": 180}, who="operator")
@@ -292,9 +309,13 @@ def test_every_enabled_operation_runs(daemon: Daemon) -> None:
         account = run("plugins.k8s.configure_service_account", {"name": f"ci-{tag}", "dry_run": True})
         assert "ServiceAccount" in account["manifests_yaml"]
         assert account["applied"] is False
-        kubectl = _call(daemon, "admin", "plugins.k8s.ensure_kubectl", {})
-        seen["plugins.k8s.ensure_kubectl"] = kubectl
-        assert kubectl["state"] == "succeeded" or kubectl["error"]["error"]["type"] == "LookupError"
+        # disabled (ops/catalog.py: the operator runs no kubectl): a typed 403 naming the way
+        with daemon.http("admin") as client:
+            refused = client.post("/v1/plugins/k8s/ops/ensure_kubectl", json={})
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["error"]["type"] == "FeatureDisabled"
+        assert refused.json()["error"]["attrs"]["reason"] == "not_applicable"
+        assert "plugins.k8s.cluster_info" in refused.json()["error"]["attrs"]["alternative"]
         run("plugins.k8s.jobset_status", {"name": "no-such-jobset"}, who="operator", error="LookupError")
         assert run("plugins.k8s.kueue_status", {}, who="operator") == {
             "kueue_installed": False,

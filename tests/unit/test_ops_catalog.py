@@ -90,17 +90,23 @@ def test_committed_catalog_matches_the_generator() -> None:
 def test_availability_policy() -> None:
     ops = catalog.load()
     codes = {op.name: op.availability.code for op in ops}
-    assert sum(code == "enabled" for code in codes.values()) == 67 + len(pluginops.OPERATIONS)
+    assert sum(code == "enabled" for code in codes.values()) == 76 + len(pluginops.OPERATIONS)
     for name in ("setup.mesh_ssh_keys", "tailscale.join", "proxy.install_service", "proxy.discovery.ensure"):
         assert codes[name] == "not_applicable"
-    for name in (
-        "catalog.registries.add",
-        "catalog.refresh",
-        "recipes.build",
-    ):
-        assert codes[name] == "not_implemented"
+    # the operator runs no kubectl and its image has none (issue 32)
+    assert codes["plugins.k8s.ensure_kubectl"] == "not_applicable"
+    # recipe registries are RecipeRegistries (issue 32): every catalog.registries* and refresh runs
+    assert all(code == "enabled" for name, code in codes.items() if name.startswith("catalog."))
+    assert "not_implemented" not in codes.values()
+    # the operator builds no image (ADR 0054); plan_build and realize answer read-only (issue 32)
+    assert codes["recipes.build"] == "not_applicable"
+    assert codes["recipes.plan_build"] == codes["recipes.realize"] == "enabled"
     for prefix in ("workloads.", "cluster.", "plugins.k8s.", "model_cache.", "benchmarks."):
-        assert all(code == "enabled" for name, code in codes.items() if name.startswith(prefix)), prefix
+        assert all(
+            code == "enabled"
+            for name, code in codes.items()
+            if name.startswith(prefix) and name != "plugins.k8s.ensure_kubectl"
+        ), prefix
     for name in (
         "discovery.snapshot",
         "diagnostics.collect",
@@ -118,7 +124,8 @@ def test_availability_policy() -> None:
 
 
 def test_prefix_policy_prefers_the_longest_match() -> None:
-    assert catalog.availability_of("catalog.registries").code == "not_implemented"
+    assert catalog.availability_of("catalog.registries").enabled
+    assert catalog.availability_of("setup.plan").code == "not_applicable"  # by its prefix
     assert catalog.availability_of("catalog.recipes").enabled
     assert catalog.availability_of("proxy.discovery.stop").code == "not_applicable"
     assert catalog.availability_of("tailscale.join").code == "not_applicable"  # by its prefix

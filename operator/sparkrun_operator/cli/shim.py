@@ -91,7 +91,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     call.add_argument("--token", default=os.environ.get("SPARKRUN_DAEMON_TOKEN"))
     call.add_argument("--ca-cert", default=None)
     call.add_argument("--key", default=None, help="Idempotency-Key")
-    call.add_argument("--timeout", type=float, default=None, help="seconds to wait for a job")
+    call.add_argument(
+        "--timeout", type=float, default=None, help="seconds to wait for a job (then exit 3; it goes on)"
+    )
     call.set_defaults(func=_call)
 
 
@@ -144,5 +146,8 @@ def _call(args: argparse.Namespace) -> int:
         except DaemonError as error:
             print(json.dumps(error.body, indent=2), file=sys.stderr)
             return 1
+        except TimeoutError as error:  # NB: --timeout passed; the job goes on (its id is named)
+            print(f"sparkrun-k8s shim call: {error}", file=sys.stderr)
+            return 3
     print(json.dumps(result, indent=2))
     return 0

@@ -31,7 +31,8 @@ from sparkrun_operator.controllers.reconciler import Outcome, no_events, run_pas
 from sparkrun_operator.controllers.status import current_status
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.resources import CONFIG_MAPS, JOBS, NODES, PODS, resource_of
-from sparkrun_operator.plan import benchobserve
+from sparkrun_operator.ops import benchprofiles
+from sparkrun_operator.plan import benchobserve, benchprofile
 from sparkrun_operator.plan.benchmark import BenchmarkObservation, BenchmarkPlan, plan
 from sparkrun_operator.plan.cluster import GPU_PRODUCT_LABEL
 from sparkrun_operator.render import benchmark as render
@@ -105,6 +106,19 @@ async def _jobs(ctx: Memo, namespace: str, name: str, done: set[str]) -> tuple[A
     return tuple(out)
 
 
+async def _profile(
+    ctx: Memo, spec: InferenceBenchmarkSpec, phase: str | None
+) -> tuple[dict[str, Any] | None, tuple[str, str] | None]:
+    """A registry profile's arguments, or why it cannot be used (``plan/benchprofile.py``)."""
+    if benchprofile.scoped(spec.profile) is None or phase == "Succeeded":
+        return None, None
+    try:
+        found = await benchprofiles.resolve(ctx.kube, str(spec.profile), spec.framework)
+    except benchprofile.ProfileError as error:
+        return None, (error.reason, str(error))
+    return dict(found.args), None
+
+
 async def observe(ctx: Memo, body: Mapping[str, Any]) -> BenchmarkObservation:
     meta = body.get("metadata") or {}
     name, namespace = str(meta["name"]), str(meta["namespace"])
@@ -130,6 +144,7 @@ async def observe(ctx: Memo, body: Mapping[str, Any]) -> BenchmarkObservation:
         if cache_name:
             cache = await ctx.kube.get(MODEL_CACHES, cache_name, namespace)
     done = {r.name for r in previous.results}
+    profile_args, profile_error = await _profile(ctx, spec, previous.phase)
     jobs, others, raw = await asyncio.gather(
         _jobs(ctx, namespace, name, done),
         ctx.kube.list(BENCHMARKS, namespace),
@@ -161,6 +176,8 @@ async def observe(ctx: Memo, body: Mapping[str, Any]) -> BenchmarkObservation:
         previous=benchobserve.previous_from(others),
         raw_outputs=dict((raw or {}).get("data") or {}),
         options=bench_options(ctx),
+        profile_args=profile_args,
+        profile_error=profile_error,
     )
 
 

@@ -233,6 +233,7 @@ class JobExecutor:
         self.foreign.pop(key, None)
         state = jobs.state_of(obj)
         if state in jobs.TERMINAL or jobs.is_tombstone(obj):
+            await self._observe_finished(obj)
             return
         status = obj.get("status") or {}
         if state in jobs.ACTIVE and status.get("executor") != self.executor_id:
@@ -242,6 +243,22 @@ class JobExecutor:
                 self.foreign[key] = obj  # a live executor (another replica) runs it; checked again later
                 return
         self._spawn(key, obj)
+
+    async def _observe_finished(self, obj: dict[str, Any]) -> None:
+        """Stamp ``observedGeneration`` on a finished job whose spec changed after it ended (a
+        late ``cancel``): nothing is left to do for it, and saying so keeps GitOps health checks
+        (kstatus's generation rule) from waiting on it forever. A job finished before
+        ``observedGeneration`` was written and never changed since is left alone (no mass
+        rewrite on upgrade: without the field the rule does not apply)."""
+        generation = (obj.get("metadata") or {}).get("generation")
+        observed = (obj.get("status") or {}).get("observedGeneration")
+        if not isinstance(generation, int) or generation <= (observed if isinstance(observed, int) else 1):
+            return
+        client = self.jobs_in(obj["metadata"]["namespace"])
+        try:
+            await client.update_status(obj, _unchanged)
+        except (k8s_errors.KubeError, LookupError, RuntimeError) as error:
+            log.info("observedGeneration of DaemonJob %s not written: %s", obj["metadata"]["name"], error)
 
     def _spawn(self, key: tuple[str, str], obj: dict[str, Any]) -> None:
         control = self.controls[key] = _Control(self, obj)
@@ -383,6 +400,10 @@ class JobExecutor:
             except (k8s_errors.KubeError, LookupError) as error:
                 log.info("retention of DaemonJob %s/%s: %s", namespace, name, error)
         return list(actions)
+
+
+def _unchanged(_status: DaemonJobStatus, _current: dict[str, Any]) -> None:
+    """A status write that changes nothing but ``observedGeneration`` (``DaemonJobs.update_status``)."""
 
 
 async def _tombstone(client: DaemonJobs, obj: dict[str, Any]) -> None:

@@ -3,7 +3,8 @@
 Contract:
 
 - :meth:`DaemonJobs.update_status` is the only way status is written: it applies a mutation to
-  the freshest status it knows, writes it with ``PUT .../status`` carrying the object's
+  the freshest status it knows, stamps ``observedGeneration`` with the generation of the object
+  the mutation saw, writes it with ``PUT .../status`` carrying the object's
   ``resourceVersion`` (optimistic concurrency), and on a 409 re-reads the object and applies the
   mutation again (at most :data:`MAX_ATTEMPTS` times). The mutation must therefore be a pure
   function of the status it is given; it may raise to abort (nothing is written).
@@ -139,6 +140,10 @@ class DaemonJobs:
             reread = True
             status = DaemonJobStatus.model_validate(current.get("status") or {})
             mutate(status, current)
+            generation = (current.get("metadata") or {}).get("generation")
+            if isinstance(generation, int) and generation >= 0:
+                # the spec this status was computed from (cancel and answers raise the generation)
+                status.observed_generation = generation
             body = {
                 "apiVersion": current.get("apiVersion"),
                 "kind": current.get("kind"),

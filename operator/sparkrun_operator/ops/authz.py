@@ -153,13 +153,21 @@ async def require_access(
     resource: str,
     namespace: str,
     name: str | None = None,
+    because: str = "",
+    reason: str = "namespace_not_authorized",
 ) -> None:
-    """Raise :class:`PrincipalNotAuthorized` unless ``user`` itself may ``verb`` the resource."""
+    """Raise :class:`PrincipalNotAuthorized` unless ``user`` itself may ``verb`` the resource.
+
+    ``namespace`` empty: a cluster-scoped resource; ``because`` is appended to the message and
+    ``reason`` is the error's ``attrs.reason``."""
     if not await allowed(
         rest, user, verb=verb, group=group, resource=resource, namespace=namespace, name=name
     ):
         who = user.username if user is not None else "an unknown principal"
-        raise PrincipalNotAuthorized(
-            f"{who} may not {verb} {resource} in namespace {namespace}",
-            attrs={"reason": "namespace_not_authorized", "namespace": namespace},
-        )
+        where = f"in namespace {namespace}" if namespace else "(cluster-scoped)"
+        what = f"{resource}.{group}" if group else resource
+        message = f"{who} may not {verb} {what} {where}" + (f": {because}" if because else "")
+        attrs: dict[str, Any] = {"reason": reason, "verb": verb}
+        if namespace:
+            attrs["namespace"] = namespace
+        raise PrincipalNotAuthorized(message, attrs=attrs)

@@ -19,7 +19,7 @@ implements it over Kubernetes resources) or *disabled* with a typed reason:
   Tailscale, systemd proxy services, gateway process control); the reason names the
   Kubernetes-native way;
 - ``not_implemented``: it has a Kubernetes meaning that the API does not expose yet (model
-  caches, benchmarks, recipe registries, image builds); the reason names the resource to use.
+  caches, benchmarks, image builds); the reason names the resource to use.
 
 Disabled operations stay in ``/openapi.json`` (it describes every registered operation) but are
 absent from ``GET /v1/ops`` and answer 403 with an error of type ``FeatureDisabled``.
@@ -109,15 +109,21 @@ _GATEWAY_PROCESS = _off(
     "The gateway is a Deployment (scale it with `kubectl scale`); it routes to ready InferenceWorkloads "
     "from their status and EndpointSlices, so there is nothing to start, stop, sync or discover by hand.",
 )
-_REGISTRIES = _off(
-    "not_implemented",
-    "recipe registries are not supported yet.",
-    "Apply Recipe resources with kubectl or sync them from Git with a GitOps tool (Argo CD, Flux).",
-)
 _BUILDS = _off(
-    "not_implemented",
-    "images are not built or staged by the operator.",
-    "Build runtime images in CI and serve a Recipe with an InferenceWorkload (spec.recipe).",
+    "not_applicable",
+    "the operator builds and stages no image (ADR 0054): a cluster's nodes pull images a registry "
+    "already holds, and building needs a container runtime and push credentials the operator has not.",
+    "Build images in CI and push them (runtime-images/ shows how, hack/pin-digests.py pins them by "
+    "digest); name the image in the Recipe's container; recipes.plan_build answers what a recipe "
+    "needs, recipes.realize which digest the cluster runs.",
+)
+
+_KUBECTL = _off(
+    "not_applicable",
+    "the operator calls the Kubernetes API itself and needs no kubectl; its image carries none "
+    "(no operation runs one) and downloads nothing at run time (air-gapped clusters).",
+    "Install kubectl where you run it (https://kubernetes.io/docs/tasks/tools/); the daemon API's "
+    "plugins.k8s.cluster_info answers what ensure_kubectl checked (the cluster is reachable).",
 )
 
 #: This project's policy: operations that do not run on Kubernetes, and why. Keys ending in
@@ -129,24 +135,28 @@ UNAVAILABLE: Mapping[str, Availability] = {
     "proxy.uninstall_service": _SYSTEMD,
     "proxy.discovery.ensure": _GATEWAY_PROCESS,
     "proxy.discovery.stop": _GATEWAY_PROCESS,
-    "catalog.registries": _REGISTRIES,
-    "catalog.registries.": _REGISTRIES,
-    "catalog.refresh": _REGISTRIES,
+    "plugins.k8s.ensure_kubectl": _KUBECTL,
     "recipes.build": _BUILDS,
-    "recipes.plan_build": _BUILDS,
-    "recipes.realize": _BUILDS,
 }
 
 
 #: Job operations that a new executor runs again from the start when the one running them
 #: stopped (an operator upgrade or crash; ADR 0025): each converges on its target, so a second
 #: run adopts what the first made and repeats no effect (read-only jobs; launches that adopt an
-#: existing workload; deletes and state patches; pins, repairs and imports that rewrite the
-#: same files). Every other job is ``lost`` with a retryable ``WorkerLost`` error naming it.
+#: existing workload; benchmarks that adopt the job's own benchmark and workload; deletes and
+#: state patches; pins, repairs and imports that rewrite the same files). Every other job is
+#: ``lost`` with a retryable ``WorkerLost`` error naming it.
 RESUMABLE: frozenset[str] = frozenset(
     {
+        "benchmarks.resume",
+        "benchmarks.run",
         "catalog.capacity",
         "catalog.recipe",
+        "catalog.refresh",
+        "catalog.registries.disable",
+        "catalog.registries.enable",
+        "catalog.registries.trust",
+        "catalog.registries.untrust",
         "cluster.observe",
         "cluster.report",
         "diagnostics.collect",
@@ -163,6 +173,8 @@ RESUMABLE: frozenset[str] = frozenset(
         "plugins.k8s.list_nodes",
         "proxy.models",
         "proxy.status",
+        "recipes.plan_build",
+        "recipes.realize",
         "recipes.validate",
         "workloads.endpoints",
         "workloads.ensure_ready",

@@ -144,7 +144,13 @@ LISTS: Final[Mapping[str, ListSpec]] = {
     ),
     "catalog.clusters": _BY_NAME,
     "catalog.registries": _BY_NAME,
-    "catalog.search": _BY_NAME,
+    # NB: a registry's recipe and another's (or a local one) may share a catalog name: the
+    # reference (the Recipe object's name) keeps the key unique (issue 32)
+    "catalog.search": ListSpec(
+        lambda row: (str(row.get("name", "")), str(row.get("reference", ""))),
+        ("s", "s"),
+        order="name, then reference, ascending",
+    ),
     "catalog.recipes": ListSpec(
         lambda row: (str(row.get("reference", "")),),
         ("s",),

@@ -82,6 +82,10 @@ class BenchmarkObservation:
     previous: tuple[PreviousRun, ...] = ()
     raw_outputs: Mapping[str, str] = field(default_factory=dict)
     options: render.BenchOptions = field(default_factory=render.BenchOptions)
+    #: A registry profile (``@<registry>/<name>``): its arguments, or why it cannot be used
+    #: (``(reason, message)``); both unset for any other profile (``plan/benchprofile.py``).
+    profile_args: Mapping[str, Any] | None = None
+    profile_error: tuple[str, str] | None = None
 
 
 @dataclass(kw_only=True)
@@ -176,6 +180,9 @@ def _step(obs: BenchmarkObservation, out: BenchmarkPlan, conds: list[Condition],
         if not (obs.target.base_url and obs.target.model):
             _finish(obs, out, conds, "TargetUnresolved", f"{obs.target.key}: no URL or model name to measure")
             return False
+        if obs.profile_error is not None:
+            _finish(obs, out, conds, *obs.profile_error)
+            return False
         target = render.Target(
             base_url=obs.target.base_url,
             model=obs.target.model,
@@ -192,6 +199,7 @@ def _step(obs: BenchmarkObservation, out: BenchmarkPlan, conds: list[Condition],
                 target=target,
                 options=obs.options,
                 deadline_seconds=int(obs.spec.timeout_seconds - spent),
+                profile_args=obs.profile_args,
             )
         )
     elif job.succeeded:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
@@ -99,19 +100,26 @@ def labels(owner: BenchmarkOwner) -> dict[str, str]:
 
 
 def scenario_plan(
-    spec: InferenceBenchmarkSpec, scenario: Scenario, target: Target, cache_root: str = keys.CACHE_MOUNT_PATH
+    spec: InferenceBenchmarkSpec,
+    scenario: Scenario,
+    target: Target,
+    cache_root: str = keys.CACHE_MOUNT_PATH,
+    profile_args: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The runner's ``--plan``."""
+    """The runner's ``--plan``. ``profile_args``: the arguments of a registry profile
+    (``@<registry>/<name>``, read by the operator: ``plan/benchprofile.py``), under the spec's
+    ``benchArgs`` (sparkrun's order); the plan then names it ``registryProfile``, not ``profile``
+    (the runner knows only the built-in ones)."""
     plan: dict[str, Any] = {
         "framework": spec.framework,
-        "benchArgs": dict(spec.bench_args),
+        "benchArgs": {**(profile_args or {}), **spec.bench_args},
         "scenario": scenario.to_wire(),
         "baseUrl": target.base_url.rstrip("/") + "/v1",
         "model": target.model,
         "timeoutSeconds": spec.timeout_seconds,
     }
     for key, value in (
-        ("profile", spec.profile),
+        ("profile" if profile_args is None else "registryProfile", spec.profile),
         ("modelId", target.model_id),
         ("tokenizer", spec.tokenizer),
         ("hfEndpoint", spec.hf_endpoint),
@@ -160,9 +168,10 @@ def render_job(
     target: Target,
     options: BenchOptions,
     deadline_seconds: int,
+    profile_args: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The Job of one scenario (the planner makes one at a time, in the spec's order)."""
-    plan = scenario_plan(spec, scenario, target, options.cache_mount_path)
+    plan = scenario_plan(spec, scenario, target, options.cache_mount_path, profile_args)
     container = {
         "name": keys.CONTAINER_BENCHMARK,
         "image": options.image,

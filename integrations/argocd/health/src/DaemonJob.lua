@@ -1,7 +1,7 @@
 -- DaemonJob: status.state. A finished job (succeeded, failed, cancelled, lost) is a record of
 -- one request, Healthy whatever its outcome (the outcome is in the message); a job waiting for
--- an answer to its prompt is Suspended. observedGeneration is not written yet: when it is, a
--- spec change (cancel, an answer) it has not observed is Progressing.
+-- an answer to its prompt is Suspended. A spec change (a cancel) the executor has not observed
+-- yet (observedGeneration below generation) is Progressing.
 local late = ahead(o, status)
 if late ~= nil then return late end
 local state = str(status.state)

@@ -22,7 +22,9 @@ from sparkrun_operator.ops.executors import (
     objects,
     ownership,
     proxy,
+    realize,
     recipes,
+    registries,
     rollout,
     targets,  # noqa: F401  (registers the If-Match targets, ops/ifmatch.py)
     workloads,
@@ -39,6 +41,8 @@ EXECUTORS: dict[str, Executor] = {
     **gateway_deployment.EXECUTORS,
     **kubernetes.EXECUTORS,
     **recipes.EXECUTORS,
+    **registries.EXECUTORS,
+    **realize.EXECUTORS,
     **modelcache.EXECUTORS,
     **benchmarks.EXECUTORS,
     **rollout.EXECUTORS,
@@ -53,4 +57,6 @@ ARGUMENT_CHECKS: dict[str, ArgumentCheck] = {
     **modelcache.CHECKS,
     **benchmarks.CHECKS,
     **recipes.CHECKS,
+    **registries.CHECKS,
+    **realize.CHECKS,
 }

@@ -18,6 +18,14 @@ owns, is ``Invalid`` (422) naming the known ones. Host-only arguments (``output_
 ``export_files``, ``api_key_env``, ``integrations``, docker/rootful/trust/sync_tuning, ...) are
 ignored with a ``warning`` event, as ``workloads.run`` answers them. Cancelling the daemon job
 deletes an unfinished benchmark (its Job and pod go with it).
+
+Resumable (ADR 0025, ``ops/catalog.py`` RESUMABLE): the benchmark's name is derived from the
+daemon job id and both the benchmark and a workload this job launched carry the job's id
+(annotation ``sparkrun.dev/daemonjob``), so a new executor running the job again after the
+operator stopped adopts what the first run made: a finished benchmark is answered without a new
+launch, a running one is waited for, and the workload the first run launched is still stopped
+at the end. An operator that stops (not a cancelled job) leaves both for the next executor.
+Every delete carries the UID of the object read (a same-named replacement is never deleted).
 """
 
 from __future__ import annotations
@@ -33,15 +41,17 @@ from sparkrun_operator.api.benchmark import FRAMEWORKS, LLAMA_BENCHY, TOOL_EVAL_
 from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.api.resources import INFERENCE_BENCHMARK
 from sparkrun_operator.k8s import errors as k8s_errors
+from sparkrun_operator.k8s.daemonjobs import DAEMON_JOBS
 from sparkrun_operator.k8s.resources import resource_of
-from sparkrun_operator.ops import kube
-from sparkrun_operator.ops.errors import DaemonError, Invalid, NotFound
+from sparkrun_operator.ops import benchprofiles, kube
+from sparkrun_operator.ops.errors import Conflict, DaemonError, Invalid, NotFound
 from sparkrun_operator.ops.executors.diagnostics import collect_bundle
 from sparkrun_operator.ops.executors.workloads.launch import _run_result, launch
 from sparkrun_operator.ops.executors.workloads.lifecycle import wait_for
 from sparkrun_operator.ops.executors.workloads.request import parse_overrides, warn_ignored, workload_name
 from sparkrun_operator.ops.invocation import ArgumentCheck, Executor, OperationContext
 from sparkrun_operator.ops.settings import Settings
+from sparkrun_operator.plan import benchprofile
 from sparkrun_operator.render import keys
 from sparkrun_operator.runtime import benchframeworks
 
@@ -79,13 +89,19 @@ def _as_list(value: Any) -> list[Any]:
     return [value]
 
 
-def spec_for(args: Mapping[str, Any], workload: str, settings: Any) -> dict[str, Any]:
-    """The InferenceBenchmark spec (wire form) of a ``benchmarks.run`` request."""
+def spec_for(
+    args: Mapping[str, Any], workload: str, settings: Any, profile_args: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The InferenceBenchmark spec (wire form) of a ``benchmarks.run`` request; ``profile_args``:
+    a registry profile's arguments (``@<registry>/<name>``, read by :func:`_registry_profile`;
+    unknown at submission, where only the request's own arguments are checked)."""
     framework, _ = _framework(args)
     bench_args = dict(args.get("bench_args") or {})
     profile = args.get("profile")
+    builtin = None if benchprofile.scoped(profile) else profile
+    layered = {**(profile_args or {}), **bench_args}
     try:
-        base = benchframeworks.merged_args(framework, profile=profile, bench_args=bench_args, scenario={})
+        base = benchframeworks.merged_args(framework, profile=builtin, bench_args=layered, scenario={})
     except benchframeworks.FrameworkError as error:
         raise Invalid(str(error)) from error
     tokenizer = bench_args.pop("tokenizer", None)
@@ -220,15 +236,60 @@ async def _warn(ctx: OperationContext, args: Mapping[str, Any]) -> None:
         )
 
 
+def _made_by_this_job(ctx: OperationContext, obj: Mapping[str, Any] | None) -> bool:
+    """``obj`` was created by this daemon job (an earlier run of it, before the operator stopped)."""
+    annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
+    return bool(ctx.job_id) and annotations.get(keys.LABEL_DAEMON_JOB) == ctx.job_id
+
+
+def _finished(bench: Mapping[str, Any]) -> bool:
+    return (bench.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+async def _ends_for_good(ctx: OperationContext) -> bool:
+    """Whether a cancelled run ends for good (cleanup due): its job was cancelled or is gone, or
+    it is no daemon job. ``False`` when the operator is stopping: the job runs again elsewhere."""
+    if not ctx.job_id:
+        return True
+    try:
+        job = await ctx.rest.get(DAEMON_JOBS, ctx.job_id, ctx.namespace)
+    except Exception:  # NB: unknown (the connection may be closing): the next executor adopts
+        return False
+    return job is None or bool((job.get("spec") or {}).get("cancel"))
+
+
+async def _delete(ctx: OperationContext, resource: Any, obj: Mapping[str, Any], what: str) -> bool:
+    """Delete ``obj`` if it is still the object read (UID precondition); ``False`` when it was
+    gone or replaced by a same-named object (left alone)."""
+    meta = obj.get("metadata") or {}
+    try:
+        return await ctx.rest.delete(
+            resource, meta["name"], ctx.namespace, uid=meta.get("uid"), propagation="Background"
+        )
+    except k8s_errors.KubeConflict:
+        await ctx.emit(
+            "warning", {"message": f"{what} {meta['name']} was replaced since it was read; left alone"}
+        )
+        return False
+
+
 async def _measure(ctx: OperationContext, name: str, body: dict[str, Any], limit: float) -> dict[str, Any]:
-    """Create the benchmark and wait; a cancelled job deletes an unfinished one."""
-    await ctx.rest.create(BENCHMARKS, body, ctx.namespace)
-    await ctx.feedback(f"Created InferenceBenchmark {name}", stage="benchmark", activity="create")
+    """Create (or adopt this job's) benchmark and wait; a cancelled job deletes an unfinished one."""
+    try:
+        created = await ctx.rest.create(BENCHMARKS, body, ctx.namespace)
+        await ctx.feedback(f"Created InferenceBenchmark {name}", stage="benchmark", activity="create")
+    except k8s_errors.KubeAlreadyExists:
+        found = await ctx.rest.get(BENCHMARKS, name, ctx.namespace)
+        if found is None or not _made_by_this_job(ctx, found):
+            raise Conflict(f"InferenceBenchmark {name} exists and was not created by this job") from None
+        created = found
+        await ctx.feedback(f"InferenceBenchmark {name} exists (this job's); adopting it", stage="benchmark")
     try:
         return await _wait(ctx, name, limit)
-    except BaseException:
-        with contextlib.suppress(k8s_errors.KubeError):
-            await ctx.rest.delete(BENCHMARKS, name, ctx.namespace, propagation="Background")
+    except BaseException as error:
+        if not isinstance(error, asyncio.CancelledError) or await _ends_for_good(ctx):
+            with contextlib.suppress(k8s_errors.KubeError):
+                await _delete(ctx, BENCHMARKS, created, "InferenceBenchmark")
         raise
 
 
@@ -243,6 +304,8 @@ def check_run(args: Mapping[str, Any], settings: Settings) -> None:
         kube.check_name(str(args["resume"]), "resume")
         return
     parse_overrides(args)
+    if benchprofile.scoped(args.get("profile")) and not (args.get("framework") or args.get("category")):
+        return  # NB: the framework is the registry profile's, read when the job runs
     spec_for(args, workload_name(_launch_args(args)), settings)
 
 
@@ -250,13 +313,36 @@ def check_resume(args: Mapping[str, Any], _settings: Settings | None = None) -> 
     kube.check_name(str(args.get("benchmark_id") or ""), "benchmark_id")
 
 
+async def _registry_profile(
+    ctx: OperationContext, args: dict[str, Any]
+) -> tuple[dict[str, Any], Mapping[str, Any] | None]:
+    """A registry profile (``@<registry>/<name>``) read from its ConfigMap: the request with the
+    profile's framework (when it names none) and timeout (when it sets none), as sparkrun takes
+    them, and the profile's arguments. ``Invalid`` naming what is wrong."""
+    if benchprofile.scoped(args.get("profile")) is None:
+        return args, None
+    named = args.get("framework") or (CATEGORIES.get(str(args["category"])) if args.get("category") else None)
+    try:
+        found = await benchprofiles.resolve(ctx.rest, str(args["profile"]), named)
+    except benchprofile.ProfileError as error:
+        raise Invalid(str(error), attrs={"reason": error.reason}) from None
+    out = dict(args)
+    if not named:
+        out["framework"] = found.framework
+    if not out.get("timeout") and found.timeout:
+        out["timeout"] = found.timeout
+    await ctx.feedback(f"Benchmark profile {found.reference} from {found.source}", stage="benchmark")
+    return out, found.args
+
+
 async def run(ctx: OperationContext, args: dict[str, Any]) -> Any:
     await _warn(ctx, args)
     if args.get("resume"):
         return await resume(ctx, {"benchmark_id": args["resume"], "timeout": args.get("timeout")})
+    args, profile_args = await _registry_profile(ctx, args)
     launch_args = _launch_args(args)
     target = workload_name(launch_args)
-    spec = spec_for(args, target, ctx.settings)
+    spec = spec_for(args, target, ctx.settings, profile_args)
     name = benchmark_id(ctx, target)
     body: dict[str, Any] = {
         "apiVersion": API_VERSION,
@@ -271,6 +357,12 @@ async def run(ctx: OperationContext, args: dict[str, Any]) -> Any:
     if args.get("dry_run"):
         preview = {"metadata": {"name": name, "namespace": ctx.namespace}, "spec": spec, "status": {}}
         return _result(ctx, preview, None, resumed=False, already=False)
+    earlier = await ctx.rest.get(BENCHMARKS, name, ctx.namespace)
+    if earlier is not None and _made_by_this_job(ctx, earlier) and _finished(earlier):
+        # an earlier run of this job measured it before the operator stopped: answer it, and
+        # stop the workload that run launched (when it is still there)
+        await _stop_launched(ctx, target, args)
+        return _answer(ctx, earlier, None)
     if args.get("skip_run"):
         workload = await ctx.rest.get(kube.WORKLOADS, target, ctx.namespace)
         if workload is None:
@@ -278,6 +370,8 @@ async def run(ctx: OperationContext, args: dict[str, Any]) -> Any:
         already = True
     else:
         workload, recipe_obj, already, hosts = await launch(ctx, launch_args, confirm=False)
+        # an earlier run of this job launched it: this run stops it as that one would have
+        already = already and not _made_by_this_job(ctx, workload)
     target = workload["metadata"]["name"]
     body["spec"]["target"]["workloadRef"]["name"] = target
     timeout = float(args.get("timeout") or spec.get("timeoutSeconds") or 3600)
@@ -289,17 +383,37 @@ async def run(ctx: OperationContext, args: dict[str, Any]) -> Any:
                 ready, recipe_obj=recipe_obj, hosts=hosts, dry_run=False, already=already, ctx=ctx
             )
         done = await _measure(ctx, name, body, timeout + ctx.settings.ready_timeout)
+    except asyncio.CancelledError:
+        if not already and not await _ends_for_good(ctx):
+            already = True  # NB: the operator is stopping: the next executor adopts the workload
+        raise
     finally:
         if args.get("collect_diagnostics"):
             await collect_bundle(ctx, {"workload_id": target})
         if not (already or args.get("no_stop")):
             with contextlib.suppress(k8s_errors.KubeError):
-                await ctx.rest.delete(kube.WORKLOADS, target, ctx.namespace, propagation="Background")
-            await ctx.feedback(f"Stopped InferenceWorkload {target}", stage="stop", activity="delete")
+                if await _delete(ctx, kube.WORKLOADS, workload, "InferenceWorkload"):
+                    await ctx.feedback(f"Stopped InferenceWorkload {target}", stage="stop", activity="delete")
+    return _answer(ctx, done, run_result)
+
+
+async def _stop_launched(ctx: OperationContext, target: str, args: Mapping[str, Any]) -> None:
+    """Stop the workload an earlier run of this job launched, unless asked to keep it."""
+    if args.get("no_stop") or args.get("skip_run"):
+        return
+    workload = await ctx.rest.get(kube.WORKLOADS, target, ctx.namespace)
+    if workload is not None and _made_by_this_job(ctx, workload):
+        with contextlib.suppress(k8s_errors.KubeError):
+            if await _delete(ctx, kube.WORKLOADS, workload, "InferenceWorkload"):
+                await ctx.feedback(f"Stopped InferenceWorkload {target}", stage="stop", activity="delete")
+
+
+def _answer(ctx: OperationContext, done: Mapping[str, Any], run_result: dict[str, Any] | None) -> Any:
     out = _result(ctx, done, run_result, resumed=False, already=False)
     if not out["success"]:
         raise DaemonError(
-            f"benchmark {name} failed: {out['metadata']['reason']}: {out['metadata']['message']}",
+            f"benchmark {out['benchmark_id']} failed: "
+            f"{out['metadata']['reason']}: {out['metadata']['message']}",
             type_name="BenchmarkError",
         )
     return out
@@ -317,8 +431,13 @@ async def resume(ctx: OperationContext, args: dict[str, Any]) -> Any:
     if args.get("dry_run"):
         return _result(ctx, bench, None, resumed=False, already=False)
     attempt = int(status.get("attempt") or 0)
-    if status.get("phase") == "Failed":
-        token = ctx.job_id or str(time.time())
+    token = ctx.job_id or str(time.time())
+    annotations = (bench.get("metadata") or {}).get("annotations") or {}
+    asked = annotations.get(keys.ANNOTATION_BENCHMARK_RESUME) == token
+    if asked and status.get("resumeToken") != token:
+        # NB: a second run of this job (ADR 0025): the first asked, the controller has not acted yet
+        attempt += 1
+    elif status.get("phase") == "Failed" and not asked:
         await ctx.rest.merge_patch(
             BENCHMARKS,
             name,

@@ -155,7 +155,11 @@ async def update(ctx: OperationContext, args: dict[str, Any]) -> Any:
 
 
 async def delete(ctx: OperationContext, args: dict[str, Any]) -> Any:
-    if not await ctx.rest.delete(kube.CLUSTERS, args["name"], propagation="Background"):
+    found = await ctx.rest.get(kube.CLUSTERS, args["name"])
+    # NB: the cluster read, by its UID: a same-named one created since is not deleted (409)
+    if found is None or not await ctx.rest.delete(
+        kube.CLUSTERS, args["name"], uid=found["metadata"].get("uid"), propagation="Background"
+    ):
         raise NotFound(f"Unknown cluster: {args['name']}")
     return None
 

@@ -9,40 +9,88 @@ not written them yet); ``catalog.import`` creates a Recipe from sparkrun recipe 
 (``api/admission.py``: the CRD's schema, bounds and CEL rules, as the apiserver will), both
 refused at submission by :data:`CHECKS` and again here),
 ``catalog.retain`` keeps an import, ``catalog.cleanup`` deletes imports that are neither
-retained nor served. Registries do not exist here (the registry operations are disabled), so
-``registry`` is always ``null``.
+retained nor served.
+
+A Recipe a RecipeRegistry wrote (its controller ownerReference, UID-checked against the registry:
+``ops/executors/registries.py``) is listed under its catalog name (the annotation
+``sparkrun.dev/catalog-name``, path-qualified as sparkrun forms it) with ``registry`` = the
+registry's name and ``source_kind`` ``registry``; its ``reference`` stays the object's name. The
+recipes of a disabled registry are not listed; ``catalog.search`` leaves out those of a registry
+with ``visible: false`` unless ``include_hidden`` or ``registry`` names it; ``registry`` filters
+by registry name. ``catalog.recipe``'s ``trusted`` is ``recipe/trust.py``'s verdict.
+``unavailable_registries`` names the enabled registries writing into this namespace that have
+not been synced from any commit yet.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import ValidationError
-
-from sparkrun_operator import safeload
-from sparkrun_operator.api import admission
-from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.api.recipe import RecipeIssue, RecipeSpec
 from sparkrun_operator.api.resources import RECIPE
 from sparkrun_operator.api.workload import InferenceWorkloadSpec
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.ops import kube
 from sparkrun_operator.ops.errors import Conflict, Invalid, NotFound
+from sparkrun_operator.ops.executors.registries import registry_index
 from sparkrun_operator.ops.invocation import ArgumentCheck, Executor, OperationContext
 from sparkrun_operator.ops.settings import Settings
 from sparkrun_operator.plan.served import capabilities_of
 from sparkrun_operator.recipe import identity as recipe_identity
+from sparkrun_operator.recipe import recipe_yaml
 from sparkrun_operator.recipe.resolve import resolve, validate_recipe
+from sparkrun_operator.recipe.trust import recipe_trust, registry_owner
 from sparkrun_operator.render import keys
 
 __all__ = ["CHECKS", "EXECUTORS", "parse_recipe"]
 
 SOURCE_LABEL = keys.LABEL_RECIPE_SOURCE_KIND
 RETAINED_LABEL = keys.LABEL_RECIPE_RETAINED
+#: The longest catalog name read from a Recipe's annotation (the registry status's bound).
+CATALOG_NAME_MAX = 512
+Registries = Mapping[str, Mapping[str, Any]]
+
+
+def _registry(obj: Mapping[str, Any], registries: Registries) -> Mapping[str, Any] | None:
+    """The RecipeRegistry that wrote ``obj`` (its controller ownerReference, same UID), or ``None``."""
+    owner = registry_owner(obj)
+    found = registries.get(owner[0]) if owner else None
+    if owner is None or found is None or found["metadata"].get("uid") != owner[1]:
+        return None
+    return found
+
+
+def _catalog_name(obj: Mapping[str, Any], registry: Mapping[str, Any] | None) -> str:
+    name = str(obj["metadata"]["name"])
+    if registry is None:
+        return name
+    annotated = (obj["metadata"].get("annotations") or {}).get(keys.ANNOTATION_CATALOG_NAME)
+    return annotated if isinstance(annotated, str) and 0 < len(annotated) <= CATALOG_NAME_MAX else name
+
+
+def _listed(registry: Mapping[str, Any] | None, *, wanted: str | None, hidden: bool) -> bool:
+    """Whether a recipe of ``registry`` (``None``: not from one) is listed: disabled registries'
+    never; a named ``wanted`` registry's only; invisible registries' only when ``hidden``."""
+    if registry is None:
+        return not wanted
+    spec = registry.get("spec") or {}
+    name = registry["metadata"]["name"]
+    if spec.get("enabled") is False or (wanted and wanted != name):
+        return False
+    return bool(wanted) or hidden or spec.get("visible") is not False
+
+
+def _unavailable(ctx: OperationContext, registries: Registries) -> list[str]:
+    return sorted(
+        name
+        for name, reg in registries.items()
+        if (reg.get("spec") or {}).get("targetNamespace") == ctx.namespace
+        and (reg.get("spec") or {}).get("enabled") is not False
+        and not (reg.get("status") or {}).get("commit")
+    )
 
 
 def _spec(obj: Mapping[str, Any]) -> RecipeSpec:
@@ -74,18 +122,18 @@ def _metadata(spec: RecipeSpec) -> dict[str, Any]:
     return out
 
 
-def _summary(obj: Mapping[str, Any]) -> dict[str, Any]:
+def _summary(obj: Mapping[str, Any], registry: Mapping[str, Any] | None = None) -> dict[str, Any]:
     spec = _spec(obj)
     meta = _metadata(spec)
     name = obj["metadata"]["name"]
     return {
         "reference": name,
         "source_path": f"{RECIPE.kind}/{obj['metadata'].get('namespace', '')}/{name}",
-        "name": name,
+        "name": _catalog_name(obj, registry),
         "model": spec.model,
         "runtime": spec.runtime,
         "description": (spec.metadata or {}).get("description"),
-        "registry": None,
+        "registry": registry["metadata"]["name"] if registry is not None else None,
         **meta,
     }
 
@@ -115,16 +163,19 @@ def _code(issue: RecipeIssue) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text).strip("_")[:64] or "issue"
 
 
-def _detail(obj: Mapping[str, Any], overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+def _detail(
+    obj: Mapping[str, Any], overrides: Mapping[str, Any] | None, registry: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     spec = _spec(obj)
-    summary = _summary(obj)
+    summary = _summary(obj, registry)
     labels = obj["metadata"].get("labels") or {}
     issues = _issues(obj, spec)
+    source = "imported" if labels.get(SOURCE_LABEL) == "imported" else "local"
     return {
         "reference": summary["reference"],
         "source_path": summary["source_path"],
         "name": summary["name"],
-        "registry": None,
+        "registry": summary["registry"],
         "model": spec.model,
         "hf_model": spec.model.split(":", 1)[0],
         "runtime": spec.runtime,
@@ -139,12 +190,12 @@ def _detail(obj: Mapping[str, Any], overrides: Mapping[str, Any] | None) -> dict
         "capabilities": _capabilities(str(obj["metadata"]["name"]), spec),
         "required_plugins": [],
         "available_plugins": ["k8s"],
-        "trusted": False,
+        "trusted": registry is not None and recipe_trust(obj, registry).trusted,
         "issues": [
             {"severity": i.severity, "code": _code(i), "message": i.message, "summary": i.message, "fix": ""}
             for i in issues
         ],
-        "source_kind": "imported" if labels.get(SOURCE_LABEL) == "imported" else "local",
+        "source_kind": "registry" if registry is not None else source,
         "normalized_overrides": dict(overrides or {}),
     }
 
@@ -169,13 +220,23 @@ def _matches(summary: Mapping[str, Any], *, query: str | None, runtime: str | No
     return True
 
 
+async def _listing(
+    ctx: OperationContext, *, wanted: str | None, hidden: bool
+) -> tuple[list[dict[str, Any]], Registries]:
+    """The summaries of the listed Recipes (:func:`_listed`), sorted as the reference sorts them
+    (recipes of no registry first, then by name), and the registries read for them."""
+    registries = await registry_index(ctx)
+    rows = []
+    for obj in await ctx.rest.list(kube.RECIPES, ctx.namespace, cached=True):
+        registry = _registry(obj, registries)
+        if _listed(registry, wanted=wanted, hidden=hidden):
+            rows.append(_summary(obj, registry))
+    rows.sort(key=lambda s: (s["registry"] is not None, str(s["name"]), str(s["reference"])))
+    return rows, registries
+
+
 async def recipes(ctx: OperationContext, args: dict[str, Any]) -> Any:
-    items = sorted(
-        await ctx.rest.list(kube.RECIPES, ctx.namespace, cached=True), key=lambda o: o["metadata"]["name"]
-    )
-    summaries = [_summary(o) for o in items]
-    if args.get("registry"):
-        summaries = []
+    summaries, registries = await _listing(ctx, wanted=args.get("registry") or None, hidden=True)
     summaries = [s for s in summaries if _matches(s, query=args.get("query"), runtime=args.get("runtime"))]
     for key, wanted in (args.get("filters") or {}).items():
         summaries = [s for s in summaries if str(s.get(key)) == str(wanted)]
@@ -192,30 +253,31 @@ async def recipes(ctx: OperationContext, args: dict[str, Any]) -> Any:
         "facets": facets,
         "total": len(summaries),
         "next_offset": after if after < len(summaries) else None,
-        "unavailable_registries": [],
+        "unavailable_registries": _unavailable(ctx, registries),
     }
 
 
 async def search(ctx: OperationContext, args: dict[str, Any]) -> Any:
-    items = sorted(
-        await ctx.rest.list(kube.RECIPES, ctx.namespace, cached=True), key=lambda o: o["metadata"]["name"]
+    summaries, _ = await _listing(
+        ctx, wanted=args.get("registry") or None, hidden=bool(args.get("include_hidden"))
     )
-    rows = []
-    for obj in items:
-        summary = _summary(obj)
-        if args.get("registry") or not _matches(
-            summary, query=args.get("query"), runtime=args.get("runtime")
-        ):
-            continue
-        rows.append(
-            {"name": summary["name"], "metadata": {"model": summary["model"], "runtime": summary["runtime"]}}
-        )
-    return rows
+    return [
+        {
+            "name": summary["name"],
+            "reference": summary["reference"],
+            "registry": summary["registry"],
+            "metadata": {"model": summary["model"], "runtime": summary["runtime"]},
+        }
+        for summary in summaries
+        if _matches(summary, query=args.get("query"), runtime=args.get("runtime"))
+    ]
 
 
 async def recipe(ctx: OperationContext, args: dict[str, Any]) -> Any:
     obj = await _get(ctx, args["reference"])
-    detail = _detail(obj, args.get("overrides"))
+    owner = registry_owner(obj)
+    registry = _registry(obj, await registry_index(ctx)) if owner else None
+    detail = _detail(obj, args.get("overrides"), registry)
     expected = args.get("expected_revision")
     if expected and expected != detail["recipe_revision"]:
         raise Conflict(
@@ -225,71 +287,23 @@ async def recipe(ctx: OperationContext, args: dict[str, Any]) -> Any:
     return detail
 
 
-def _import_name(raw: Mapping[str, Any], content: str) -> str:
-    base = str(raw.get("name") or str(raw.get("model", "recipe")).rsplit("/", 1)[-1]).lower()
-    slug = re.sub(r"[^a-z0-9-]+", "-", base).strip("-")[:40] or "recipe"
-    return f"{slug}-{hashlib.sha256(content.encode()).hexdigest()[:8]}"
-
-
 def _recipe_body(name: str, spec: RecipeSpec, namespace: str) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": RECIPE.kind,
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {SOURCE_LABEL: "imported", RETAINED_LABEL: "false"},
-        },
-        "spec": spec.to_wire(),
-    }
-
-
-#: Admission errors named in a refusal at most (the first ones, by field path), and the length
-#: of each message (the schema validator's messages quote the offending value).
-_MAX_ERRORS = 5
-_MAX_MESSAGE = 200
-
-
-def _short(error: admission.FieldError) -> str:
-    message = error.message if len(error.message) <= _MAX_MESSAGE else error.message[:_MAX_MESSAGE] + "..."
-    return f"{error.path}: {message}"
-
-
-def _admitted(name: str, spec: RecipeSpec) -> None:
-    """The Recipe ``catalog.import`` would create passes the CRD's schema and CEL rules (the
-    offline admission: what the apiserver would refuse with a 422 inside the job)."""
-    errors = admission.validate(_recipe_body(name, spec, "default"))
-    if errors:
-        listed = "; ".join(_short(e) for e in errors[:_MAX_ERRORS])
-        more = f" (and {len(errors) - _MAX_ERRORS} more)" if len(errors) > _MAX_ERRORS else ""
-        raise Invalid(f"recipe content makes an invalid Recipe: {listed}{more}")
+    labels = {SOURCE_LABEL: "imported", RETAINED_LABEL: "false"}
+    return recipe_yaml.recipe_object(name, spec, namespace, labels)
 
 
 def parse_recipe(content: str) -> tuple[str, RecipeSpec]:
     """The Recipe name and spec of sparkrun recipe YAML (``catalog.import``): loaded within
     ``safeload.RECIPE`` (size, depth, no anchors or aliases), and admitted as the apiserver will
     (the Recipe CRD's bounds, e.g. ``defaults`` 6 levels deep, and its rules). Raises ``Invalid``
-    (CPU-bound on a large recipe: callers run it in a worker thread)."""
+    (CPU-bound on a large recipe: callers run it in a worker thread). The translation is
+    ``recipe/recipe_yaml.py``'s, which a RecipeRegistry's sync uses too."""
     try:
-        raw = safeload.load_yaml(content, safeload.RECIPE)
-    except safeload.DocumentError as error:
+        raw, spec = recipe_yaml.load_spec(content)
+        name = recipe_yaml.import_name(raw, content)
+        recipe_yaml.admit(_recipe_body(name, spec, "default"))
+    except ValueError as error:
         raise Invalid(str(error)) from None
-    if not isinstance(raw, dict):
-        raise Invalid("recipe content must be a YAML mapping")
-    name = _import_name(raw, content)
-    raw.pop("name", None)
-    known = set(RecipeSpec.model_fields) - {"runtime_config"}
-    extra = {k: v for k, v in raw.items() if k not in known}
-    fields = {k: v for k, v in raw.items() if k in known}
-    if "recipe_version" in fields:
-        fields["recipe_version"] = str(fields["recipe_version"])
-    if extra:
-        fields["runtime_config"] = {**(fields.get("runtime_config") or {}), **extra}
-    try:
-        spec = RecipeSpec.model_validate(fields)
-    except ValidationError as error:
-        raise Invalid(f"recipe content is not a valid v2 recipe: {error.errors()[0]['msg']}") from error
-    _admitted(name, spec)
     return name, spec
 
 

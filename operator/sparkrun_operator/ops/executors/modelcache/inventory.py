@@ -34,6 +34,8 @@ class Tracker:
     phase: str | None
     last_used: dt.datetime | None
     deleting: bool = False
+    #: The ModelCache's UID: what retention deletes is this object, never a same-named successor.
+    uid: str | None = None
 
     @classmethod
     def of(cls, cache: Mapping[str, Any]) -> Tracker:
@@ -55,6 +57,7 @@ class Tracker:
             phase=status.get("phase"),
             last_used=last,
             deleting=bool(meta.get("deletionTimestamp")),
+            uid=meta.get("uid") or None,
         )
 
 

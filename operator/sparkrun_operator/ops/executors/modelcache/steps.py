@@ -133,30 +133,47 @@ async def retire(
 ) -> list[inventory.Entry]:
     """Delete the ModelCaches tracking ``entries`` (orphaning their claim: the location outlives
     them) and wait until they are gone; the entries whose trackers are gone, safe to remove."""
-    names = sorted({t.name for e in entries for t in e.trackers})
+    uids = {t.name: t.uid for e in entries for t in e.trackers}
+    names = sorted(uids)
+    # NB: every write carries the UID read: a same-named ModelCache created since is another
+    # tracker of the location (kept, and its entries are not safe to remove)
+    replaced: set[str] = set()
     for name in names:
-        if force:
-            patch = {"metadata": {"annotations": {keys.ANNOTATION_FORCE_DELETE: "model_cache.delete"}}}
+        try:
+            if force:
+                patch: dict[str, Any] = {
+                    "metadata": {"annotations": {keys.ANNOTATION_FORCE_DELETE: "model_cache.delete"}}
+                }
+                if uids[name]:
+                    patch["metadata"]["uid"] = uids[name]  # NB: a precondition in a patch
+                with contextlib.suppress(k8s_errors.KubeNotFound):
+                    await ctx.rest.merge_patch(CACHES, name, patch, ctx.namespace)
             with contextlib.suppress(k8s_errors.KubeNotFound):
-                await ctx.rest.merge_patch(CACHES, name, patch, ctx.namespace)
-        with contextlib.suppress(k8s_errors.KubeNotFound):
-            await ctx.rest.delete(CACHES, name, ctx.namespace, propagation="Orphan")
+                await ctx.rest.delete(CACHES, name, ctx.namespace, uid=uids[name], propagation="Orphan")
+        except k8s_errors.KubeConflict:
+            replaced.add(name)
     deadline = time.monotonic() + RETIRE_SECONDS
-    remaining = set(names)
+    remaining = set(names) - replaced
     while remaining and time.monotonic() < deadline:
         for name in sorted(remaining):
-            if await ctx.rest.get(CACHES, name, ctx.namespace) is None:
+            found = await ctx.rest.get(CACHES, name, ctx.namespace)
+            if found is None or (uids[name] and found["metadata"].get("uid") != uids[name]):
                 remaining.discard(name)
         if remaining:
             await asyncio.sleep(ctx.settings.poll_interval)
+    remaining |= replaced
     for name in names:
         if name not in remaining:  # NB: the download Jobs were orphaned with the claim
             for job in await ctx.rest.list(
                 JOBS, ctx.namespace, label_selector=f"{keys.LABEL_MODEL_CACHE}={name}"
             ):
-                with contextlib.suppress(k8s_errors.KubeNotFound):
+                with contextlib.suppress(k8s_errors.KubeNotFound, k8s_errors.KubeConflict):
                     await ctx.rest.delete(
-                        JOBS, job["metadata"]["name"], ctx.namespace, propagation="Background"
+                        JOBS,
+                        job["metadata"]["name"],
+                        ctx.namespace,
+                        uid=job["metadata"].get("uid"),
+                        propagation="Background",
                     )
     safe = []
     for e in entries:

@@ -118,14 +118,17 @@ async def run_tool(ctx: OperationContext, run: ToolRun) -> tuple[dict[str, Any],
     options = options_of(ctx)
     doc = render_tool_job(run, options)
     name = doc["metadata"]["name"]
-    with contextlib.suppress(k8s_errors.KubeAlreadyExists):
-        await ctx.rest.create(JOBS, doc)
+    try:
+        uid = (await ctx.rest.create(JOBS, doc))["metadata"].get("uid")
+    except k8s_errors.KubeAlreadyExists:
+        uid = ((await ctx.rest.get(JOBS, name, run.namespace)) or {"metadata": {}})["metadata"].get("uid")
     await ctx.feedback(f"running {run.verb} in Job {name}", stage=run.verb, activity="tool_job")
     try:
         return await _wait(ctx, run, name)
     finally:
         with contextlib.suppress(k8s_errors.KubeError):
-            await ctx.rest.delete(JOBS, name, run.namespace, propagation="Background")
+            # NB: this Job only (its UID): a same-named successor is someone else's
+            await ctx.rest.delete(JOBS, name, run.namespace, uid=uid, propagation="Background")
 
 
 async def _wait(ctx: OperationContext, run: ToolRun, name: str) -> tuple[dict[str, Any], str]:
