@@ -66,8 +66,11 @@ FieldSourceKind = Literal[
 ]
 #: Why the pods do not follow the desired settings.
 DriftReason = Literal["OnRequest", "RevisionPinned", "RecipeRevisionPinned"]
-#: What made a revision.
-RevisionCause = Literal["Created", "SpecChanged", "SourceChanged", "Rollback", "DriftApplied"]
+#: What made a revision (``TrustWithdrawn``: a copy of the serving one without recipe hooks that
+#: may no longer run, ``plan/workload/hooktrust.py``).
+RevisionCause = Literal[
+    "Created", "SpecChanged", "SourceChanged", "Rollback", "DriftApplied", "TrustWithdrawn"
+]
 
 
 class FieldSource(KubeModel):

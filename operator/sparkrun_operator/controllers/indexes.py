@@ -60,6 +60,7 @@ from sparkrun_operator.api.resources import (
     MODEL_CACHE,
     RECIPE,
 )
+from sparkrun_operator.controllers import hooks
 from sparkrun_operator.plan import drain, names, observe
 from sparkrun_operator.plan.workload import revisions
 from sparkrun_operator.render import keys, networkpolicy
@@ -95,6 +96,9 @@ NAMES: Final = (
     "iw_picker_accounts",
     "iw_picker_bindings",
     "iw_picker_policies",
+    "iw_recipe_owners",
+    "iw_registries",
+    "iw_hook_jobs",
 )
 #: The indexes of a managed picker's objects (``Observation.picker`` reads them together).
 PICKER_NAMES: Final = (
@@ -128,6 +132,7 @@ def register(
     if network_policies:
         _register_policies(registry)
     _register_clusters(registry)
+    hooks.register_indexes(registry)  # iw_recipe_owners, iw_registries (issue 32)
 
     @kopf.index(*JOBSET_ID, id="iw_jobsets", labels=OURS, registry=registry)
     async def iw_jobsets(*, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:

@@ -38,6 +38,7 @@ from sparkrun_operator.k8s.resources import (
     CONTROLLER_REVISIONS,
     DEPLOYMENTS,
     INFERENCE_POOLS,
+    JOBS,
     JOBSETS,
     NETWORK_POLICIES,
     ROLE_BINDINGS,
@@ -64,6 +65,7 @@ _CHILDREN: Mapping[str, Resource] = {
     "ServiceAccount": SERVICE_ACCOUNTS,
     "RoleBinding": ROLE_BINDINGS,
     # (and the picker's NetworkPolicy, above)
+    "Job": JOBS,  # a recipe's post_commands (issue 32)
 }
 
 #: How long a refusal of a picker's object (a name taken, a 403) is remembered: then the next

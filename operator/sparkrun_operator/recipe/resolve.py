@@ -191,7 +191,7 @@ def _check_recipe(recipe: RecipeSpec, issues: Issues, *, check_args: bool) -> To
         )
     for hook in ("pre_exec", "post_exec", "post_commands"):
         if getattr(recipe, hook):
-            issues.add("warning", f"{hook} hooks need trust and are not run by the operator", hook)
+            issues.add("warning", f"{hook} hooks run only when the recipe is trusted (docs/recipes.md)", hook)
     # NB: resolve() builds the arguments itself, so it skips this to report each issue once.
     if check_args and recipe.command is not None:
         template_args(recipe.command, settings=_template_settings(recipe=recipe, overrides={}), issues=issues)

@@ -26,6 +26,7 @@ from sparkrun_operator.api.podoverride import PodOverride
 from sparkrun_operator.api.workload import SchedulingSpec, TopologySpec
 from sparkrun_operator.recipe.flags import MAX_COMMAND_WORDS
 from sparkrun_operator.recipe.resolve import EffectiveSpec, Topology
+from sparkrun_operator.render.frozenhooks import FrozenHooks, from_frozen, to_frozen
 from sparkrun_operator.render.workload import CacheMount, Placement, ServingInputs
 
 #: Version of the wire form (``version``); a document of another version is refused.
@@ -90,6 +91,7 @@ class _FrozenInputs(KubeModel):
     placement: _FrozenPlacement | None = None
     cache: _FrozenCache | None = None
     pod: PodOverride | None = None
+    hooks: FrozenHooks | None = None
 
 
 def to_wire(inputs: ServingInputs) -> dict[str, Any]:
@@ -140,6 +142,8 @@ def to_wire(inputs: ServingInputs) -> dict[str, Any]:
         ).to_wire()
     if inputs.pod is not None:
         doc["pod"] = inputs.pod.to_wire()
+    if inputs.hooks is not None and not inputs.hooks.empty:
+        doc["hooks"] = to_frozen(inputs.hooks).to_wire()
     return doc
 
 
@@ -194,6 +198,7 @@ def from_wire(doc: Any) -> ServingInputs:
         placement=_placement(parsed.placement) if parsed.placement is not None else None,
         cache=_cache(parsed.cache) if parsed.cache is not None else None,
         pod=parsed.pod,
+        hooks=from_frozen(parsed.hooks) if parsed.hooks is not None else None,
     )
 
 

@@ -36,6 +36,7 @@ from sparkrun_operator.api.podoverride import PodOverride
 from sparkrun_operator.api.workload import ENGINE_PORT, MASTER_PORT, SchedulingSpec
 from sparkrun_operator.recipe.resolve import EffectiveSpec
 from sparkrun_operator.render import keys, names, podsecurity
+from sparkrun_operator.render.hooks import HookPlan, apply
 
 #: Bump only when a rendering change must roll every workload (it is part of every revision).
 RENDER_EPOCH: Final = 1
@@ -151,6 +152,8 @@ class ServingInputs:
     cache: CacheMount | None = None
     #: ``spec.pod``: the engine pods' securityContext, service account, labels and annotations.
     pod: PodOverride | None = None
+    #: A trusted recipe's mods and hooks (``render/hooks.py``, issue 32); ``None``: none run.
+    hooks: HookPlan | None = None
 
     def revision(self) -> str:
         """Stable hash (10 hex) of what changes the pods; replicas and state are not in it."""
@@ -164,6 +167,8 @@ class ServingInputs:
         if self.pod is not None:
             # NB: only when set, so the revisions of workloads without it stay what they were.
             doc["pod"] = self.pod.to_wire()
+        if self.hooks is not None and not self.hooks.empty:
+            doc["hooks"] = self.hooks.identity()
         raw = json.dumps(doc, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(raw.encode()).hexdigest()[: names.REVISION_LEN]
 
@@ -508,7 +513,7 @@ def _leader_job(
         "template": _job(
             completions=1,
             pod_meta=podsecurity.engine_metadata(inputs.pod, {**labels, keys.LABEL_ROLE: keys.ROLE_LEADER}),
-            pod=_pod_spec(inputs=inputs, containers=[_order(leader)]),
+            pod=apply(_pod_spec(inputs=inputs, containers=[_order(leader)]), inputs.hooks, head=True),
         ),
     }
 
@@ -517,7 +522,7 @@ def _worker_job(
     inputs: ServingInputs, opts: RenderOptions, *, jobset: str, labels: dict[str, str]
 ) -> dict[str, Any]:
     """The worker replicated job (nodes - 1 completions), each pod waiting for the leader first."""
-    spec = inputs.spec
+    spec, hooks = inputs.spec, inputs.hooks
     worker = _engine_container(inputs, opts)
     worker["command"] = ["/bin/sh", "-c"]
     worker["args"] = [worker_script(spec=spec, cache=inputs.cache, jobset=jobset)]
@@ -533,7 +538,7 @@ def _worker_job(
         "template": _job(
             completions=spec.topology.nodes - 1,
             pod_meta=podsecurity.engine_metadata(inputs.pod, {**labels, keys.LABEL_ROLE: keys.ROLE_WORKER}),
-            pod=_pod_spec(inputs=inputs, containers=[_order(worker)], init_containers=[wait]),
+            pod=apply(_pod_spec(inputs=inputs, containers=[_order(worker)], init_containers=[wait]), hooks),
         ),
     }
 

@@ -22,6 +22,10 @@ revision:
   ``OnRequest`` drift (:func:`approved`): an ``approve`` left from before a rollback never rolls a
   hash out unseen.
 
+Recipe hooks frozen in the serving revision that may no longer run (``hooktrust.py``: trust
+withdrawn, the Recipe deleted or invalid) are a security event, not drift: a copy without them
+is made whatever the above says (cause ``TrustWithdrawn``), and no rollback brings them back.
+
 A cache, cluster or GPU-memory block stops new pods whatever serves. Revisions beyond
 ``revisionHistoryLimit`` are deleted oldest first (UID precondition), never the serving one, the
 pinned one, or one whose hash a live JobSet runs. A revision's ``served-from`` annotation is set
@@ -53,6 +57,7 @@ from sparkrun_operator.api.history import (
     SourcedValue,
 )
 from sparkrun_operator.api.workload import InferenceWorkloadStatus
+from sparkrun_operator.plan.workload import hooktrust
 from sparkrun_operator.plan.workload.gates import Block, Gates
 from sparkrun_operator.plan.workload.model import (
     Annotate,
@@ -239,6 +244,7 @@ def _decide(run: _Pass) -> Serving:
             f"the desired settings ({wanted}) differ from revision {newest.number} ({newest.data.hash}); "
             f"set spec.rollout.approve: {wanted!r} to roll them out",
         )
+    _withdraw(run)
     return _serving(run)
 
 
@@ -279,7 +285,10 @@ def _pinned(run: _Pass, pin: int, wanted: str | None) -> None:
     newest = run.newest
     assert newest is not None
     target = next((run.usable(r) for r in run.ours if r.number == pin), None)
-    refused = rollback_refused(pin, target.inputs, run.obs.spec) if target is not None else None
+    refused = None
+    if target is not None:
+        refused = rollback_refused(pin, target.inputs, run.obs.spec)
+        refused = refused or hooktrust.rollback_refused(pin, run.obs, target.inputs)
     message = f"spec.rollout.revision pins {pin}: its settings serve"
     message += "; changes to the spec or its sources are drift until the pin is removed"
     if newest.number == pin or newest.data.rollback_of == pin:
@@ -309,6 +318,19 @@ def _pinned(run: _Pass, pin: int, wanted: str | None) -> None:
     if wanted is not None and wanted != serving_hash:
         run.drift = ("RevisionPinned", wanted)
     run.up_to_date = (False, c.REASON_REVISION_PINNED, clip(message))
+
+
+def _withdraw(run: _Pass) -> None:
+    """A kept revision to serve whose recipe hooks may not run now: serve a copy without them."""
+    kept = run.serve if run.new is None else None
+    why = hooktrust.untrusted(run.obs, kept.inputs) if kept is not None else None
+    if kept is None or why is None:
+        return
+    data, inputs = hooktrust.without_hooks(kept, why, run.obs.generation)
+    run.new = _New(number=_next_number(run), data=data, inputs=inputs)
+    assert run.up_to_date is not None  # every branch of _decide that serves a kept one sets it
+    value, reason, said = run.up_to_date
+    run.up_to_date = (value, reason, f"{hooktrust.message(run.new.number, data, kept.number, why)}; {said}")
 
 
 def _changed(run: _Pass) -> RevisionCause:
@@ -404,6 +426,9 @@ def _act(run: _Pass, out: Plan, serving: Serving) -> None:
         )
     elif run.serve is not None:
         out.rollback_of = run.serve.data.rollback_of
+    if obs.spec.rollout.gate is not None:  # old replicas running untrusted hooks: promote at once
+        kept = (run.usable(r) for r in run.ours)
+        out.hooks_withdrawn = hooktrust.running_untrusted(obs, [k for k in kept if k is not None])
     if run.drift is not None and run.drift[0] == "OnRequest" and obs.spec.rollout.approve == run.drift[1]:
         out.later(APPROVAL_RECHECK_SECONDS)  # shown now: the next pass may honour the approve
     _prune(run, out)

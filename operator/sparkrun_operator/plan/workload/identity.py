@@ -20,12 +20,13 @@ from sparkrun_operator.plan.workload.gates import Gates
 from sparkrun_operator.plan.workload.history import Serving
 from sparkrun_operator.plan.workload.model import Observation, ObservedJobSet
 from sparkrun_operator.recipe import identity as recipe_identity
+from sparkrun_operator.render.hooks import HookPlan
 from sparkrun_operator.render.workload import ServingInputs
 
 _EPOCH = dt.datetime.fromtimestamp(0, dt.UTC)
 
 
-def desired(obs: Observation, gates: Gates) -> ServingInputs | None:
+def desired(obs: Observation, gates: Gates, hooks: HookPlan | None = None) -> ServingInputs | None:
     """The desired serving inputs (spec, Recipe, cluster and cache resolved now); ``None`` while a
     gate blocks (the history stage then decides what serves)."""
     effective = gates.effective
@@ -37,6 +38,7 @@ def desired(obs: Observation, gates: Gates) -> ServingInputs | None:
         placement=gates.placement,
         cache=gates.cache,
         pod=obs.spec.pod,
+        hooks=hooks,
     )
 
 

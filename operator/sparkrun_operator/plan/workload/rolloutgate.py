@@ -16,7 +16,8 @@ template's hash) aimed at its leader pod. Its outcome decides:
   over; deleting the gate's benchmark measures the same revision again.
 
 A rollback (a revision copying an older one's settings, ``plan/workload/history.py``) is gated
-like any new revision unless ``gate.onRollback: Skip``: then it is promoted at once.
+like any new revision unless ``gate.onRollback: Skip``: then it is promoted at once. So is any
+revision while replicas still run recipe hooks that may no longer run (``hooktrust.py``).
 
 Gate benchmarks of other revisions or templates are deleted. :func:`check` is the pure
 comparison of results with thresholds.
@@ -134,6 +135,9 @@ def plan_gate(obs: Observation, out: Plan) -> Verdict:
             )
     if out.rollback_of is not None and gate.on_rollback == "Skip":
         # a rollback serves settings that served before: promoted without its benchmark
+        return Verdict()
+    if out.hooks_withdrawn:
+        # replicas still run recipe hooks that may no longer run: a held rollout would keep them
         return Verdict()
     rolling = any(js.revision != revision and not js.deleting and js.terminal is None for js in obs.jobsets)
     if mine is None:
