@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sparkrun_testbed import binaries, plane
+from sparkrun_testbed import binaries, kueue_run, plane
 from sparkrun_testbed.topology import NodePool, Topology
 
 _DEFAULT_NAME = "default"
@@ -53,6 +53,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="directory of CRD YAML to install (repeatable; default: the checkout's crds/)",
     )
     up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for readiness")
+    up.add_argument(
+        "--kueue",
+        action="store_true",
+        help="also run Kueue (make kueue-bin; needs root; docs/testbed.md)",
+    )
     up.set_defaults(func=_up)
 
     down = commands.add_parser("down", help="stop a testbed; nothing it started keeps running")
@@ -111,6 +116,14 @@ def _up(args: argparse.Namespace) -> int:
         sys.stderr.write(f"{e}\n")
         return 1
     err.print(f"[green]ready in {testbed.state.ready_seconds:.1f} s[/green]")
+    if args.kueue:
+        try:
+            kueue_run.start(testbed)
+        except (binaries.BinariesMissing, kueue_run.KueueError) as e:
+            err.print("[red]Kueue failed to start[/red] (the testbed stays up; `testbed down` stops it)")
+            sys.stderr.write(f"{e}\n")
+            return 1
+        err.print("[green]Kueue is running[/green]")
     _print_status(testbed)
     print(f"export KUBECONFIG={testbed.kubeconfig}")
     return 0

@@ -41,7 +41,7 @@ from typing import Any
 import httpx
 import yaml
 
-from sparkrun_testbed import daemons, jobset, pki, process_runtime
+from sparkrun_testbed import daemons, jobset, kueue_run, pki, process_runtime
 from sparkrun_testbed.binaries import Binaries, repo_root
 from sparkrun_testbed.daemons import Daemon
 from sparkrun_testbed.kubeapi import ApiError, KubeApi, load_manifests
@@ -56,6 +56,7 @@ SCHEDULER = "kube-scheduler"
 KWOK = "kwok"
 JOBSET = "jobset"
 PROCESS_RUNTIME = process_runtime.PROCESS_RUNTIME  # only with process nodes in the topology
+KUEUE = "kueue"  # only once kueue_run.start added it (optional, tests that ask for it)
 COMPONENTS = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER, KWOK, JOBSET)
 
 ADMIN_USER = "sparkrun-admin"
@@ -289,6 +290,7 @@ class Testbed:
         daemons.stop_all(controllers, grace=grace)
         # Pods of process nodes and their network namespaces, if the runtime could not clean up.
         process_runtime.cleanup(self.run_dir)
+        kueue_run.cleanup(self.run_dir)  # its visibility server's host address, if it ran
         for name in (APISERVER, ETCD):
             if name in by_name:
                 daemons.stop_all([by_name[name]], grace=grace)
@@ -336,6 +338,7 @@ class Testbed:
             KWOK: f"http://{LOOPBACK}:{p['kwok']}/healthz",
             JOBSET: f"http://{LOOPBACK}:{p['jobset-health']}/readyz",
             PROCESS_RUNTIME: process_runtime.health_url(p.get(PROCESS_RUNTIME, 0)),
+            KUEUE: f"http://{LOOPBACK}:{p.get(kueue_run.HEALTH_PORT, 0)}/readyz",
         }.get(name, "")
 
     def _probe_client(self) -> httpx.Client:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,8 +44,12 @@ class ChartRbac:
             self.kube.delete(api_version, kind, name, namespace=namespace)
 
 
-def _render(namespace: str, release: str) -> list[dict[str, Any]]:
+def render_rbac(namespace: str, release: str, sets: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The chart's operator and shim RBAC as ``helm template`` renders it (``--set`` each of
+    ``sets``: ``tests/kueue/test_kueue_daemon_api.py`` adds a value's roles to a running release)."""
     argv = [require_helm(), "template", release, str(CHART), "--namespace", namespace]
+    for value in sets:
+        argv += ["--set", value]
     for template in TEMPLATES:
         argv += ["--show-only", template]
     out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120).stdout
@@ -78,7 +83,7 @@ def apply_chart_rbac(testbed: Testbed, kube: KubeApi, namespace: str, workdir: P
     release = f"rbac-{namespace}"[:40]
     made = ChartRbac(kube=kube, kubeconfigs={}, release=release)
     accounts: dict[str, str] = {}
-    for doc in _render(namespace, release):
+    for doc in render_rbac(namespace, release):
         kube.apply(doc)
         meta = doc["metadata"]
         if meta.get("namespace") != namespace:

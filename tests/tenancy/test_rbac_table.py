@@ -3,13 +3,13 @@ checked").
 
 The chart is rendered by the real ``helm`` under several value sets (defaults, watchNamespaces,
 API keys, Kubernetes auth, shim off, NetworkPolicies off, the deprecated gateway.watchNamespace,
-ServiceAccount provisioning). Every rule a rendered binding grants a component (rendered roles,
-and the built-in ones the chart binds) is expanded to single (scope, API group, resource, verb,
-resource names) grants, and each must be allowed by a table row whose ``when`` holds for that
-value set. A grant wider than every row (a verb, a resource, a group, a namespace scope, a
-ClusterRole where the table says namespaced, ``*``) fails; so does a row no value set renders (a
-stale table) and a cluster-scoped row that holds with watchNamespaces set but does not say why it
-is unavoidable. The checker itself is shown to fail on widened rules.
+ServiceAccount provisioning, Kueue provisioning). Every rule a rendered binding grants a
+component (rendered roles, and the built-in ones the chart binds) is expanded to single (scope,
+API group, resource, verb, resource names) grants, and each must be allowed by a table row whose
+``when`` holds for that value set. A grant wider than every row (a verb, a resource, a group, a
+namespace scope, a ClusterRole where the table says namespaced, ``*``) fails; so does a row no
+value set renders (a stale table) and a cluster-scoped row that holds with watchNamespaces set but
+does not say why it is unavoidable. The checker itself is shown to fail on widened rules.
 """
 
 from __future__ import annotations
@@ -88,6 +88,11 @@ CASES: dict[str, dict[str, Any]] = {
     "networkPolicy-off-watched": {"networkPolicy": {"enabled": False}, "watchNamespaces": WATCHED},
     "deprecated-watchNamespace": {"gateway": {"watchNamespace": "serving", "apiKeys": {"enabled": True}}},
     "serviceAccountProvisioning": {"operator": {"rbac": {"serviceAccountProvisioning": True}}},
+    "kueueProvisioning": {"operator": {"rbac": {"kueueProvisioning": True}}},
+    "kueueProvisioning-watched": {
+        "watchNamespaces": WATCHED,
+        "operator": {"rbac": {"kueueProvisioning": True}},
+    },
     # The multi-tenant profile the docs tell platform teams to start from.
     "multitenant-example": yaml.safe_load((REPO / "examples/helm/values-multitenant.yaml").read_text()),
 }

@@ -11,6 +11,7 @@ from sparkrun_operator.api import bounds, cel
 from sparkrun_operator.api.drain import ClusterDrainStatus, DrainSpec
 from sparkrun_operator.api.history import REVISION_HASH_PATTERN, ClusterDrift
 from sparkrun_operator.api.meta import DNS_LABEL, Condition, KubeModel, LabelSelector, Toleration
+from sparkrun_operator.api.queue import ClusterQueueField
 
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -130,7 +131,7 @@ class InferenceClusterStatus(KubeModel):
     )
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Ready (minReadyNodes are ready) and Degraded.",
+        description="Ready (minReadyNodes are ready), Degraded, UpToDate, and QueueReady (with queueName).",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     nodes: list[NodeStatus] = Field(default_factory=list, description="Per-node state.")
@@ -149,3 +150,4 @@ class InferenceClusterStatus(KubeModel):
     drain: ClusterDrainStatus | None = Field(
         default=None, description="The drain of cordoned member nodes: request, nodes, each group's move."
     )
+    queue: ClusterQueueField = None

@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import kopf
@@ -38,12 +38,14 @@ from sparkrun_operator.k8s.resources import resource_of
 from sparkrun_operator.plan import observe
 from sparkrun_operator.plan.cluster import ClusterRef, ObservedGpuPod, ObservedNode, members, plan_status
 from sparkrun_operator.plan.drain import DrainPlan, ObservedGroup, plan_drain, transitions
+from sparkrun_operator.plan.queue import QueueRead, cluster_queue
 
 CLUSTERS = resource_of(INFERENCE_CLUSTER)
 CLUSTER_ID = indexes.CLUSTER_ID
 
 
-def _key(name: str) -> tuple[str, str]:
+def lane_key(name: str) -> tuple[str, str]:
+    """The trigger of a cluster's daemon."""
     return ("ic", name)
 
 
@@ -66,6 +68,10 @@ class Observed:
     clusters: list[ClusterRef]
     #: The serving groups of the served namespaces (only with ``spec.drain``).
     groups: list[ObservedGroup]
+    #: With ``spec.queueName``: the namespaces of the workloads on the cluster, and the last
+    #: reads of the LocalQueue of that name in each (``controllers/kueue.py``; issue 32).
+    queue_namespaces: tuple[str, ...] = ()
+    queue_reads: Mapping[tuple[str, str], QueueRead] = field(default_factory=dict)
 
 
 def observe_cluster(
@@ -105,6 +111,16 @@ def observe_cluster(
     )
 
 
+def with_queue(ctx: Memo, found: Observed) -> Observed:
+    """``found`` with the namespaces of the workloads on it (``Memo.dependencies``) and the last
+    reads of its ``queueName`` there (asked of ``Memo.queues``, which reads them next round)."""
+    queue = found.spec.queue_name
+    assert queue is not None
+    namespaces = sorted({ns for (ns, _), dep in list(ctx.dependencies.items()) if dep[2] == found.name})
+    reads = ctx.queues.cluster(found.name, [(ns, queue) for ns in namespaces])
+    return replace(found, queue_namespaces=tuple(namespaces), queue_reads=reads)
+
+
 @dataclass(frozen=True)
 class ClusterPlan:
     """The cluster's status and the drain's next step."""
@@ -134,6 +150,15 @@ def plan(observed: Observed) -> ClusterPlan:
         groups=observed.groups,
         now=now,
     )
+    status = cluster_queue(
+        status,
+        queue=observed.spec.queue_name,
+        namespaces=observed.queue_namespaces,
+        reads=observed.queue_reads,
+        previous=observed.previous.conditions,
+        generation=observed.generation,
+        now=now,
+    )
     return ClusterPlan(status=status.model_copy(update={"drain": drained.status}), drain=drained, now=now)
 
 
@@ -161,7 +186,11 @@ async def reconcile(ctx: Memo, *, body: kopf.Body, indices: Mapping[str, Any]) -
     name = str((body.get("metadata") or {}).get("name"))
 
     async def observed() -> Observed | None:
-        return observe_cluster(body, indices, ctx.dependencies)
+        found = observe_cluster(body, indices, ctx.dependencies)
+        if found is None or found.spec.queue_name is None:
+            ctx.queues.forget_cluster(name)
+            return found
+        return with_queue(ctx, found)
 
     def emit(outcome: Outcome[InferenceClusterStatus], wrote: bool) -> None:
         conditions = outcome.status.conditions
@@ -202,7 +231,7 @@ def register(registry: kopf.OperatorRegistry, *, drift_seconds: float) -> None:
         *CLUSTER_ID, id="ic-drift", interval=drift_seconds, initial_delay=drift_seconds, registry=registry
     )
     async def ic_drift(*, name: str, memo: Any, **_: Any) -> None:
-        memo.ctx.triggers.poke(_key(name))
+        memo.ctx.triggers.poke(lane_key(name))
 
     @kopf.daemon(*CLUSTER_ID, id="ic-reconcile", cancellation_timeout=10.0, registry=registry)
     async def ic_reconcile(
@@ -223,7 +252,7 @@ def register(registry: kopf.OperatorRegistry, *, drift_seconds: float) -> None:
         try:
             await run_loop(
                 ctx,
-                key=_key(name),
+                key=lane_key(name),
                 kind="InferenceCluster",
                 stopped=stopped,
                 logger=logger,
@@ -231,3 +260,4 @@ def register(registry: kopf.OperatorRegistry, *, drift_seconds: float) -> None:
             )
         finally:
             ctx.metrics.observe_ready("InferenceCluster", name, None)
+            ctx.queues.forget_cluster(name)

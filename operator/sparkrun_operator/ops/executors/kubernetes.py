@@ -6,17 +6,17 @@ the cluster, so every operation acts on it with the operator's identity: ``kubec
 namespace. Acting in any other namespace needs the *principal's own* Kubernetes permission
 there (a SubjectAccessReview, ``ops.authz.require_access``): the operator's cluster-wide rights
 are never lent across namespaces (ADR 0021). Installing Kueue or JobSet (``setup_kueue install:
-true``) and downloading kubectl are refused (install them with their Helm charts; images carry
-their own tools); writing a kubeconfig file on the server is refused (clients cannot choose
-server output paths).
+true``) is refused (install them with their Helm charts); writing Kueue's queues needs the
+principal's own permission to write ResourceFlavors and ClusterQueues (cluster-scoped quota)
+and the chart value ``operator.rbac.kueueProvisioning`` (without it a typed
+``FeatureDisabled`` names it, not the apiserver's bare 403); ``ensure_kubectl`` is disabled
+(``ops/catalog.py``: the operator runs no kubectl and its image has none); writing a
+kubeconfig file on the server is refused (clients cannot choose server output paths).
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-import platform
-import shutil
+from dataclasses import replace
 from typing import Any
 
 import yaml
@@ -37,14 +37,17 @@ from sparkrun_operator.k8s.resources import (
     SERVICE_ACCOUNTS,
 )
 from sparkrun_operator.ops import authz, kube
-from sparkrun_operator.ops.errors import Invalid, NotFound
+from sparkrun_operator.ops.errors import FeatureDisabled, Invalid, NotFound
 from sparkrun_operator.ops.executors.clusters import _hardware
 from sparkrun_operator.ops.invocation import Executor, OperationContext
 from sparkrun_operator.plan.cluster import GPU_PRODUCT_LABEL
+from sparkrun_operator.plan.queue import served_version
 
 __all__ = ["EXECUTORS"]
 
 FIELD_MANAGER = DAEMON_API_MANAGER
+#: The chart value that grants the operator the writes of ``setup_kueue`` (its own ClusterRole).
+KUEUE_PROVISIONING_VALUE = "operator.rbac.kueueProvisioning"
 
 
 async def _target_namespace(
@@ -171,39 +174,6 @@ async def configure_service_account(ctx: OperationContext, args: dict[str, Any])
     }
 
 
-async def ensure_kubectl(ctx: OperationContext, args: dict[str, Any]) -> Any:
-    _no_client_config(args)
-    path = shutil.which("kubectl")
-    if path is None:
-        if args.get("download"):
-            raise Invalid("kubectl downloads are disabled on the server; the operator does not need kubectl")
-        raise NotFound("kubectl is not installed where the operator runs")
-    version = None
-    process = await asyncio.create_subprocess_exec(
-        path,
-        "version",
-        "--client",
-        "-o",
-        "json",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    try:
-        out, _ = await asyncio.wait_for(process.communicate(), 20)
-        version = json.loads(out or b"{}").get("clientVersion", {}).get("gitVersion")
-    except (TimeoutError, ValueError):
-        process.kill()
-    if args.get("version") and version and args["version"].lstrip("v") != str(version).lstrip("v"):
-        raise Invalid(f"kubectl {version} is installed, not {args['version']}; downloads are disabled")
-    return {
-        "path": path,
-        "version": version,
-        "source": "path",
-        "os_name": platform.system().lower(),
-        "arch": platform.machine().lower(),
-    }
-
-
 async def jobset_status(ctx: OperationContext, args: dict[str, Any]) -> Any:
     _no_client_config(args)
     namespace = await _target_namespace(
@@ -215,16 +185,17 @@ async def jobset_status(ctx: OperationContext, args: dict[str, Any]) -> Any:
     return {"name": found["metadata"]["name"], "namespace": namespace, "status": found.get("status") or {}}
 
 
-async def _installed(ctx: OperationContext) -> tuple[bool, bool]:
+async def _installed(ctx: OperationContext) -> tuple[dict[str, Any] | None, bool]:
+    """Kueue's ClusterQueue CRD (``None``: Kueue is not installed) and whether JobSet is."""
     kueue = await ctx.rest.get(CRDS, f"clusterqueues.{KUEUE_GROUP}")
     jobset = await ctx.rest.get(CRDS, "jobsets.jobset.x-k8s.io")
-    return kueue is not None, jobset is not None
+    return kueue, jobset is not None
 
 
 async def kueue_status(ctx: OperationContext, args: dict[str, Any]) -> Any:
     _no_client_config(args)
     kueue, jobset = await _installed(ctx)
-    return {"kueue_installed": kueue, "jobset_installed": jobset}
+    return {"kueue_installed": kueue is not None, "jobset_installed": jobset}
 
 
 async def list_nodes(ctx: OperationContext, args: dict[str, Any]) -> Any:
@@ -257,24 +228,19 @@ async def list_nodes(ctx: OperationContext, args: dict[str, Any]) -> Any:
 async def setup_kueue(ctx: OperationContext, args: dict[str, Any]) -> Any:
     _no_client_config(args)
     kueue, jobset = await _installed(ctx)
+    # NB: the newest of Kueue's API versions it serves (v1beta1 is deprecated from Kueue 0.15)
+    version = served_version(kueue) or ("v1beta1" if kueue else "v1beta2")
     if args.get("install") and not (kueue and jobset):
         raise Invalid("installing Kueue or JobSet is done with their Helm charts, not through the daemon API")
     namespace = await _target_namespace(ctx, args, verb="create", group=KUEUE_GROUP, resource="localqueues")
     flavors = _gpu_flavors(await ctx.rest.list(NODES))
-    docs = _kueue_manifests(flavors, namespace)
+    if not flavors and not args.get("dry_run"):
+        raise Invalid(f"no node has allocatable {DEFAULT_GPU_RESOURCE}: a ClusterQueue needs a GPU quota")
+    docs = _kueue_manifests(flavors, namespace, version)
     provisioned = False
     if not args.get("dry_run") and kueue:
-        for doc in docs:
-            resource = {
-                "ResourceFlavor": RESOURCE_FLAVORS,
-                "ClusterQueue": CLUSTER_QUEUES,
-                "LocalQueue": LOCAL_QUEUES,
-            }[doc["kind"]]
-            await ctx.rest.apply(
-                resource,
-                doc,
-                namespace=namespace if resource.namespaced else None,
-            )
+        await _may_write_quota(ctx)
+        await _apply_kueue(ctx, docs, namespace, version)
         provisioned = True
     return {
         "namespace": namespace,
@@ -289,6 +255,59 @@ async def setup_kueue(ctx: OperationContext, args: dict[str, Any]) -> Any:
         "installed_jobset": False,
         "provisioned": provisioned,
     }
+
+
+async def _may_write_quota(ctx: OperationContext) -> None:
+    """The principal itself may write Kueue's cluster-scoped kinds: the ClusterQueue is quota
+    every namespace may feed (``namespaceSelector: {}``) and the apply takes over fields an
+    administrator set, so the daemon's admin scope in one namespace does not suffice and the
+    operator's ClusterRole (``operator.rbac.kueueProvisioning``) is never lent (ADR 0021)."""
+    for resource in (RESOURCE_FLAVORS, CLUSTER_QUEUES):
+        for verb in ("create", "patch"):
+            await authz.require_access(
+                ctx.rest,
+                ctx.user,
+                verb=verb,
+                group=KUEUE_GROUP,
+                resource=resource.plural,
+                namespace="",
+                because="Kueue's ResourceFlavors and ClusterQueues are cluster-wide quota, so the "
+                "daemon's admin scope alone does not suffice (a dry run answers the manifests)",
+                reason="cluster_not_authorized",
+            )
+
+
+async def _apply_kueue(
+    ctx: OperationContext, docs: list[dict[str, Any]], namespace: str, version: str
+) -> None:
+    """Server-side apply ``docs`` as the operator; a 403 (the chart did not grant it) becomes a
+    typed refusal naming the chart value that does."""
+    for doc in docs:
+        resource = {
+            "ResourceFlavor": RESOURCE_FLAVORS,
+            "ClusterQueue": CLUSTER_QUEUES,
+            "LocalQueue": LOCAL_QUEUES,
+        }[doc["kind"]]
+        try:
+            await ctx.rest.apply(
+                replace(resource, version=version),
+                doc,
+                namespace=namespace if resource.namespaced else None,
+            )
+        except k8s_errors.KubeForbidden as error:
+            raise FeatureDisabled(
+                f"plugins.k8s.setup_kueue may not write Kueue's {resource.plural} here: the operator "
+                f"is not granted it (Kubernetes API: {error.message or error.reason or error.status}). "
+                f"Set the chart value {KUEUE_PROVISIONING_VALUE}=true, or apply the manifests_yaml of "
+                "a dry run yourself.",
+                attrs={
+                    "reason": "not_granted",
+                    "alternative": f"helm upgrade with --set {KUEUE_PROVISIONING_VALUE}=true, or run "
+                    "with dry_run: true and apply its manifests_yaml with kubectl",
+                    "feature_flag": KUEUE_PROVISIONING_VALUE,
+                },
+            ) from error
+        await ctx.feedback(f"Applied {doc['kind']} {doc['metadata']['name']}", stage="apply")
 
 
 def _gpu_flavors(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -313,11 +332,13 @@ def _gpu_flavors(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return flavors
 
 
-def _kueue_manifests(flavors: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
+def _kueue_manifests(
+    flavors: list[dict[str, Any]], namespace: str, version: str = "v1beta2"
+) -> list[dict[str, Any]]:
     """The ResourceFlavors, the ``sparkrun`` ClusterQueue over them and its LocalQueue."""
     docs: list[dict[str, Any]] = [
         {
-            "apiVersion": f"{KUEUE_GROUP}/v1beta1",
+            "apiVersion": f"{KUEUE_GROUP}/{version}",
             "kind": "ResourceFlavor",
             "metadata": {"name": flavor["name"]},
             "spec": {"nodeLabels": flavor["node_labels"]},
@@ -330,7 +351,7 @@ def _kueue_manifests(flavors: list[dict[str, Any]], namespace: str) -> list[dict
     ]
     docs.append(
         {
-            "apiVersion": f"{KUEUE_GROUP}/v1beta1",
+            "apiVersion": f"{KUEUE_GROUP}/{version}",
             "kind": "ClusterQueue",
             "metadata": {"name": "sparkrun"},
             "spec": {
@@ -341,7 +362,7 @@ def _kueue_manifests(flavors: list[dict[str, Any]], namespace: str) -> list[dict
     )
     docs.append(
         {
-            "apiVersion": f"{KUEUE_GROUP}/v1beta1",
+            "apiVersion": f"{KUEUE_GROUP}/{version}",
             "kind": "LocalQueue",
             "metadata": {"name": "sparkrun", "namespace": namespace},
             "spec": {"clusterQueue": "sparkrun"},
@@ -355,7 +376,11 @@ async def stop_jobset(ctx: OperationContext, args: dict[str, Any]) -> Any:
     namespace = await _target_namespace(
         ctx, args, verb="delete", group=JOBSETS.group, resource=JOBSETS.plural, name=args["name"]
     )
-    if not await ctx.rest.delete(JOBSETS, args["name"], namespace, propagation="Foreground"):
+    found = await ctx.rest.get(JOBSETS, args["name"], namespace)
+    # NB: the JobSet read, by its UID: a same-named one created since is not deleted (409)
+    if found is None or not await ctx.rest.delete(
+        JOBSETS, args["name"], namespace, uid=found["metadata"].get("uid"), propagation="Foreground"
+    ):
         raise NotFound(f"JobSet {namespace}/{args['name']} not found")
     return True
 
@@ -363,7 +388,6 @@ async def stop_jobset(ctx: OperationContext, args: dict[str, Any]) -> Any:
 EXECUTORS: dict[str, Executor] = {
     "plugins.k8s.cluster_info": cluster_info,
     "plugins.k8s.configure_service_account": configure_service_account,
-    "plugins.k8s.ensure_kubectl": ensure_kubectl,
     "plugins.k8s.jobset_status": jobset_status,
     "plugins.k8s.kueue_status": kueue_status,
     "plugins.k8s.list_nodes": list_nodes,
