@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 BENCH_ARGS ?=
 
-.PHONY: sizes help venv demo test unit verify crds generate lint fmt typecheck importlint chart-lint policy test-vllm-args testbed-bin ssa-check flux-health netpol-eval promtool oci-registry lock lock-check testbed-up testbed-down bench bench-gateway bench-reconcile bench-scale clean
+.PHONY: sizes help venv demo test unit verify crds generate lint fmt typecheck importlint chart-lint policy test-vllm-args testbed-bin ssa-check flux-health netpol-eval promtool oci-registry kueue-bin lock lock-check testbed-up testbed-down bench bench-gateway bench-reconcile bench-scale bench-registry clean
 
 help: ## list the verbs
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -33,7 +33,7 @@ venv: $(STAMP) ## create .venv: the package with its dev tools, and the testbed 
 demo: $(STAMP) testbed-bin ## bring up the local testbed and run the main flow end to end
 	$(BIN)/sparkrun-k8s demo
 
-test: verify testbed-bin ssa-check flux-health netpol-eval promtool oci-registry ## install everything, run every check and the whole test suite
+test: verify testbed-bin ssa-check flux-health netpol-eval promtool oci-registry kueue-bin ## install everything, run every check and the whole test suite
 	SPARKRUN_TESTBED_BIN="$$(hack/testbed-bin.sh --print)" $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 unit: $(STAMP) ## only the tests that need no testbed
@@ -106,6 +106,9 @@ flux-health: ## build hack/flux-health (kstatus's default and Flux's CEL health 
 netpol-eval: ## build hack/netpol-eval (kube-network-policies' verdicts; the NetworkPolicy matrix) into ~/.cache/sparkrun-tools (once)
 	hack/netpol-eval.sh
 
+kueue-bin: ## build Kueue's controller (sigs.k8s.io/kueue, pinned in hack/kueue/; optional on the testbed, tests/kueue) into ~/.cache/sparkrun-testbed (once)
+	hack/kueue-bin.sh
+
 promtool: ## promtool from Debian's prometheus package (rule checks and rule unit tests) into ~/.cache/sparkrun-tools (once)
 	hack/promtool.sh
 
@@ -135,6 +138,15 @@ bench-reconcile: $(STAMP) testbed-bin ## operator: create -> JobSet + status, vs
 bench-scale: $(STAMP) testbed-bin ## operator: 1000 workloads on 250 KWOK GPU nodes (converge, RSS, writes), then the direct-call limit
 	$(PY) -m bench.scale
 	$(PY) -m bench.scale --direct
+
+# The peer of bench.registry: the reference sparkrun CLI (PyPI, needs Python >= 3.12), pinned.
+SPARKRUN_PEER_VERSION := 0.4.2
+SPARKRUN_PEER_VENV := $(HOME)/.cache/sparkrun-tools/sparkrun-$(SPARKRUN_PEER_VERSION)
+SPARKRUN_PEER_PYTHON ?= $(shell command -v python3.13 || command -v python3.12)
+
+bench-registry: $(STAMP) testbed-bin ## RecipeRegistry sync of 200/1000 recipes vs git clone + direct creates vs sparkrun 0.4.2 (installed if missing)
+	@test -e $(SPARKRUN_PEER_VENV)/.installed || { rm -rf $(SPARKRUN_PEER_VENV); test -n "$(SPARKRUN_PEER_PYTHON)" && $(SPARKRUN_PEER_PYTHON) -m venv $(SPARKRUN_PEER_VENV) && $(SPARKRUN_PEER_VENV)/bin/pip install -q 'sparkrun==$(SPARKRUN_PEER_VERSION)' && touch $(SPARKRUN_PEER_VENV)/.installed; } || echo "sparkrun $(SPARKRUN_PEER_VERSION) could not be installed (no Python >= 3.12?); benchmarking without the peer"
+	$(PY) -m bench.registry --sparkrun $(SPARKRUN_PEER_VENV)/bin/sparkrun $(BENCH_ARGS)
 
 clean: ## remove the venv and caches (the testbed binary cache stays)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -30,6 +30,10 @@ SOURCES_AVAILABLE: Final = "SourcesAvailable"
 OWNED: Final = "Owned"
 #: Whether a gateway accepted the workload's InferencePool (issue 30; with pools managed).
 POOL_ACCEPTED: Final = "PoolAccepted"
+#: Whether Kueue admitted the workload's JobSets (with a queue name; issue 32).
+ADMITTED: Final = "Admitted"
+#: Whether an InferenceCluster's ``queueName`` exists as a LocalQueue where its workloads run.
+QUEUE_READY: Final = "QueueReady"
 
 # -- reasons ------------------------------------------------------------------------------
 # Ready
@@ -124,6 +128,18 @@ REASON_POOL_NAME_TAKEN: Final = "PoolNameTaken"
 REASON_POOL_REFUSED: Final = "Refused"
 #: A gateway's reason that is not a valid condition reason (shown in the message instead).
 REASON_POOL_NOT_ACCEPTED: Final = "NotAccepted"
+# Admitted (Kueue; also on Scheduled and Ready while queued) and QueueReady
+REASON_ADMITTED_BY_KUEUE: Final = "AdmittedByKueue"
+REASON_QUEUED_BY_KUEUE: Final = "QueuedByKueue"
+#: The queue name names no LocalQueue in the namespace: Kueue admits nothing from it.
+REASON_QUEUE_NOT_FOUND: Final = "QueueNotFound"
+#: A queue name is set but Kueue's CRDs are not installed: nothing unsuspends the JobSets.
+REASON_KUEUE_NOT_INSTALLED: Final = "KueueNotInstalled"
+#: The operator has not read the queue yet, or could not (its message says why).
+REASON_QUEUE_UNKNOWN: Final = "QueueUnknown"
+REASON_QUEUE_EXISTS: Final = "QueueExists"
+#: No workload on the cluster uses its queue name yet: nothing to check.
+REASON_QUEUE_UNUSED: Final = "QueueUnused"
 # generic
 REASON_INVALID_SPEC: Final = "InvalidSpec"
 REASON_RECONCILE_ERROR: Final = "ReconcileError"
@@ -154,3 +170,32 @@ JOB_STATES: Final = (
     "lost",
 )
 JOB_TERMINAL_STATES: Final = frozenset({"succeeded", "failed", "cancelled", "lost"})
+
+# -- issue 32: RecipeRegistry (H2) ----------------------------------------------------------
+#: Whether the registry's last sync fetched its ref and wrote its objects.
+SYNCED: Final = "Synced"
+REASON_SYNCED: Final = "Synced"
+#: The repository could not be fetched (unreachable, gone, refused, too large, too slow).
+REASON_FETCH_FAILED: Final = "FetchFailed"
+#: Synced, but some recipes, mods or profiles were not written (``status.problems`` says which).
+REASON_SYNCED_WITH_PROBLEMS: Final = "SyncedWithProblems"
+#: ``spec.enabled`` is false: not fetched; the objects it wrote stay.
+REASON_DISABLED: Final = "Disabled"
+#: The credentials Secret is missing or lacks username/password or token.
+REASON_CREDENTIALS_INVALID: Final = "CredentialsInvalid"
+#: A namespaced operator does not serve ``spec.targetNamespace``.
+REASON_TARGET_NOT_SERVED: Final = "TargetNamespaceNotServed"
+#: Not synced yet.
+REASON_SYNC_PENDING: Final = "SyncPending"
+
+# -- issue 32: recipe hooks and mods (H4) ---------------------------------------------------
+#: Whether the recipe's mods and hooks run (present only when the recipe declares some).
+HOOKS_APPLIED: Final = "HooksApplied"
+REASON_HOOKS_APPLIED: Final = "Applied"
+#: The recipe is not trusted (no trusted RecipeRegistry wrote it as it is): nothing runs.
+REASON_HOOKS_UNTRUSTED: Final = "Untrusted"
+#: Some mods cannot be resolved (no registry, ConfigMap missing or unreadable) or some entries
+#: cannot run here: the message names each; the rest runs.
+REASON_MODS_UNRESOLVED: Final = "ModsUnresolved"
+#: The hooks make a wrapper too large for a pod spec.
+REASON_HOOKS_INVALID: Final = "HooksInvalid"

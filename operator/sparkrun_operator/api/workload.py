@@ -35,6 +35,7 @@ from sparkrun_operator.api.meta import (
 )
 from sparkrun_operator.api.ownership import LeaseSpec, LeaseStatus
 from sparkrun_operator.api.podoverride import PodOverride
+from sparkrun_operator.api.queue import WorkloadQueueField
 from sparkrun_operator.api.scaling import AutoscalingSpec, IdleSpec, ScalingStatus
 from sparkrun_operator.api.servedname import ServedName
 
@@ -485,7 +486,9 @@ class Endpoint(KubeModel):
     ready: bool = Field(description="Whether the leader passes its readiness probe.")
 
 
-StartupStage = Literal["accepted", "cacheReady", "scheduled", "running", "ready"]
+StartupStage = Literal[
+    "accepted", "cacheReady", "scheduled", "running", "ready", "mods", "preExec", "postExec", "postCommands"
+]
 
 
 class ServedModel(KubeModel):
@@ -509,14 +512,14 @@ class ServedModel(KubeModel):
 
 
 class StartupEvent(KubeModel):
-    """One step of a replica's cold start."""
+    """One step of a replica's cold start; mods, preExec, postExec, postCommands: a recipe's hooks."""
 
-    stage: StartupStage = Field(description="accepted, cacheReady, scheduled, running or ready.")
+    stage: StartupStage = Field(description="accepted, cacheReady, scheduled, running, ready; hooks.")
     time: dt.datetime = Field(description="When the stage was first observed.")
-    replica: int | None = Field(
-        default=None, description="Replica index, when the stage is per replica.", ge=0
-    )
+    replica: int | None = Field(default=None, description="Replica index, when per replica.", ge=0)
     revision: str | None = Field(default=None, description="Serving revision the stage belongs to.")
+    outcome: Literal["ok", "failed", "skipped"] | None = Field(default=None, description="A hook's end.")
+    message: str | None = Field(default=None, description="Why a hook failed or was skipped.", max_length=512)
 
 
 class InferenceWorkloadStatus(KubeModel):
@@ -594,3 +597,4 @@ class InferenceWorkloadStatus(KubeModel):
         "one at a time; the gateway stops routing to a group's listed pods while it moves).",
     )
     inference_pool: InferencePoolStatusField = None
+    queue: WorkloadQueueField = None

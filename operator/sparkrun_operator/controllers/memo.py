@@ -15,8 +15,11 @@ import httpx
 from sparkrun_operator.controllers.config import OperatorConfig
 from sparkrun_operator.controllers.failurelog import FailureLog
 from sparkrun_operator.controllers.gate import PriorityGate
+from sparkrun_operator.controllers.hooks import ModCache
+from sparkrun_operator.controllers.kueue import QueueWatch
 from sparkrun_operator.controllers.metrics import Metrics
 from sparkrun_operator.controllers.ownership_watch import LeaseWatch
+from sparkrun_operator.controllers.resume import Pauses
 from sparkrun_operator.controllers.triggers import Triggers
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.plan.names import Claim
@@ -74,6 +77,14 @@ class Memo:
     #: (an unlabelled object of its name): the planner reports it and applies no picker while
     #: it is recent (``workload_act.picker_refusals``).
     picker_refusals: dict[tuple[str, str], dict[str, PoolRefusal]] = field(default_factory=dict)
+    #: The last read of each Kueue LocalQueue a workload waits in or a cluster names (issue 32;
+    #: ``controllers/kueue.py``): the planner folds it into ``status.queue``.
+    queues: QueueWatch = field(default_factory=QueueWatch)
+    #: The mod ConfigMaps of each RecipeRegistry's commit, per namespace (issue 32; ``controllers/hooks.py``).
+    mods: ModCache = field(default_factory=ModCache)
+    #: The pauses kopf's peering logged (issue 32, ``controllers/resume.py``): once paused, a
+    #: workload daemon that starts waits until the indexes show its children.
+    pauses: Pauses = field(default_factory=Pauses)
 
     def jitter(self, seconds: float) -> float:
         """``seconds`` +-10%, so that many objects' timers do not fire in lockstep."""

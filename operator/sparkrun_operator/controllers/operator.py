@@ -43,7 +43,9 @@ from sparkrun_operator.controllers import (
     ownership,
     recipe,
     workload,
+    workload_pokes,
 )
+from sparkrun_operator.controllers import registry as recipe_registries
 from sparkrun_operator.controllers.collector import collect_when_quiet
 from sparkrun_operator.controllers.config import OperatorConfig
 from sparkrun_operator.controllers.diffbase import ChangeHandledKindsDiffBase
@@ -152,6 +154,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     autoscale.register(registry)
     cluster.register(registry, drift_seconds=config.drift_seconds)
     recipe.register(registry)
+    recipe_registries.register(registry)
     daemonjob.register(registry, settings=daemon_settings(config))
     modelcache.register(registry)
     benchmark.register(registry)
@@ -253,8 +256,17 @@ async def run(
     )
     lag = asyncio.create_task(watch_loop_lag(metrics))
     collector = asyncio.create_task(collect_when_quiet(ctx.triggers))
+    queues = asyncio.create_task(
+        ctx.queues.run(
+            kube,
+            poke_workload=lambda key: ctx.triggers.poke(workload_pokes.status_key(*key)),
+            poke_cluster=lambda name: ctx.triggers.poke(cluster.lane_key(name)),
+        )
+    )
     stack = contextlib.ExitStack()
     stack.enter_context(observing_gc(metrics))
+    ctx.pauses.install()
+    stack.callback(ctx.pauses.remove)
     try:
         if options.metrics_port is not None:
             serve_metrics(metrics, host=options.metrics_host, port=options.metrics_port)
@@ -275,7 +287,7 @@ async def run(
         )
     finally:
         stack.close()
-        for task in (lag, collector):
+        for task in (lag, collector, queues):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task

@@ -43,7 +43,8 @@ from sparkrun_operator.api.cluster import DEFAULT_GPU_RESOURCE
 from sparkrun_operator.api.meta import utcnow
 from sparkrun_operator.api.resources import INFERENCE_WORKLOAD
 from sparkrun_operator.api.workload import InferenceWorkloadSpec, InferenceWorkloadStatus
-from sparkrun_operator.controllers import gate, indexes, lane, workload_pokes
+from sparkrun_operator.controllers import gate, hooks, indexes, lane, resume, workload_pokes
+from sparkrun_operator.controllers.cluster import lane_key
 from sparkrun_operator.controllers.engine import Engine
 from sparkrun_operator.controllers.loop import run_loop
 from sparkrun_operator.controllers.memo import Memo
@@ -52,6 +53,7 @@ from sparkrun_operator.controllers.reconciler import Event, Outcome, post, run_p
 from sparkrun_operator.controllers.status import StatusMemory, current_status, status_patch
 from sparkrun_operator.controllers.workload_act import execute, picker_refusals
 from sparkrun_operator.controllers.workload_pokes import full_key, status_key
+from sparkrun_operator.k8s.errors import KubeError
 from sparkrun_operator.k8s.resources import Resource, resource_of
 from sparkrun_operator.plan import observe
 from sparkrun_operator.plan.drain import own_first
@@ -88,7 +90,14 @@ class Expectations:
     #: The InferencePool and the endpoint picker's Deployment (issue 30).
     pool: bool = False
     picker: bool = False
+    #: Pods the apiserver listed when the daemon started after a pause (``controllers/resume.py``).
+    pods: set[str] = field(default_factory=set)
     since: float = 0.0
+
+    def relisted(self, found: resume.Children) -> None:
+        """Wait for the children the apiserver lists now: the indexes may predate a pause."""
+        self.created, self.pods, self.revisions = set(found.jobsets), set(found.pods), set(found.revisions)
+        self.since = time.monotonic()
 
     def record(self, p: Plan, unapplied: Collection[str] = ()) -> None:
         """What ``p`` made and deleted, less the kinds ``unapplied`` (refused, a name taken)."""
@@ -113,8 +122,9 @@ class Expectations:
         revisions: Iterable[str] = (),
         pool_seen: bool = True,
         picker_seen: bool = True,
+        pods: Iterable[str] = (),
     ) -> bool:
-        pending = self.service or self.policy or self.pool or self.picker
+        pending = self.service or self.policy or self.pool or self.picker or bool(self.pods)
         if not (self.created or self.deleted or pending or self.revisions):
             return True
         seen = {js.name for js in jobsets}
@@ -127,9 +137,10 @@ class Expectations:
             and (pool_seen or not self.pool)
             and (picker_seen or not self.picker)
             and self.revisions <= set(revisions)
+            and self.pods <= set(pods)
         ):
             self.created, self.deleted, self.service, self.policy = set(), set(), False, False
-            self.revisions, self.pool, self.picker = set(), False, False
+            self.revisions, self.pool, self.picker, self.pods = set(), False, False, set()
             return True
         return time.monotonic() - self.since > patience
 
@@ -157,10 +168,7 @@ def observation(
     namespace = str(meta["namespace"])
     spec = InferenceWorkloadSpec.model_validate(body.get("spec") or {})
     status = current_status(body, InferenceWorkloadStatus)
-    recipe = None
-    if spec.recipe is not None:
-        raw_recipe = observe.first(indices.get("iw_recipes"), (namespace, spec.recipe.name))
-        recipe = observe.recipe_of(raw_recipe, name=spec.recipe.name)
+    recipe, recipe_hooks = hooks.recipe_of(ctx.mods, indices, namespace, spec)
     cache = None
     if spec.model is not None and spec.model.cache_ref is not None:
         cache_name = spec.model.cache_ref.name
@@ -170,8 +178,7 @@ def observation(
     key = (namespace, name)
     pods: list[ObservedPod] = _store(indices.get("iw_pods"), key)
     jobsets = [observe.with_readiness(js, pods) for js in _store(indices.get("iw_jobsets"), key)]
-    capacity = None
-    nodes = indices.get("iw_nodes")
+    capacity, nodes = None, indices.get("iw_nodes")
     if observe.needs_capacity(pods) and nodes is not None:
         capacity = observe.capacity(
             cluster=cluster,
@@ -196,6 +203,9 @@ def observation(
         clock=dt.datetime.now(dt.UTC),
         created=observe.parse_time(meta.get("creationTimestamp")),
         recipe=recipe,
+        hooks=recipe_hooks,
+        hook_jobs=tuple(_store(indices.get("iw_hook_jobs"), key)),
+        post_exec=ctx.mods.seen(namespace, pods),
         cache=cache,
         cluster=cluster,
         capacity=capacity,
@@ -222,17 +232,23 @@ def observation(
         failures=ctx.failures.of(key),
         ownership=ctx.ownership.verdicts.get(key) if spec.lease is not None else None,
         drain=own_first(_store(indices.get("iw_drains"), key), cluster.name if cluster else spec.cluster),
+        queue=ctx.queues.of_workload(key, spec=spec, cluster=cluster, jobsets=jobsets),
     )
 
 
 def _record_dependencies(ctx: Memo, obs: Observation) -> None:
     """What ``obs`` depends on (Recipe, ModelCache, cluster), for the dependency pokes."""
     spec = obs.spec
-    ctx.dependencies[(obs.namespace, obs.name)] = (
+    key = (obs.namespace, obs.name)
+    before = ctx.dependencies.get(key)
+    ctx.dependencies[key] = (
         spec.recipe.name if spec.recipe else None,
         obs.cache.name if obs.cache else None,
         obs.cluster.name if obs.cluster else spec.cluster,
     )
+    cluster = ctx.dependencies[key][2]
+    if cluster is not None and (before is None or before[2] != cluster):
+        ctx.triggers.poke(lane_key(cluster))  # its status lists the namespaces its workloads use
 
 
 async def probe_sleep(ctx: Memo, body: Mapping[str, Any], indices: Mapping[str, Any]) -> dict[str, bool]:
@@ -355,6 +371,8 @@ async def reconcile(
             return None  # ownerReferences delete the children
         requested = workload_pokes.requested(meta)
         writes.asleep = await probe_sleep(ctx, body, indices)
+        await hooks.prefetch_for(ctx, ctx.mods, body, indices)
+        await hooks.read_post_exec(ctx, ctx.mods, body, indices)
         observed_at = time.monotonic()
         obs = observation(ctx=ctx, body=body, indices=indices, now=utcnow(), asleep=writes.asleep)
         _record_dependencies(ctx, obs)
@@ -489,6 +507,7 @@ def catching_up(
         revisions=revisions,
         pool_seen=bool(_store(indices.get("iw_pools"), key)),
         picker_seen=bool(_store(indices.get("iw_pickers"), key)),
+        pods=[p.name for p in _store(indices.get("iw_pods"), key)],
     ):
         return None
     return 1.0
@@ -510,6 +529,7 @@ def register(
     workload_pokes.register(
         registry, workload_id=WORKLOAD_ID, drift_seconds=drift_seconds, network_policies=network_policies
     )
+    hooks.register_pokes(registry, lambda ctx, ns, name: ctx.triggers.poke(full_key(ns, name)))
     _register_daemon(registry)
 
 
@@ -532,6 +552,11 @@ def _register_daemon(registry: kopf.OperatorRegistry) -> None:
         writes = Writes()
         indices = indexes.pick(kwargs)
         assert namespace is not None  # a namespaced kind
+        if ctx.pauses.count:
+            # NB: started by a resume: the indexes may not show what the pause missed yet
+            with contextlib.suppress(KubeError):
+                async with ctx.gate:
+                    expectations.relisted(await resume.children(ctx.kube, namespace, name))
 
         async def one_pass() -> float | None:
             return await reconcile(
@@ -569,6 +594,7 @@ def _register_daemon(registry: kopf.OperatorRegistry) -> None:
             ctx.reconciled.pop((namespace, name), None)
             ctx.pool_refusals.pop((namespace, name), None)
             ctx.picker_refusals.pop((namespace, name), None)
+            ctx.queues.forget((namespace, name))
             ctx.metrics.observe_ready("InferenceWorkload", (namespace, name), None)
             ctx.metrics.observe_phase("InferenceWorkload", (namespace, name), None)
             ctx.metrics.observe_workload((namespace, name), None, cap=0)

@@ -189,3 +189,28 @@ ANNOTATION_POOL_HASH: Final = f"{PREFIX}/pool-hash"
 #: gateway already resolved (our gateway uses it when it equals the body's model or the body
 #: names none).
 HEADER_GATEWAY_MODEL_NAME: Final = "x-gateway-model-name"
+
+# issue 32 -- RecipeRegistry (H2): what its controller writes in the registry's targetNamespace
+#: On every object a RecipeRegistry's controller writes (Recipes, mod and benchmark-profile
+#: ConfigMaps): the registry's name (with a controller ownerReference, UID-checked by readers).
+LABEL_REGISTRY: Final = f"{PREFIX}/registry"
+#: On a registry-made Recipe: the catalog name as sparkrun forms it (path-qualified when two
+#: files share a name), the file's path in the repository, and the commit it was written from.
+ANNOTATION_CATALOG_NAME: Final = f"{PREFIX}/catalog-name"
+ANNOTATION_REGISTRY_PATH: Final = f"{PREFIX}/registry-path"
+ANNOTATION_REGISTRY_COMMIT: Final = f"{PREFIX}/registry-commit"
+#: On a RecipeRegistry (set by ``catalog.refresh``, any new value): sync now.
+ANNOTATION_SYNC_REQUESTED: Final = f"{PREFIX}/sync-requested"
+#: On a mod ConfigMap: the mod's slug (label) and its name as recipes write it (``mods/fix-x``).
+LABEL_MOD: Final = f"{PREFIX}/mod"
+ANNOTATION_MOD_NAME: Final = f"{PREFIX}/mod-name"
+#: On a benchmark-profile ConfigMap: the profile's slug (label) and its name in the registry.
+LABEL_BENCHMARK_PROFILE: Final = f"{PREFIX}/benchmark-profile"
+ANNOTATION_BENCHMARK_PROFILE_NAME: Final = f"{PREFIX}/benchmark-profile-name"
+#: The field manager of a RecipeRegistry's writes (Recipes, ConfigMaps in its targetNamespace).
+REGISTRY_MANAGER: Final = "sparkrun-registry"
+
+# issue 32 -- recipe hooks (H4)
+#: On a workload's post_commands Job and its pod: the workload (not LABEL_WORKLOAD, which would
+#: make its pod one of the engine pods the workload indexes read).
+LABEL_HOOK_WORKLOAD: Final = f"{PREFIX}/hook-workload"

@@ -28,7 +28,8 @@ cluster: may block) -> ``history`` (the kept revisions: the newest serves; rollb
 pruning, ADR 0046) -> ``identity`` (ids, the served names) -> ``rolloutgate`` (the
 benchmark a gated rollout waits for, and its verdict) -> ``children`` (Service,
 JobSets) -> ``pool`` (the InferencePool, its endpoint picker, ``PoolAccepted``) -> ``sleep``
-(engine sleep/wake calls) -> ``counts``, ``scheduled``, ``ownership``
+(engine sleep/wake calls) -> ``counts``, ``queue`` (Kueue: ``status.queue``, ``Admitted``),
+``scheduled``, ``ownership``
 (``status.lease``), the drain (``status.drain``: ``obs.drain``, the workload's groups in its
 cluster's drain) and ``conditions`` (the status) -> ``scaling`` (``status.scaling``: the
 autoscaler's news, the measured wakes; it reads the conditions just set). :func:`status_only`
@@ -39,15 +40,18 @@ into the status to write.
 from __future__ import annotations
 
 from sparkrun_operator.api.workload import InferenceWorkloadStatus
+from sparkrun_operator.plan.queue import QueueRead
 from sparkrun_operator.plan.workload import (
     children,
     conditions,
     counts,
     gates,
     history,
+    hooks,
     identity,
     ownership,
     pool,
+    queue,
     rolloutgate,
     scaling,
     scheduled,
@@ -93,6 +97,7 @@ __all__ = [
     "ObservedPod",
     "ObservedRecipe",
     "Plan",
+    "QueueRead",
     "SetSuspend",
     "finalize",
     "plan",
@@ -106,7 +111,8 @@ def plan(obs: Observation) -> Plan:
     cond = Conditions(obs.status.conditions, obs.generation, obs.now)
     status = _carried(obs)
     found = gates.check(obs, cond, status)
-    serving = history.settle(obs, found, identity.desired(obs, found), cond, status, out)
+    recipe_hooks = hooks.settle(obs, found.effective, cond)
+    serving = history.settle(obs, found, identity.desired(obs, found, recipe_hooks.plan), cond, status, out)
     inputs = serving.inputs
     identity.settle(obs, found, serving, status)
     verdict = rolloutgate.plan_gate(obs, out)
@@ -114,7 +120,17 @@ def plan(obs: Observation) -> Plan:
     pool.plan_pool(obs, out, cond, status)
     engines = sleep.plan_engines(obs, out, out.effective or found.effective)
     counted = counts.count(obs, status, revision=out.revision)
+    hooks.timeline(obs, status, out, serving=inputs.hooks if inputs else None, decision=recipe_hooks)
+    hooks.post_commands(obs, out, status, recipe_hooks)
+    queued = queue.report(
+        obs=obs,
+        cond=cond,
+        status=status,
+        counted=counted,
+        queue=inputs.queue_name if inputs is not None else None,
+    )
     scheduled.scheduled(
+        queued=queued,
         cond=cond,
         obs=obs,
         counted=counted,

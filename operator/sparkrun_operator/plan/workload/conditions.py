@@ -28,6 +28,7 @@ from sparkrun_operator.plan.workload.model import (
     plural,
 )
 from sparkrun_operator.plan.workload.pool import refusal_condition
+from sparkrun_operator.plan.workload.queue import WAITING_REASONS
 from sparkrun_operator.plan.workload.rolloutgate import Verdict
 from sparkrun_operator.plan.workload.sleep import Sleep
 
@@ -239,6 +240,11 @@ def _ready(
     if blocked is not None and not ready:
         cond.set(c.READY, False, blocked[0], blocked[1])
         return "Failed" if blocked[0] in _FATAL else "Pending"
+    held = _held_by_kueue(cond)
+    if held is not None and not ready and not sleep.expected and desired:
+        # Pending, not Starting: no JobSet of the workload runs until Kueue admits it
+        cond.set(c.READY, False, held[0], held[1])
+        return "Pending"
     if sleep.expected and sleep.ready_leaders:
         cond.set(
             c.READY,
@@ -271,6 +277,14 @@ def _ready(
     if ready:
         return "Degraded"
     return "Starting" if counts.counted else "Pending"
+
+
+def _held_by_kueue(cond: Conditions) -> tuple[str, str] | None:
+    """The reason and message of ``Admitted=False`` while JobSets wait on Kueue (this pass's)."""
+    for item in cond.items:
+        if item.type == c.ADMITTED and c.ADMITTED in cond.seen and item.status == "False":
+            return (item.reason, item.message) if item.reason in WAITING_REASONS else None
+    return None
 
 
 def _not_ready_hint(cond: Conditions) -> str:

@@ -24,6 +24,8 @@ from sparkrun_operator.api.scaling import ScalingDecision
 from sparkrun_operator.api.workload import FailureRecord, InferenceWorkloadSpec, InferenceWorkloadStatus
 from sparkrun_operator.plan.fit import GpuLabels
 from sparkrun_operator.plan.names import Claim
+from sparkrun_operator.plan.queue import QueueRead
+from sparkrun_operator.plan.workload.hooksource import HookSource, ObservedHookJob
 from sparkrun_operator.recipe.resolve import EffectiveSpec
 from sparkrun_operator.render.inferencepool import PoolSettings
 from sparkrun_operator.render.keys import LABEL_INFERENCE_POOL
@@ -345,6 +347,16 @@ class Observation:
     #: The recent refusals of the Managed picker's objects, a name taken among them (kept by
     #: the controller, one per kind).
     picker_refused: tuple[PoolRefusal, ...] = ()
+    #: The last read of the LocalQueue the workload's JobSets wait in (Kueue, issue 32;
+    #: ``controllers/kueue.py``); ``None``: none read (``plan/workload/queue.py``).
+    queue: QueueRead | None = None
+    #: Where the served Recipe comes from: its trust and its registry's mods (issue 32;
+    #: ``plan/workload/hooks.py``); ``None``: from no RecipeRegistry (never trusted).
+    hooks: HookSource | None = None
+    #: The workload's post_commands Jobs (one per serving revision; ``render/hookjob.py``).
+    hook_jobs: tuple[ObservedHookJob, ...] = ()
+    #: Leader pod name -> the post_exec outcome its log showed (``ok``/``failed``) and when it was read.
+    post_exec: Mapping[str, tuple[str, dt.datetime]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -433,6 +445,9 @@ class Plan:
     annotate: list[Annotate] = field(default_factory=list)
     #: The serving revision copies revision N's settings (a rollback): the rollout gate may skip it.
     rollback_of: int | None = None
+    #: A live JobSet runs recipe hooks that may no longer run (``hooktrust.py``): the rollout gate
+    #: promotes the serving revision without its benchmark.
+    hooks_withdrawn: bool = False
 
     @property
     def idle(self) -> bool:

@@ -43,8 +43,9 @@ def scheduled(
     inputs: ServingInputs | None,
     cluster_problem: str | None,
     memory_problem: str | None = None,
+    queued: str | None = None,
 ) -> None:
-    """Set ``Scheduled``."""
+    """Set ``Scheduled`` (``queued``: why JobSets wait on Kueue, ``plan/workload/queue.py``)."""
     spec = obs.spec
     if cluster_problem is not None:
         cond.set(c.SCHEDULED, False, c.REASON_CLUSTER_NOT_FOUND, cluster_problem)
@@ -65,6 +66,10 @@ def scheduled(
     pending = [p for p in pods if p.node is None]
     if pods and not pending:
         cond.set(c.SCHEDULED, True, c.REASON_ALL_PODS_SCHEDULED, f"{plural(len(pods), 'pod')} scheduled")
+        return
+    if queued is not None and not pending:
+        # Kueue holds the JobSets suspended: no pod exists to schedule yet
+        cond.set(c.SCHEDULED, False, c.REASON_QUEUED_BY_KUEUE, queued)
         return
     if _no_fitting_nodes(cond, obs, ask) or _unschedulable(cond, obs, ask, pending):
         return
