@@ -34,7 +34,8 @@ from sparkrun_operator.api.resources import RECIPE
 from sparkrun_operator.api.workload import InferenceWorkloadSpec
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.ops import kube
-from sparkrun_operator.ops.errors import Conflict, Invalid, NotFound
+from sparkrun_operator.ops.errors import Conflict, Invalid
+from sparkrun_operator.ops.executors.recipe_lookup import find_recipe
 from sparkrun_operator.ops.executors.registries import registry_index
 from sparkrun_operator.ops.invocation import ArgumentCheck, Executor, OperationContext
 from sparkrun_operator.ops.settings import Settings
@@ -201,14 +202,8 @@ def _detail(
 
 
 async def _get(ctx: OperationContext, reference: str) -> dict[str, Any]:
-    found = (
-        await ctx.rest.get(kube.RECIPES, reference, ctx.namespace)
-        if re.fullmatch(r"[a-z0-9.-]{1,253}", reference)
-        else None
-    )
-    if found is None:
-        raise NotFound(f"Unknown recipe: {reference}")
-    return found
+    """The Recipe ``reference`` names: its object name, ``@registry/name`` or a catalog name."""
+    return await find_recipe(ctx, reference)
 
 
 def _matches(summary: Mapping[str, Any], *, query: str | None, runtime: str | None) -> bool:
@@ -331,9 +326,12 @@ async def import_recipe(ctx: OperationContext, args: dict[str, Any]) -> Any:
 
 
 async def retain(ctx: OperationContext, args: dict[str, Any]) -> Any:
-    await _get(ctx, args["reference"])
+    found = await _get(ctx, args["reference"])
     await ctx.rest.merge_patch(
-        kube.RECIPES, args["reference"], {"metadata": {"labels": {RETAINED_LABEL: "true"}}}, ctx.namespace
+        kube.RECIPES,
+        found["metadata"]["name"],
+        {"metadata": {"labels": {RETAINED_LABEL: "true"}}},
+        ctx.namespace,
     )
     return None
 

@@ -110,7 +110,7 @@ async def launch(
     if problem:
         raise Invalid(problem)
     cluster = await cluster_for(ctx, args, create=False)
-    spec = workload_spec(ctx, args, recipe, cluster=cluster)
+    spec = workload_spec(ctx, args, recipe, cluster=cluster, recipe_name=recipe_obj["metadata"]["name"])
     existing = await ctx.rest.get(kube.WORKLOADS, name, ctx.namespace)
     if existing is not None:
         if not _same_request(existing, spec):

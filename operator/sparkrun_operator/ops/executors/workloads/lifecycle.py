@@ -12,6 +12,7 @@ from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.k8s.errors import KubeInvalid
 from sparkrun_operator.ops import ifmatch, kube, rollout
 from sparkrun_operator.ops.errors import Conflict, DaemonError, Invalid, NotFound, OperationTimeout
+from sparkrun_operator.ops.executors.recipe_lookup import find_recipe
 from sparkrun_operator.ops.executors.workloads.inventory import state, workload_row
 from sparkrun_operator.ops.invocation import OperationContext
 from sparkrun_operator.plan import wake as wakeup
@@ -86,11 +87,19 @@ async def find(rest: Kube, namespace: str, workload_id: str) -> dict[str, Any]:
         raise NotFound(f"Unknown workload: {workload_id}") from None
 
 
+async def _names_recipe(ctx: OperationContext, reference: str, name: str | None) -> bool:
+    """Whether ``reference`` (a catalog name or ``@registry/name``) names the Recipe ``name``."""
+    try:
+        return name is not None and (await find_recipe(ctx, reference))["metadata"]["name"] == name
+    except (NotFound, Conflict):
+        return False
+
+
 async def guarded(ctx: OperationContext, args: Mapping[str, Any], *, owner: bool) -> dict[str, Any]:
     workload = await by_id(ctx, args["workload_id"])
     spec, status = workload.get("spec") or {}, workload.get("status") or {}
     recipe = (spec.get("recipe") or {}).get("name")
-    if recipe != args["recipe"]:
+    if recipe != args["recipe"] and not await _names_recipe(ctx, args["recipe"], recipe):
         raise Conflict(f"Workload {args['workload_id']} serves recipe {recipe!r}, not {args['recipe']!r}")
     revision = status.get("recipeRevision") or ""
     if revision != args["recipe_revision"]:

@@ -15,7 +15,8 @@ from sparkrun_operator.api.resources import INFERENCE_CLUSTER
 from sparkrun_operator.api.workload import InferenceWorkloadSpec
 from sparkrun_operator.k8s import errors as k8s_errors
 from sparkrun_operator.ops import kube
-from sparkrun_operator.ops.errors import Invalid, NotFound
+from sparkrun_operator.ops.errors import Invalid
+from sparkrun_operator.ops.executors.recipe_lookup import find_recipe
 from sparkrun_operator.ops.invocation import OperationContext
 from sparkrun_operator.ops.settings import Settings
 from sparkrun_operator.recipe import identity as recipe_identity
@@ -65,10 +66,9 @@ _HOST_ONLY = (
 
 
 async def recipe_object(ctx: OperationContext, name: str) -> dict[str, Any]:
-    found = await ctx.rest.get(kube.RECIPES, name, ctx.namespace)
-    if found is None:
-        raise NotFound(f"Unknown recipe: {name} (no Recipe {name!r} in namespace {ctx.namespace})")
-    return found
+    """The Recipe a recipe argument names: its object name, ``@registry/name`` or a catalog name
+    (``recipe_lookup.py``); a workload made from it names the object (``spec.recipe.name``)."""
+    return await find_recipe(ctx, name)
 
 
 def workload_name(args: Mapping[str, Any]) -> str:
@@ -115,12 +115,18 @@ def _int(value: Any, what: str) -> int:
 
 
 def workload_spec(
-    ctx: OperationContext, args: Mapping[str, Any], recipe: RecipeSpec, *, cluster: str | None
+    ctx: OperationContext,
+    args: Mapping[str, Any],
+    recipe: RecipeSpec,
+    *,
+    cluster: str | None,
+    recipe_name: str | None = None,
 ) -> dict[str, Any]:
-    """The InferenceWorkload spec (wire form) for a launch request."""
+    """The InferenceWorkload spec (wire form) for a launch request; ``recipe_name``: the Recipe
+    object's name (default: the argument, when it is one)."""
     overrides = parse_overrides(args)
     defaults = recipe.defaults or {}
-    spec: dict[str, Any] = {"recipe": {"name": args["recipe"]}, "manager": ctx.manager}
+    spec: dict[str, Any] = {"recipe": {"name": recipe_name or args["recipe"]}, "manager": ctx.manager}
     if cluster:
         spec["cluster"] = cluster
     if any(k in overrides for k in ("tensor_parallel", "pipeline_parallel")) or args.get("solo"):
@@ -215,7 +221,7 @@ async def plan_request(ctx: OperationContext, args: dict[str, Any]) -> dict[str,
     recipe_obj = await recipe_object(ctx, args["recipe"])
     recipe = RecipeSpec.model_validate(recipe_obj.get("spec") or {})
     cluster = await cluster_for(ctx, args, create=False)
-    spec = workload_spec(ctx, args, recipe, cluster=cluster)
+    spec = workload_spec(ctx, args, recipe, cluster=cluster, recipe_name=recipe_obj["metadata"]["name"])
     name = workload_name(args)
     resolution = resolve(workload=InferenceWorkloadSpec.model_validate(spec), recipe=recipe)
     if resolution.spec is None:
