@@ -536,6 +536,7 @@ def test_uninstall_leaves_only_what_the_docs_say_stays(
         "modelcaches",
         "inferencebenchmarks",
         "daemonjobs",
+        "reciperegistries",
     )
     expected = {f"{plural}.sparkrun.dev" for plural in plurals}
     assert {k[2] for k in crds} == expected | {"clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"}

@@ -298,9 +298,16 @@ def test_the_cli_claims_holds_and_meets_the_api(daemon: Daemon, testbed: Testbed
         refused = _cli(testbed, "claim", name, "--session", "other", *ns)
         assert refused.returncode == 5, refused.stderr
         assert "held by" in refused.stderr
-        listed = _cli(testbed, "list", "--owned", "true", *ns)
-        assert listed.returncode == 0, listed.stderr
-        assert [e["workload"] for e in json.loads(listed.stdout)["leases"]] == [name]
+
+        # "owned" is the operator's judgement (status.lease), written after the claim: a busy
+        # machine can list before the operator's pass, so wait for it (bounded)
+        def owned() -> list[str] | None:
+            listed = _cli(testbed, "list", "--owned", "true", *ns)
+            assert listed.returncode == 0, listed.stderr
+            names = [e["workload"] for e in json.loads(listed.stdout)["leases"]]
+            return names or None
+
+        assert daemon.env.kube.wait(owned, timeout=60, what="the claimed lease listed as owned") == [name]
         assert _cli(testbed, "claim", "missing", *ns).returncode == 4
 
         # hold: renews every ttl/3 until interrupted (exit 130), and the lease stays Held meanwhile
