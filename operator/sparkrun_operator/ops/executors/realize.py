@@ -37,7 +37,12 @@ from sparkrun_operator.ops.errors import Invalid
 from sparkrun_operator.ops.executors.recipes import _code
 from sparkrun_operator.ops.executors.workloads import placement
 from sparkrun_operator.ops.executors.workloads.preview import materialize, plan
-from sparkrun_operator.ops.executors.workloads.request import parse_overrides, plan_request, recipe_object
+from sparkrun_operator.ops.executors.workloads.request import (
+    HOST_ONLY,
+    parse_overrides,
+    plan_request,
+    recipe_object,
+)
 from sparkrun_operator.ops.invocation import ArgumentCheck, Executor, OperationContext
 from sparkrun_operator.ops.settings import Settings
 from sparkrun_operator.recipe.resolve import validate_recipe
@@ -49,26 +54,7 @@ __all__ = ["CHECKS", "EXECUTORS"]
 REALIZE_REFUSED: Final = (
     "ensure",
     "strategy_options",
-    "scheduler",
-    "transfer_mode",
-    "cache_dir",
-    "offline",
-    "runtime_cache",
-    "auto_port",
-    "ray_port",
-    "dashboard_port",
-    "dashboard",
-    "init_port",
-    "executor",
-    "executor_config",
-    "rootful",
-    "transfer_interface",
-    "local_cache_dir",
-    "sync_tuning",
-    "extra_docker_opts",
-    "topology",
-    "preserve_model_perms",
-    "skip_model_fan_out",
+    *(key for key in HOST_ONLY if key not in ("strategy_options", "post_launch")),
 )
 #: The same for ``recipes.plan_build`` (``offline`` and ``rebuild`` are answered, not refused).
 PLAN_BUILD_REFUSED: Final = (

@@ -7,7 +7,7 @@ import contextlib
 import hashlib
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from sparkrun_operator.api.meta import API_VERSION
 from sparkrun_operator.api.recipe import RecipeSpec
@@ -39,7 +39,7 @@ _OVERRIDES = {
 
 
 #: run/plan arguments that only steer host execution (SSH, Docker, file transfer).
-_HOST_ONLY = (
+HOST_ONLY: Final = (
     "scheduler",
     "transfer_mode",
     "cache_dir",
@@ -195,7 +195,7 @@ async def cluster_for(ctx: OperationContext, args: Mapping[str, Any], *, create:
 
 
 async def warn_ignored(ctx: OperationContext, args: Mapping[str, Any]) -> None:
-    ignored = [key for key in _HOST_ONLY if key in args and key != "post_launch"]
+    ignored = [key for key in HOST_ONLY if key in args and key != "post_launch"]
     if ignored:
         await ctx.emit(
             "warning",
