@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 BENCH_ARGS ?=
 
-.PHONY: sizes help venv demo test unit verify crds generate lint fmt typecheck importlint chart-lint policy test-vllm-args testbed-bin ssa-check flux-health netpol-eval promtool oci-registry kueue-bin lock lock-check testbed-up testbed-down bench bench-gateway bench-reconcile bench-scale bench-registry clean
+.PHONY: sizes help venv demo test unit verify crds generate lint fmt typecheck importlint chart-lint policy test-vllm-args testbed-bin ssa-check flux-health netpol-eval promtool oci-registry kueue-bin lock lock-check testbed-up testbed-down bench bench-gateway bench-reconcile bench-scale bench-registry clean refclient
 
 help: ## list the verbs
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -33,7 +33,7 @@ venv: $(STAMP) ## create .venv: the package with its dev tools, and the testbed 
 demo: $(STAMP) testbed-bin ## bring up the local testbed and run the main flow end to end
 	$(BIN)/sparkrun-k8s demo
 
-test: verify testbed-bin ssa-check flux-health netpol-eval promtool oci-registry kueue-bin ## install everything, run every check and the whole test suite
+test: verify testbed-bin ssa-check flux-health netpol-eval promtool oci-registry kueue-bin refclient ## install everything, run every check and the whole test suite
 	SPARKRUN_TESTBED_BIN="$$(hack/testbed-bin.sh --print)" $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 unit: $(STAMP) ## only the tests that need no testbed
@@ -108,6 +108,9 @@ netpol-eval: ## build hack/netpol-eval (kube-network-policies' verdicts; the Net
 
 kueue-bin: ## build Kueue's controller (sigs.k8s.io/kueue, pinned in hack/kueue/; optional on the testbed, tests/kueue) into ~/.cache/sparkrun-testbed (once)
 	hack/kueue-bin.sh
+
+refclient: ## sparkrun's own CLI (PyPI sparkrun 0.4.2, needs Python >= 3.12) into ~/.cache/sparkrun-tools (once)
+	hack/refclient.sh
 
 promtool: ## promtool from Debian's prometheus package (rule checks and rule unit tests) into ~/.cache/sparkrun-tools (once)
 	hack/promtool.sh
