@@ -84,7 +84,9 @@ def test_the_hook_stops_an_upgrade_whose_crd_rejects_a_stored_object(
     # the failed Job stays, its log lists object, field path and message
     log = cluster.kubectl("logs", "-n", NAMESPACE, f"job/{HOOK}").stdout
     line = f"InferenceWorkload {TENANT}/{WORKLOAD}: metadata.name: "
-    assert any(row.startswith(line) and "is too long" in row for row in log.splitlines()), log
+    assert any(
+        row.startswith(line) and "Too long: may not be more than" in row for row in log.splitlines()
+    ), log
     assert "FAILED" in log
 
 

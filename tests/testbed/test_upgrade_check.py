@@ -106,11 +106,13 @@ def test_a_tightened_crd_rejects_the_stored_workload(kubeconfig: Path, stored: s
     assert [(f["object"], f["problem"], f["path"]) for f in ours] == [
         (f"InferenceWorkload {stored}/{WORKLOAD}", "rejected", "metadata.name")
     ]
-    assert "is too long" in ours[0]["message"]
+    assert "Too long: may not be more than" in ours[0]["message"]
     text = _check(kubeconfig, chart)
     assert text.returncode == 1
     line = f"InferenceWorkload {stored}/{WORKLOAD}: metadata.name: "
-    assert any(row.startswith(line) and "is too long" in row for row in text.stdout.splitlines()), text.stdout
+    assert any(
+        row.startswith(line) and "Too long: may not be more than" in row for row in text.stdout.splitlines()
+    ), text.stdout
     assert "FAILED" in text.stdout.splitlines()[-1]
 
 

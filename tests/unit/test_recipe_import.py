@@ -28,14 +28,17 @@ def _flow(depth: int) -> str:
     [
         (
             HEADER + f"defaults:\n  deep: {_flow(bounds.RECIPE_DEFAULTS_DEPTH)}\n",
-            "spec.defaults.deep.a.a.a.a.a: {'a': 1} is expected to be empty",
+            "spec.defaults.deep.a.a.a.a.a: Too many: 1: must have at most 0 items",
         ),
         (
             HEADER + f"metadata:\n  deep: {_flow(bounds.RECIPE_METADATA_DEPTH)}\n",
-            "spec.metadata.deep.a.a.a.a: {'a': 1} is expected to be empty",
+            "spec.metadata.deep.a.a.a.a: Too many: 1: must have at most 0 items",
         ),
         (HEADER + "min_nodes: 2\nmax_nodes: 1\n", "spec.maxNodes: maxNodes must be at least minNodes"),
-        (HEADER + "defaults:\n  chat_template: " + "x" * 32769 + "\n", "spec.defaults.chat_template: 'xxx"),
+        (
+            HEADER + "defaults:\n  chat_template: " + "x" * 32769 + "\n",
+            "spec.defaults.chat_template: Too long: may not be more than 32768 bytes",
+        ),
     ],
     ids=["defaults-7-levels", "metadata-6-levels", "cel-rule", "string-over-32-kib"],
 )

@@ -241,7 +241,9 @@ def _check_object(crds: dict[str, dict[str, Any]], obj: Any) -> list[Finding]:
     rules = dict(_rules(schema))
     for error in validate(pruned, old=pruned, crds={kind: one_version}):
         rule = rules.get(error.message.split(_RULE_ERROR, 1)[0], "schema")
-        findings.append(Finding(kind, namespace, name, "rejected", error.path, rule, error.message))
+        # a CEL rule's finding names the rule; a schema error says it in the apiserver's words
+        message = error.message if rule != "schema" else (error.cause or error.message)
+        findings.append(Finding(kind, namespace, name, "rejected", error.path, rule, message))
     return findings
 
 
