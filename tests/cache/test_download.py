@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -9,13 +10,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from sparkrun_operator.rate import MIN_BYTES, RateMeter
 from sparkrun_operator.runtime import hferrors
 from sparkrun_operator.runtime.download import Downloader, Source
 from sparkrun_operator.runtime.hfcache import CacheLayout
-from sparkrun_operator.runtime.progress import Progress, Reporter
+from sparkrun_operator.runtime.progress import JsonLinesSink, Progress, Reporter
 from sparkrun_testbed.hfhub import BIG, BRANCH, GATED, PRIVATE, TAG, TINY, TOKEN, Hub, Repo, generated
 from sparkrun_testbed.hfhub.fixtures import big_model
 
@@ -257,7 +260,9 @@ def test_killed_mid_file_resumes_without_refetching_finished_blobs(hub: Hub, cac
 def test_progress_is_rate_bounded_and_always_reports_phases() -> None:
     now = [0.0]
     seen: list[Progress] = []
-    reporter = Reporter([seen.append], interval=1.0, clock=lambda: now[0])
+    # a meter scaled to this test's bytes: a rate after 2 s and 100 B, an ETA from 10 B/s
+    meter = RateMeter(min_seconds=2.0, min_bytes=100, min_rate=10.0)
+    reporter = Reporter([seen.append], interval=1.0, clock=lambda: now[0], meter=meter)
     for i in range(50):
         now[0] = i * 0.1
         reporter.update(
@@ -265,12 +270,49 @@ def test_progress_is_rate_bounded_and_always_reports_phases() -> None:
         )
     reporter.update(Progress("Ready", "a/b", "main", bytes_done=1000, bytes_total=1000, bytes_fetched=1000))
     assert [e.phase for e in seen].count("Ready") == 1
-    assert 5 <= len(seen) <= 7
-    middle = seen[2]
+    assert [e.at for e in seen] == sorted(e.at for e in seen)
+    assert len(seen) == 6  # t = 0, 1, 2, 3, 4 s, and Ready
+    early = seen[:2]  # 0 and 1 s into the download: no minimum sample yet
+    assert [(e.rate_bytes_per_s, e.eta_s) for e in early] == [(None, None), (None, None)]
+    middle = seen[2]  # 2 s, 200 bytes
     assert middle.rate_bytes_per_s == pytest.approx(100.0)
-    assert middle.eta_s is not None
-    assert middle.eta_s > 0
+    assert middle.eta_s == pytest.approx((1000 - 200) / 100)
+    assert seen[-1].eta_s == 0.0
     assert seen[-1].status_patch() == {"phase": "Ready", "progress": {"bytesDone": 1000, "bytesTotal": 1000}}
+
+
+def test_the_issues_early_rate_never_reaches_the_status() -> None:
+    """``0.0 MB/s, ETA 15686s`` for a 1.5 MiB file done a second later: the downloader's line
+    (what the operator copies into ``status.progress`` and the message) carries no rate and no
+    ETA until the one meter has its minimum sample (2 s and 256 KiB), with its default rule."""
+    now = [100.0]
+    lines = io.StringIO()
+    reporter = Reporter([JsonLinesSink(lines)], interval=0.0, clock=lambda: now[0])
+    total = int(1.5 * MiB)
+
+    def at(seconds: float, done: int) -> dict[str, Any]:
+        now[0] = 100.0 + seconds
+        reporter.update(Progress("Downloading", "a/b", "main", bytes_done=done, bytes_total=total,
+                                 bytes_fetched=done))  # fmt: skip
+        line: dict[str, Any] = json.loads(lines.getvalue().splitlines()[-1])
+        return line
+
+    start = at(0.0, 0)
+    assert (start["rate_bytes_per_s"], start["eta_s"]) == (None, None)
+    first = at(0.4, 100)  # 250 B/s if believed: an ETA of 6291 s
+    assert (first["rate_bytes_per_s"], first["eta_s"]) == (None, None)
+    fast = at(1.0, 1_500_000)  # most of the file, but only 1 s of sample
+    assert (fast["rate_bytes_per_s"], fast["eta_s"]) == (None, None)
+    sampled = at(2.0, 1_560_000)  # 2 s and 1.5 MB: a rate, and an ETA from it
+    assert sampled["rate_bytes_per_s"] == pytest.approx(780_000, abs=1)
+    assert sampled["eta_s"] == pytest.approx((total - 1_560_000) / 780_000, abs=0.1)
+    trickle = Reporter([], clock=lambda: now[0])
+    for second, done in ((0, 0), (300, 300 * 1000)):  # 1,000 B/s for 5 minutes: a rate, no ETA
+        now[0] = float(second)
+        trickle.update(Progress("Downloading", "a/b", "main", bytes_done=done, bytes_total=10 * MiB,
+                                bytes_fetched=done))  # fmt: skip
+    assert trickle.last is not None
+    assert (trickle.last.rate_bytes_per_s, trickle.last.eta_s) == (1000.0, None)
 
 
 def test_rate_and_eta_move_inside_one_big_file(hub: Hub, cache_root: Path) -> None:
@@ -283,7 +325,12 @@ def test_rate_and_eta_move_inside_one_big_file(hub: Hub, cache_root: Path) -> No
     Downloader(cache_root, Source(TINY, "main", hub.url), reporter=reporter).download()
     inside = [e for e in seen if e.phase == "Downloading" and size / 4 < e.bytes_done < size * 3 / 4]
     assert inside, [(e.phase, e.bytes_done) for e in seen]
-    rate = inside[-1].rate_bytes_per_s
+    # NB: no rate before the minimum sample (256 KiB fetched, whatever the clock says)
+    early = [e.rate_bytes_per_s for e in seen if e.bytes_fetched < MIN_BYTES]
+    assert early, [(e.phase, e.bytes_fetched) for e in seen]
+    assert early == [None] * len(early)
+    rate = inside[-1].rate_bytes_per_s  # about 3 s into the 4 s file: the sample is 2 s and 1 MiB
+    assert rate is not None, [(e.bytes_done, e.rate_bytes_per_s) for e in seen]
     assert size / 4 * 0.4 < rate < size / 4 * 2.5, rate  # the paced rate, within a wide margin
     eta = inside[-1].eta_s
     assert eta is not None

@@ -36,6 +36,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sparkrun_operator.api.meta import API_VERSION
+from sparkrun_operator.rate import RateMeter
 from sparkrun_testbed import daemons, plane, process_runtime, topology
 from sparkrun_testbed.hfhub import TAG, TINY
 from sparkrun_testbed.kubeapi import KubeApi
@@ -209,7 +210,10 @@ def workload_manifest() -> dict[str, Any]:
     }
 
 
-def _describe(status: dict[str, Any]) -> str:
+def _describe(status: dict[str, Any], meter: RateMeter | None = None) -> str:
+    """One line for a phase of the cache. With progress, the bytes done and (once ``meter`` has
+    a real sample: rate.py) the rate and ETA measured here, as this client watched; the
+    operator's message, which repeats the progress, only without progress."""
     phase = status.get("phase") or "Pending"
     progress, manifest = status.get("progress") or {}, status.get("manifest") or {}
     parts = [f"{phase:<11}"]
@@ -217,9 +221,12 @@ def _describe(status: dict[str, Any]) -> str:
         parts.append(f"revision {status['resolvedRevision'][:12]}")
     if manifest:
         parts.append(f"{manifest.get('files')} files, {manifest.get('totalBytes')} bytes")
+    total = progress.get("bytesTotal") or 0
     if progress and phase != "Ready":
-        parts.append(f"{progress.get('bytesDone', 0)}/{progress.get('bytesTotal', 0)} bytes done")
-    if status.get("message") and phase != "Ready":
+        done = f"{progress.get('bytesDone', 0)}/{total} bytes done"
+        rate = meter.describe(int(total)) if meter is not None else ""
+        parts.append(f"{done}, {rate}" if rate else done)
+    if status.get("message") and phase != "Ready" and not total:
         parts.append(str(status["message"])[:100])
     return "  ".join(parts)
 
@@ -232,6 +239,7 @@ def watch_until_ready(
     path = f"/apis/{API_VERSION}/namespaces/{namespace}/modelcaches"
     deadline = time.monotonic() + PHASE_TIMEOUT
     last_line = ""
+    meter = RateMeter()
     with _client(testbed) as http:
         while time.monotonic() < deadline:
             params = {"watch": "1", "resourceVersion": since, "timeoutSeconds": "30",
@@ -246,7 +254,10 @@ def watch_until_ready(
                     phase = status.get("phase") or "Pending"
                     if not phases or phases[-1] != phase:
                         phases.append(phase)
-                    text = _describe(status)
+                    done = (status.get("progress") or {}).get("bytesDone")
+                    if isinstance(done, int):
+                        meter.update(done, time.monotonic())
+                    text = _describe(status, meter)
                     if text != last_line:
                         console.print(f"  {CACHE}: {text}")
                         last_line = text

@@ -34,6 +34,7 @@ from sparkrun_operator.api.modelcache import (
 )
 from sparkrun_operator.api.modelshape import shape_from_event
 from sparkrun_operator.plan.logtail import last_event
+from sparkrun_operator.rate import format_eta, format_rate, reported
 from sparkrun_operator.render import modelcache as render
 
 READY: Final = "Ready"
@@ -319,13 +320,14 @@ def _apply_event(status: ModelCacheStatus, event: Mapping[str, Any]) -> None:
         status.resolved_revision = commit
     done, total = event.get("bytes_done"), event.get("bytes_total")
     if isinstance(done, int) and isinstance(total, int):
+        rate, eta = _rate_and_eta(event)
         status.progress = CacheProgress(
             bytes_done=done,
             bytes_total=total,
             files_done=_count(event.get("files_done")),
             files_total=_count(event.get("files_total")),
-            bytes_per_second=_count(event.get("rate_bytes_per_s")),
-            eta_seconds=_count(event.get("eta_s")),
+            bytes_per_second=_count(rate),
+            eta_seconds=_count(eta),
         )
     if event.get("event") == "result":
         files, total_bytes = event.get("files"), event.get("total_bytes")
@@ -345,9 +347,17 @@ def _apply_event(status: ModelCacheStatus, event: Mapping[str, Any]) -> None:
 
 def _count(value: Any) -> int | None:
     """A non-negative whole number from a downloader field (None when absent or not a number)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 2**63:
+        return None  # NB: also NaN and the infinity a JSON `1e999` reads as
     return int(value)
+
+
+def _rate_and_eta(event: Mapping[str, Any]) -> tuple[float | None, int | None]:
+    """The downloader's rate and ETA as ``rate.reported`` believes them: a downloader of an older
+    image, or any other writer of the line, that reports an ETA from a first sample's ~0 rate is
+    not believed."""
+    rate, eta = reported(event.get("rate_bytes_per_s"), event.get("eta_s"))
+    return rate, _count(eta)
 
 
 def _ready(
@@ -444,11 +454,11 @@ def _progress_message(phase: str, status: ModelCacheStatus, event: Mapping[str, 
         files_done, files_total = event.get("files_done"), event.get("files_total")
         if isinstance(files_done, int) and isinstance(files_total, int) and files_total:
             text += f", {files_done} of {files_total} files"
-        rate, eta = event.get("rate_bytes_per_s"), event.get("eta_s")
-        if isinstance(rate, (int, float)) and rate > 0:
-            text += f", {rate / 1e6:.1f} MB/s"
-        if isinstance(eta, (int, float)):
-            text += f", ETA {int(eta)}s"
+        rate, eta = _rate_and_eta(event)
+        if rate is not None:
+            text += f", {format_rate(rate)}"
+        if eta is not None:
+            text += f", ETA {format_eta(eta)}"
     return text
 
 

@@ -1,8 +1,11 @@
 """Download progress: events, a rate-bounded reporter, and sinks (JSON lines, a status file).
 
-The controller (later) patches ``ModelCache.status.progress`` from these events: a sink is any
+The controller patches ``ModelCache.status.progress`` from these events: a sink is any
 callable taking a :class:`Progress`; :class:`Reporter` calls the sinks at most once per
-``interval`` seconds, and always on a phase change and at the end.
+``interval`` seconds, and always on a phase change and at the end. Its rate and ETA come from
+the project's one meter (:mod:`sparkrun_operator.rate`): ``None`` until the download was
+sampled for 2 s and 256 KiB, an ETA only from a rate of at least 1 KiB/s (never the
+``0.0 MB/s, ETA 15686s`` of a first sample).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from sparkrun_operator.api.modelcache import CacheProgress
+from sparkrun_operator.rate import RateMeter
 from sparkrun_operator.runtime.hfcache import write_atomic
 
 Phase = Literal["Resolving", "Downloading", "Verifying", "Ready", "Failed"]
@@ -35,7 +39,7 @@ class Progress:
     files_done: int = 0
     files_total: int = 0
     bytes_fetched: int = 0
-    rate_bytes_per_s: float = 0.0
+    rate_bytes_per_s: float | None = None  # None until sampled (:class:`RateMeter`)
     eta_s: float | None = None
     message: str = ""
     at: float = 0.0
@@ -80,10 +84,18 @@ class StatusFileSink:
 
 
 class Reporter:
-    """Computes rate and ETA and forwards events to ``sinks`` at a bounded rate (thread-safe)."""
+    """Computes rate and ETA and forwards events to ``sinks`` at a bounded rate (thread-safe).
+
+    The rate is of ``bytes_fetched`` (what came over the network, the file in flight included)
+    as ``meter`` measures it; the ETA is of the bytes not yet done at that rate."""
 
     def __init__(
-        self, sinks: Iterable[Sink], *, interval: float = 2.0, clock: Callable[[], float] = time.monotonic
+        self,
+        sinks: Iterable[Sink],
+        *,
+        interval: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+        meter: RateMeter | None = None,
     ):
         self.sinks = list(sinks)
         self.interval = interval
@@ -91,25 +103,21 @@ class Reporter:
         self._lock = threading.Lock()
         self._last_emit = float("-inf")
         self._last_phase: str | None = None
-        self._window: list[tuple[float, int]] = []
+        self._meter = meter if meter is not None else RateMeter()
         self.last: Progress | None = None
         self.emitted = 0
-
-    def _rate(self, now: float, fetched: int) -> float:
-        self._window.append((now, fetched))
-        while len(self._window) > 2 and now - self._window[0][0] > 10.0:
-            self._window.pop(0)
-        t0, b0 = self._window[0]
-        return (fetched - b0) / (now - t0) if now > t0 else 0.0
 
     def update(self, event: Progress, *, force: bool = False) -> None:
         now = self._clock()
         with self._lock:
-            rate = self._rate(now, event.bytes_fetched)
-            remaining = max(0, event.bytes_total - event.bytes_done)
-            eta = remaining / rate if rate > 0 else (0.0 if remaining == 0 else None)
+            self._meter.update(event.bytes_fetched, now)
+            rate = self._meter.rate()
+            remaining = event.bytes_total - event.bytes_done
+            eta = self._meter.eta_for(remaining) if event.bytes_total > 0 else None  # total unknown
             event = replace(
-                event, rate_bytes_per_s=round(rate, 1), eta_s=None if eta is None else round(eta, 1)
+                event,
+                rate_bytes_per_s=None if rate is None else round(rate, 1),
+                eta_s=None if eta is None else round(eta, 1),
             )
             event = replace(event, at=round(time.time(), 3))
             self.last = event

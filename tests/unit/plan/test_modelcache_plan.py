@@ -97,30 +97,87 @@ def test_progress_in_status_has_files_rate_and_eta() -> None:
         "event": "progress",
         "phase": "Downloading",
         "commit": SHA,
-        "bytes_done": 40,
-        "bytes_total": 100,
+        "bytes_done": 40 * 2**20,
+        "bytes_total": 100 * 2**20,
         "files_done": 2,
         "files_total": 5,
-        "rate_bytes_per_s": 12.7,
+        "rate_bytes_per_s": 12.7 * 2**20,
         "eta_s": 4.7,
     }
     pod = ObservedDownloadPod(name="p", phase="Running", node="n1", last_event=event)
-    progress = plan(_obs(jobs=(_job(),), pods=(pod,))).status.progress
+    planned = plan(_obs(jobs=(_job(),), pods=(pod,))).status
+    progress = planned.progress
     assert progress is not None
     assert progress.to_wire() == {
-        "bytesDone": 40,
-        "bytesTotal": 100,
+        "bytesDone": 40 * 2**20,
+        "bytesTotal": 100 * 2**20,
         "filesDone": 2,
         "filesTotal": 5,
-        "bytesPerSecond": 12,
+        "bytesPerSecond": int(12.7 * 2**20),
         "etaSeconds": 4,
     }
+    assert planned.message == (
+        "Downloading: 41943040 of 104857600 bytes (40%), 2 of 5 files, 12.7 MiB/s, ETA 4s"
+    )
     odd = {**event, "eta_s": None, "rate_bytes_per_s": "fast", "files_done": -1}
     pod = ObservedDownloadPod(name="p", phase="Running", node="n1", last_event=odd)
     wire = plan(_obs(jobs=(_job(),), pods=(pod,))).status.progress.to_wire()  # type: ignore[union-attr]
     assert "etaSeconds" not in wire
     assert "bytesPerSecond" not in wire
     assert "filesDone" not in wire
+
+
+@pytest.mark.parametrize(
+    ("rate", "eta", "shown", "wire"),
+    [
+        # the issue's line from a downloader that believed its first sample: below 1 B/s, nothing
+        (0.04, 15686.0, "", {}),
+        (250.0, 6291.0, ", 250 B/s", {"bytesPerSecond": 250}),
+        # no rate yet (the one meter: 2 s and 256 KiB): neither, whatever the ETA says
+        (None, 12.0, "", {}),
+        (2.0e6, 1e999, ", 1.91 MiB/s", {"bytesPerSecond": 2_000_000}),  # JSON's 1e999 is inf
+        (float("nan"), 3.0, "", {}),
+        (2.0e6, 3.0, ", 1.91 MiB/s, ETA 3s", {"bytesPerSecond": 2_000_000, "etaSeconds": 3}),
+    ],
+)
+def test_an_eta_only_beside_a_real_rate(
+    rate: float | None, eta: float, shown: str, wire: dict[str, int]
+) -> None:
+    """``0.0 MB/s, ETA 15686s`` never reaches ``status.message`` (which ``kubectl describe``,
+    ``status``, ``cache`` and the demo show) nor ``status.progress``: an ETA only beside a rate
+    of at least 1 KiB/s (``rate.MIN_RATE``); a rate shown in binary units."""
+    event = {"event": "progress", "phase": "Downloading", "bytes_done": 100, "bytes_total": 1572864,
+             "rate_bytes_per_s": rate, "eta_s": eta}  # fmt: skip
+    pod = ObservedDownloadPod(name="p", phase="Running", node="n1", last_event=event)
+    status = plan(_obs(jobs=(_job(),), pods=(pod,))).status
+    assert status.message == f"Downloading: 100 of 1572864 bytes (0%){shown}"
+    assert status.progress is not None
+    assert status.progress.to_wire() == {"bytesDone": 100, "bytesTotal": 1572864, **wire}
+
+
+@pytest.mark.parametrize(
+    ("rate", "eta"),
+    [(0.5, 15686), (250.0, 6291), (2.0e6, 3), (2.0e6, float("inf")), (None, 12), (float("nan"), 3)],
+)
+def test_the_status_and_the_cli_believe_a_rate_by_one_rule(rate: float | None, eta: float) -> None:
+    """The status message the operator writes and the line ``sparkrun-k8s run`` draws from the
+    status it reads back show the same rate and ETA (``rate.reported``)."""
+    from sparkrun_operator.cli import progress
+
+    event = {"event": "progress", "phase": "Downloading", "bytes_done": 100, "bytes_total": 1572864,
+             "rate_bytes_per_s": rate, "eta_s": eta}  # fmt: skip
+    pod = ObservedDownloadPod(name="p", phase="Running", node="n1", last_event=event)
+    status = plan(_obs(jobs=(_job(),), pods=(pod,))).status
+    assert status.message is not None
+    assert status.progress is not None
+    written = status.message.split("(0%)", 1)[1]
+    cache = {
+        "metadata": {"name": "c"},
+        "status": {"phase": "Downloading", "progress": status.progress.to_wire()},
+    }
+    drawn = progress.cache_line(cache)
+    assert drawn is not None
+    assert drawn.split("of 1.5 MiB)", 1)[1] == written
 
 
 @pytest.mark.parametrize(
