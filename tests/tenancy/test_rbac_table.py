@@ -93,6 +93,7 @@ CASES: dict[str, dict[str, Any]] = {
         "watchNamespaces": WATCHED,
         "operator": {"rbac": {"kueueProvisioning": True}},
     },
+    "gpuAgent-watched": {"watchNamespaces": WATCHED, "gpuAgent": {"enabled": True}},  # issue 33
     # The multi-tenant profile the docs tell platform teams to start from.
     "multitenant-example": yaml.safe_load((REPO / "examples/helm/values-multitenant.yaml").read_text()),
 }

@@ -109,6 +109,20 @@ class NodeStatus(KubeModel):
     ready: bool = Field(description="Node condition Ready is True.")
     schedulable: bool = Field(description="Not cordoned and ready.")
     gpu_product: str | None = Field(default=None, description="GPU product label (nvidia.com/gpu.product).")
+    gpu_memory_mib: int | None = Field(
+        default=None,
+        alias="gpuMemoryMiB",
+        ge=0,
+        le=1 << 24,
+        description="Memory per GPU in MiB, from the node label nvidia.com/gpu.memory (GPU feature "
+        "discovery or the telemetry agent); absent when the node has no such label.",
+    )
+    driver_version: str | None = Field(
+        default=None,
+        max_length=63,
+        description="The NVIDIA driver's version, from the node label nvidia.com/cuda.driver-version.full, "
+        "else nvidia.com/cuda.driver.major/minor/rev joined with dots; absent when unlabelled.",
+    )
     gpus: GPUCounts = Field(default_factory=GPUCounts, description="GPU accounting of this node.")
     workloads: list[str] = Field(
         default_factory=list, description="InferenceWorkloads (namespace/name) with pods on this node."

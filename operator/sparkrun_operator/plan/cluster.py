@@ -1,9 +1,11 @@
 """The InferenceCluster planner: member nodes and their pods -> the cluster's status.
 
 Pure (time is passed in). Per member node: readiness, schedulability (ready and not cordoned),
-GPU product (``nvidia.com/gpu.product`` label), GPU capacity/allocatable from the node, allocated
-as the GPU requests of bound, non-terminated pods, free = allocatable - allocated, and the
-InferenceWorkloads (``namespace/name``) with pods there. Ready when at least ``minReadyNodes``
+GPU product (``nvidia.com/gpu.product`` label), memory per GPU and the driver's version (the GPU
+feature discovery labels of ``api/telemetry.py``, whoever wrote them: GFD or the telemetry agent;
+memory read as the placement check reads it, ``plan/fit.py``), GPU capacity/allocatable from the
+node, allocated as the GPU requests of bound, non-terminated pods, free = allocatable - allocated,
+and the InferenceWorkloads (``namespace/name``) with pods there. Ready when at least ``minReadyNodes``
 member nodes are ready. At most one cluster is the default: when several say ``default: true``,
 the oldest (then the first by name) is, and the others are marked Degraded.
 
@@ -36,9 +38,20 @@ from sparkrun_operator.api.cluster import (
 )
 from sparkrun_operator.api.history import ClusterDrift, ClusterDriftItem
 from sparkrun_operator.api.meta import Condition, LabelSelector, set_condition
+from sparkrun_operator.api.telemetry import (
+    DRIVER_MAJOR_LABEL,
+    DRIVER_MINOR_LABEL,
+    DRIVER_REV_LABEL,
+    DRIVER_VERSION_LABEL,
+)
+from sparkrun_operator.plan.fit import gpu_labels
 
 GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
 TERMINATED_PHASES: Final = frozenset({"Succeeded", "Failed"})
+#: What a driver version label may hold (a label value's own alphabet, at most 63 characters).
+_VERSION_CHARS: Final = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ._-")
+_VERSION_MAX: Final = 63
+_VERSION_PART_MAX: Final = 9
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,6 +128,25 @@ def default_cluster(clusters: Iterable[ClusterRef]) -> str | None:
     return marked[0].name if marked else None
 
 
+def driver_version(labels: Mapping[str, str]) -> str | None:
+    """The driver's version from a node's GFD labels: the full version label, else major.minor
+    (.rev when labelled) from the older labels; ``None`` when unlabelled or malformed."""
+    full = labels.get(DRIVER_VERSION_LABEL)
+    if isinstance(full, str) and 0 < len(full) <= _VERSION_MAX and set(full) <= _VERSION_CHARS:
+        return full
+    keys = (DRIVER_MAJOR_LABEL, DRIVER_MINOR_LABEL, DRIVER_REV_LABEL)
+    major, minor, rev = (labels.get(key) for key in keys)
+    if not (_digits(major) and _digits(minor)):
+        return None
+    return f"{major}.{minor}.{rev}" if _digits(rev) else f"{major}.{minor}"
+
+
+def _digits(value: str | None) -> bool:
+    if not isinstance(value, str) or not 0 < len(value) <= _VERSION_PART_MAX:
+        return False
+    return value.isascii() and value.isdigit()
+
+
 def node_status(node: ObservedNode, *, gpu_resource: str, pods: Sequence[ObservedGpuPod]) -> NodeStatus:
     """One member node's status from the node and the pods bound to it."""
     live = [p for p in pods if p.node == node.name and p.phase not in TERMINATED_PHASES]
@@ -125,6 +157,8 @@ def node_status(node: ObservedNode, *, gpu_resource: str, pods: Sequence[Observe
         ready=node.ready,
         schedulable=node.ready and not node.unschedulable,
         gpu_product=node.labels.get(GPU_PRODUCT_LABEL),
+        gpu_memory_mib=gpu_labels(node.labels).memory_mib,
+        driver_version=driver_version(node.labels),
         gpus=GPUCounts(
             capacity=node.capacity.get(gpu_resource, 0),
             allocatable=allocatable,

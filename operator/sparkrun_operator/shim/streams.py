@@ -21,8 +21,10 @@ judged from the source's pod as read right then (gone, another uid or terminatin
 
 Monitor. A ``history`` event first (``series`` per host of the shared in-memory sessions, empty
 at the start), then a ``frame`` every ``interval`` seconds (default 2) with per-host GPU
-occupancy and workloads from node and pod state. Sessions are shared between subscribers per
-(host, interval), keep at most 120 points, and linger 5 seconds after their last subscriber.
+occupancy and workloads from node and pod state, and the host's telemetry from the GPU telemetry
+agent on it (``shim/telemetry.py``: CPU, memory, GPU utilisation and memory, network rates;
+``""`` and a ``telemetry_error`` where no agent answers). Sessions are shared between subscribers
+per (host, interval), keep at most 120 points, and linger 5 seconds after their last subscriber.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from sparkrun_operator.ops.settings import Settings
 from sparkrun_operator.render import keys
 from sparkrun_operator.shim import logends
 from sparkrun_operator.shim.sse import HEARTBEAT, frame
+from sparkrun_operator.shim.telemetry import AgentSamples, monitor_detail, monitor_fields
 
 __all__ = ["HISTORY_POINTS", "Streams"]
 
@@ -148,6 +151,7 @@ class Streams:
         self.rest = rest
         self.settings = settings
         self.sessions: dict[tuple[str, int], _Session] = {}
+        self.telemetry = AgentSamples(rest=rest, namespace=settings.namespace)
         self.heartbeat = HEARTBEAT_SECONDS
         self.settle = STATUS_SETTLE_SECONDS
 
@@ -407,24 +411,23 @@ class Streams:
 
     async def _sample(self, sessions: list[_Session]) -> list[dict[str, Any]]:
         seen = await kube.occupancy(self.rest, namespaces=self.settings.pod_namespaces)
+        # NB: only hosts that are nodes are read (a ``hosts`` parameter may name anything).
+        fresh_for = min((s.interval for s in sessions), default=2) * 0.9
+        readings = await self.telemetry.read((s.host for s in sessions if s.host in seen.nodes), fresh_for)
         rows = []
         for session in sessions:
             node = seen.nodes.get(session.host)
             pods = seen.pods_on(session.host)
             allocatable = node.allocatable.get(DEFAULT_GPU_RESOURCE, 0) if node else 0
             used = sum(p.gpus for p in pods)
+            reading = readings.get(session.host)
             sample = {
                 "host": session.host,
                 "reachable": bool(node and node.ready),
                 "gpu_product": (node.labels.get("nvidia.com/gpu.product", "") if node else ""),
                 "gpu_count": allocatable,
                 "gpus_allocated": used,
-                "cpu_percent": "",
-                "memory_used_bytes": "",
-                "gpu_util_percent": "",
-                "gpu_memory_used_bytes": "",
-                "rx_bytes_per_second": "",
-                "tx_bytes_per_second": "",
+                **monitor_fields(reading),
             }
             if time.monotonic() - session.last_sample >= session.interval * 0.9:
                 session.points.append({"recorded_at": seen.observed_at, "sample": sample})
@@ -436,6 +439,7 @@ class Streams:
                     "used_slots": used,
                     "free_slots": max(0, allocatable - used),
                     "workloads": workloads,
+                    **monitor_detail(reading if node else None),
                 }
             )
         return rows
