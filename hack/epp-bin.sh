@@ -9,7 +9,8 @@
 # <cache>/epp-<key>/bin/epp                            the picker
 # <cache>/epp-<key>/share/inferencepool/*.yaml         InferencePool CRD (same module, v1.5.0)
 # <cache>/epp-<key>/share/gateway-api/*.yaml           Gateway API standard CRDs: GatewayClass,
-#                                                      Gateway, HTTPRoute (for linting examples)
+#                                                      Gateway, HTTPRoute, TLSRoute (for linting
+#                                                      examples and the chart's routes)
 # v1.5.0 is the last release whose module carries the full picker (v1.6 ships a round-robin
 # conformance picker only). Gateway API is not in the picker's module graph; its version is the
 # one the extension's v1.5.0 conformance module requires, and it is part of the key.
@@ -40,7 +41,7 @@ else
   log "done in $((SECONDS - t0)) s"
 fi
 
-if [[ ! -f "$share/gateway-api/gateway.networking.k8s.io_httproutes.yaml" ]]; then
+if [[ ! -f "$share/gateway-api/gateway.networking.k8s.io_tlsroutes.yaml" ]]; then
   gie_dir=$(cd "$mod" && go list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api-inference-extension)
   # Outside the module graph on purpose (adding it would move the picker's own dependencies);
   # `go mod download` checks it against the checksum database.
@@ -49,7 +50,7 @@ if [[ ! -f "$share/gateway-api/gateway.networking.k8s.io_httproutes.yaml" ]]; th
   [[ -n "$gw_dir" ]] || { log "could not download sigs.k8s.io/gateway-api@$GATEWAY_API_VERSION"; exit 1; }
   mkdir -p "$share/inferencepool" "$share/gateway-api"
   cp -f "$gie_dir/config/crd/bases/inference.networking.k8s.io_inferencepools.yaml" "$share/inferencepool/"
-  for kind in gatewayclasses gateways httproutes; do
+  for kind in gatewayclasses gateways httproutes tlsroutes; do
     cp -f "$gw_dir/config/crd/standard/gateway.networking.k8s.io_$kind.yaml" "$share/gateway-api/"
   done
   chmod -R u+w "$share"

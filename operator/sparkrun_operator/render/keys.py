@@ -214,3 +214,13 @@ REGISTRY_MANAGER: Final = "sparkrun-registry"
 #: On a workload's post_commands Job and its pod: the workload (not LABEL_WORKLOAD, which would
 #: make its pod one of the engine pods the workload indexes read).
 LABEL_HOOK_WORKLOAD: Final = f"{PREFIX}/hook-workload"
+
+# issue 33 -- the GPU telemetry agent (H7)
+#: The field manager of the agent's node label patches (GFD's labels, where GFD does not run).
+GPU_AGENT_MANAGER: Final = "sparkrun-gpu-agent"
+
+# issue 33 -- the shim's external hostnames (H6)
+#: On the shim's TLS Secret the chart generates (templates/shim/apiservice.yaml; only the chart
+#: writes and reads it): the DNS names its certificate carries, comma-separated; an upgrade that
+#: changes them (``shim.external.hostnames``) generates a new CA and certificate.
+ANNOTATION_SHIM_TLS_NAMES: Final = f"{PREFIX}/tls-names"
