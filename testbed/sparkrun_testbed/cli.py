@@ -21,11 +21,28 @@ from sparkrun_testbed import binaries, kueue_run, plane
 from sparkrun_testbed.topology import NodePool, Topology
 
 _DEFAULT_NAME = "default"
+_EPILOG = """\
+examples:
+  sparkrun-k8s testbed up                  # then: eval "$(sparkrun-k8s testbed env)"
+  sparkrun-k8s testbed status
+  sparkrun-k8s testbed down
+
+exit codes:
+  0  done
+  1  the start failed, no testbed runs there, or status found a component down
+  2  the binaries are missing (make testbed-bin), or bad usage
+"""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``testbed`` command to the top-level parser."""
-    parser = subparsers.add_parser("testbed", help="run a local Kubernetes control plane with fake GPU nodes")
+    parser = subparsers.add_parser(
+        "testbed",
+        help="run a local Kubernetes control plane with fake GPU nodes",
+        description=__doc__.split("\n\nThe product", 1)[0],
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="testbed_command", metavar="SUBCOMMAND", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import subprocess
 import sys
@@ -30,12 +31,14 @@ CLI = Path(sys.executable).with_name("sparkrun-k8s")
 
 
 def _cli(daemon: Daemon, who: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """``sparkrun-k8s shim call ARGS --url .. --token .. --ca-cert ..`` as a user runs it."""
+    """``sparkrun-k8s shim call ARGS --url .. --ca-cert ..`` as a user runs it, the token in
+    ``$SPARKRUN_DAEMON_TOKEN`` (never on the command line)."""
     assert CLI.exists(), f"the venv has no sparkrun-k8s console script at {CLI}"
-    command = [str(CLI), "shim", "call", *args, "--url", daemon.url, "--token", daemon.token(who)]
+    command = [str(CLI), "shim", "call", *args, "--url", daemon.url]
     if not daemon.runner.plaintext:
         command += ["--ca-cert", daemon.runner.ca_file]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    env = {**os.environ, "SPARKRUN_DAEMON_TOKEN": daemon.token(who)}
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False, env=env)
 
 
 def test_shim_call_query_job_failure_and_refusal(daemon: Daemon) -> None:

@@ -40,9 +40,12 @@ EXIT_INTERRUPTED: Final = 130
 #: The field manager of every write the CLI makes.
 FIELD_MANAGER: Final = "sparkrun-k8s"
 
-#: Control characters (C0, DEL, C1) a terminal would act on: shown as ``?`` in text output (values
-#: come from tenants' specs, Recipes and Leases; JSON and YAML output escape them instead).
-_CONTROLS: Final = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0)], "?")
+#: Unicode's bidirectional formatting characters: they reorder the rest of a line on screen.
+_BIDI: Final = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+#: Control characters (C0, DEL, C1) a terminal would act on, and :data:`_BIDI`: shown as ``?`` in
+#: text output (values come from tenants' specs, Recipes and Leases; JSON and YAML output escape
+#: C0 and C1 instead).
+_CONTROLS: Final = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0), *_BIDI], "?")
 
 Output = Literal["text", "json", "yaml"]
 OUTPUTS: Final = ("text", "json", "yaml")
@@ -171,12 +174,46 @@ def run_async(work: Callable[[], Awaitable[int]]) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return EXIT_INTERRUPTED
-    except CliError as error:
-        sys.stderr.write(f"error: {error}\n")
+    except CliError as error:  # NB: messages quote servers and tenants: printable, as all text
+        sys.stderr.write(f"error: {printable(str(error))}\n")
         return error.code
     except errors.KubeError as error:
-        sys.stderr.write(f"error: {error}\n")
+        sys.stderr.write(f"error: {printable(str(error))}\n")
         return exit_code_of(error)
+
+
+def read_bounded(path: str, limit: int, *, what: str | None = None) -> bytes:
+    """The file at ``path`` (``-``: standard input), at most ``limit`` bytes; exit 2 (usage)
+    when it cannot be read or holds more. ``what`` names it in the message (default: ``path``).
+    Blocking: call it through ``asyncio.to_thread`` on the loop."""
+    label = what or path
+    try:
+        if path == "-":
+            raw = sys.stdin.buffer.read(limit + 1)
+        else:
+            with open(path, "rb") as handle:
+                raw = handle.read(limit + 1)
+    except OSError as error:
+        raise CliError(f"{label}: {error.strerror}", EXIT_USAGE) from error
+    if len(raw) > limit:
+        raise CliError(f"{label}: larger than {limit} bytes", EXIT_USAGE)
+    return raw
+
+
+def run_with_kube(args: argparse.Namespace, act: Callable[[Kube, str], Awaitable[int]]) -> int:
+    """A verb's whole run: ``act(kube, namespace)`` with the one client for ``args`` (closed
+    after) and the namespace on the line, its refusals as exit codes (:func:`guard`,
+    :func:`run_async`)."""
+
+    async def work() -> int:
+        namespace = namespace_of(args)
+        kube = await connect(args)
+        try:
+            return await act(kube, namespace)
+        finally:
+            await kube.close()
+
+    return run_async(guard(work))
 
 
 async def _guarded(work: Callable[[], Awaitable[int]]) -> int:

@@ -71,9 +71,26 @@ GPUS_PER_NODE = 8
 ENDPOINTS_FILE = "endpoints.json"
 
 
+EPILOG = """\
+examples:
+  sparkrun-k8s demo                 # everything; it stays up (endpoints.json says how to reach it)
+  sparkrun-k8s demo --down          # and stop it all at the end
+  sparkrun-k8s testbed down         # stop a demo left running
+
+exit codes:
+  0  every step passed (the models answered through the gateway)
+  1  a step failed (it says which, and the testbed is left up for a look)
+  2  usage, or the testbed is not installed
+"""
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "demo", help="run the main flow end to end on a local testbed", description=__doc__
+        "demo",
+        help="run the main flow end to end on a local testbed",
+        description=__doc__,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--examples", type=Path, default=None, help="examples directory (default: the checkout's)"
@@ -496,8 +513,7 @@ def summary(demo: Demo) -> None:
             f'  curl --cacert {demo.gateway_ca} -H "Authorization: Bearer $TOKEN" \\\n'
             f"      {demo.gateway_url}/v1/models     # the gateway, through its Service\n"
             f"  kubectl get --raw {demo_chart.DAEMON_API}/v1/info  # the daemon API (APIService)\n"
-            f"  sparkrun-k8s shim call --url {demo.shim_url} --ca-cert {demo.testbed.ca_file()} \\\n"
-            "      --token $TOKEN workloads.list\n"
+            "  sparkrun-k8s daemon call workloads.list     # the daemon API, with the kubeconfig\n"
             f"  $(hack/testbed-bin.sh --print)/helm status {demo_chart.RELEASE} -n {NAMESPACE}\n"
             f"  kubectl get pods -l app.kubernetes.io/instance={demo_chart.RELEASE} -o wide\n"
         )
@@ -505,18 +521,24 @@ def summary(demo: Demo) -> None:
         reach = (
             f"  curl {demo.gateway_url}/v1/models\n"
             f"  curl {demo.gateway_url}/api/tags            # Ollama view\n"
-            f"  sparkrun-k8s shim call --url {demo.shim_url} --ca-cert {demo.testbed.ca_file()} \\\n"
-            "      --token $(kubectl config view --raw -o jsonpath='{.users[0].user.token}') workloads.list\n"
+            "  export SPARKRUN_DAEMON_TOKEN=$(kubectl config view --raw \\\n"
+            "      -o jsonpath='{.users[0].user.token}')\n"
+            f"  sparkrun-k8s daemon call workloads.list --url {demo.shim_url} \\\n"
+            f"      --ca-cert {demo.testbed.ca_file()}\n"
         )
     demo.console.print(
         "\n[bold]Try next[/bold]\n"
         f"  export KUBECONFIG={kubeconfig}\n"
+        "  sparkrun-k8s status -A                     # what runs, at a glance\n"
+        "  sparkrun-k8s describe qwen3-0-6b           # its startup timeline, conditions, events\n"
+        "  sparkrun-k8s logs qwen3-0-6b -f            # the engine's lines (Ctrl-C to stop)\n"
+        "  sparkrun-k8s sleep qwen3-0-6b; sparkrun-k8s wake qwen3-0-6b   # it has sleep mode\n"
+        "  sparkrun-k8s cache ls                      # the ModelCache: revision, size, progress\n"
         "  kubectl get sparkrun                       # every sparkrun.dev object\n"
-        "  kubectl get iw -o wide; kubectl get jobsets,pods -o wide\n"
         "  kubectl scale iw/qwen3-0-6b --replicas=2\n"
-        "  kubectl get modelcaches -o wide             # the cache, its commit and size\n"
         f"{reach}"
         "  sparkrun-k8s testbed down                  # stops everything the demo started\n"
+        'the CLI, step by step: docs/cli.md, "A day with the CLI"\n'
     )
     total = sum(t for _, t in demo.timings)
     demo.console.print(f"[green]demo complete in {total:.0f} s[/green]")

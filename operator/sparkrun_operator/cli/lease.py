@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sparkrun_operator.api.ownership import check_session
-from sparkrun_operator.cli import common
+from sparkrun_operator.cli import common, complete
 from sparkrun_operator.k8s import errors
 from sparkrun_operator.k8s.client import Kube
 from sparkrun_operator.ops import ownership, rollout
@@ -39,11 +39,29 @@ def _printable(value: Any) -> str:
     return str(common.printable(value))
 
 
+EPILOG = """\
+examples:
+  sparkrun-k8s lease claim qwen --session ci-1234 -n team-a
+  sparkrun-k8s lease renew qwen --session ci-1234
+  sparkrun-k8s lease hold qwen --session ci-1234 &      # renew until killed
+  sparkrun-k8s lease list -n team-a -o json
+
+exit codes:
+  0  done
+  2  usage
+  3  the cluster cannot be reached
+  4  the workload does not exist
+  5  refused (another live holder, no spec.lease, forbidden)
+  130 interrupted (hold: Ctrl-C)
+"""
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "lease",
         help="ownership leases of ephemeral workloads: claim, renew, release, list, hold",
         description=__doc__,
+        epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
@@ -60,7 +78,8 @@ def register(subparsers: Any) -> None:
     ):
         sub = verbs.add_parser(verb, help=helptext, description=helptext)
         if verb != "list":
-            sub.add_argument("name", metavar="NAME", help="the InferenceWorkload")
+            name = sub.add_argument("name", metavar="NAME", help="the InferenceWorkload")
+            name.completer = complete.workload_names
             sub.add_argument("--session", type=_session, default=None, help="a client session id")
         else:
             sub.add_argument(

@@ -31,6 +31,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "upgrade": ("sparkrun_operator.cli.upgrade", "check that a new chart's CRDs accept every stored object"),
     "rollout": ("sparkrun_operator.cli.rollout", "a workload's revisions: history, undo, apply drift, unpin"),
     "lease": ("sparkrun_operator.cli.lease", "ownership leases of ephemeral workloads: claim, renew, hold"),
+    "status": ("sparkrun_operator.cli.status", "workloads, clusters, caches and benchmarks at a glance"),
+    "describe": ("sparkrun_operator.cli.describe", "one object in full: spec, startup, conditions, events"),
+    "logs": ("sparkrun_operator.cli.logs", "a workload's logs, every rank, prefixed by replica and role"),
+    "run": ("sparkrun_operator.cli.run", "serve a model or recipe and watch it start until Ready"),
+    "stop": ("sparkrun_operator.cli.stop", "stop a workload (the daemon API's workloads.stop)"),
+    "sleep": ("sparkrun_operator.cli.sleep", "put a workload to sleep (the daemon API's workloads.sleep)"),
+    "wake": ("sparkrun_operator.cli.wake", "wake a sleeping workload (the daemon API's workloads.wake)"),
+    "cache": ("sparkrun_operator.cli.cache", "model caches: ls, pin, prune, inspect"),
+    "bench": ("sparkrun_operator.cli.bench", "benchmarks: run, show, compare"),
+    "daemon": ("sparkrun_operator.cli.daemon", "call the daemon API (through the apiserver, or --url)"),
+    "agent": (
+        "sparkrun_operator.cli.agent",
+        "run the GPU telemetry agent (NVML samples, metrics, node labels)",
+    ),
 }
 
 #: the testbed's import package; ``demo`` and ``testbed`` fail without it
@@ -60,10 +74,56 @@ def _load(command: str) -> ModuleType:
         raise MissingTestbed(command) from error
 
 
+#: ``sparkrun-k8s --help`` lists the commands in these groups (every command of :data:`COMMANDS`
+#: in exactly one: tests/unit/test_cli_completion.py).
+GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("start the product", ("demo", "testbed", "operator", "shim", "gateway", "agent")),
+    ("look at what runs", ("status", "describe", "logs")),
+    ("change what runs", ("run", "stop", "sleep", "wake", "rollout", "lease", "cache", "bench", "daemon")),
+    ("check manifests and upgrades", ("validate", "upgrade")),
+)
+
+EPILOG = """\
+Run `sparkrun-k8s COMMAND --help` for a command's options, examples and exit status.
+
+shell completion (commands, options, workload and cache names):
+  eval "$(register-python-argcomplete sparkrun-k8s)"                # bash, zsh
+  register-python-argcomplete --shell fish sparkrun-k8s | source    # fish
+
+exit codes (every command):
+  0 done, 1 the answer is no, 2 usage, 3 cluster unreachable or credentials refused,
+  4 not found, 5 refused by the cluster (forbidden, conflict, invalid), 130 interrupted
+"""
+
+
+def _overview() -> str:
+    """The grouped list of commands with their one-line summaries."""
+    width = max(map(len, COMMANDS))
+    lines = ["Run vLLM inference on Kubernetes: the operator, its daemon API and gateway, and the CLI", ""]
+    for title, names in GROUPS:
+        lines.append(f"{title}:")
+        lines += [f"  {name:<{width}}  {COMMANDS[name][1]}" for name in names if name in COMMANDS]
+        lines.append("")
+    others = [name for name in COMMANDS if not any(name in names for _title, names in GROUPS)]
+    if others:
+        lines += ["other commands:", *(f"  {n:<{width}}  {COMMANDS[n][1]}" for n in others), ""]
+    return "\n".join(lines).rstrip()
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser; with ``only``, just that command is fully registered (others are stubs)."""
-    parser = argparse.ArgumentParser(prog="sparkrun-k8s", description="Run vLLM inference on Kubernetes.")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser = argparse.ArgumentParser(
+        prog="sparkrun-k8s",
+        usage="sparkrun-k8s [-h] COMMAND ...",
+        description=_overview(),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    # NB: the commands are listed by group in the description; argparse's own flat list of them
+    # is suppressed (the choices still parse and complete).
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="COMMAND", help=argparse.SUPPRESS, prog="sparkrun-k8s"
+    )
     for name, (_module, summary) in COMMANDS.items():
         if only is None or name == only:
             _load(name).register(subparsers)
@@ -73,13 +133,26 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def _completion_parser() -> argparse.ArgumentParser:
-    """The parser for completing ``COMP_LINE``: its command in full, the rest as names."""
+    """The parser for completing ``COMP_LINE``: its command in full, the rest as names. A
+    command whose module cannot be imported (the testbed absent) completes as a name only."""
     words = os.environ.get("COMP_LINE", "")[: int(os.environ.get("COMP_POINT") or 0) or None].split()[1:]
     command = next((w for w in words if w in COMMANDS), "")
+    if command == "gateway":
+        return _gateway_completion_parser()
     try:
         return build_parser(only=command)
-    except MissingTestbed:
+    except (MissingTestbed, ImportError):
         return build_parser(only="")
+
+
+def _gateway_completion_parser() -> argparse.ArgumentParser:
+    """``gateway`` parses its own command line (:func:`main`): complete its own options."""
+    from sparkrun_operator.gateway.server import _parser as gateway_parser
+
+    parser = argparse.ArgumentParser(prog="sparkrun-k8s")
+    subparsers = parser.add_subparsers(dest="command")
+    subparsers.add_parser("gateway", parents=[gateway_parser()], add_help=False)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

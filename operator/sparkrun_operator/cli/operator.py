@@ -21,11 +21,28 @@ from sparkrun_operator.render.modelcache import DEFAULT_TOOLS_IMAGE
 from sparkrun_operator.render.networkpolicy import EnginePolicy
 from sparkrun_operator.render.workload import RenderOptions
 
+EPILOG = """\
+examples:
+  sparkrun-k8s operator run --standalone --namespace team-a    # one replica, one namespace
+  sparkrun-k8s operator run --help                      # every option (gateway, caches, pools)
+
+exit codes:
+  0  stopped cleanly (SIGTERM)
+  2  usage
+  130 interrupted (Ctrl-C)
+"""
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``operator`` command to the top-level parser."""
     parser = subparsers.add_parser(
-        "operator", help="run the operator (controllers for the sparkrun.dev kinds)"
+        "operator",
+        help="run the operator (controllers for the sparkrun.dev kinds)",
+        description="Run the operator: the kopf controllers of the sparkrun.dev kinds (InferenceWorkload,\n"
+        "InferenceCluster, ModelCache, InferenceBenchmark, ...), in the cluster (the chart's Deployment)\n"
+        "or from a workstation against a kubeconfig (standalone, one namespace or all).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="operator_command", metavar="SUBCOMMAND", required=True)
     operator_stop.register(commands)

@@ -18,11 +18,27 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sparkrun_operator.cli import common
+from sparkrun_operator.cli import common, complete
 from sparkrun_operator.ops import rollout
 
 #: Changes shown per revision in the text table (the rest are counted).
 SHOWN_CHANGES = 3
+
+
+EPILOG = """\
+examples:
+  sparkrun-k8s rollout history qwen -n team-a
+  sparkrun-k8s rollout undo qwen --to-revision 2
+  sparkrun-k8s rollout apply qwen                # apply the drift a pinned workload holds back
+  sparkrun-k8s rollout unpin qwen
+
+exit codes:
+  0  done
+  2  usage
+  3  the cluster cannot be reached
+  4  the workload, cluster or revision does not exist
+  5  refused (no drift pending, a stale hash, forbidden, conflict, invalid)
+"""
 
 
 def register(subparsers: Any) -> None:
@@ -30,6 +46,7 @@ def register(subparsers: Any) -> None:
         "rollout",
         help="a workload's revisions: history, undo (roll back), apply pending drift, unpin",
         description=__doc__,
+        epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
@@ -40,7 +57,10 @@ def register(subparsers: Any) -> None:
         ("unpin", "remove a rollback pin (spec.rollout.revision): follow the spec again", _unpin),
     ):
         sub = verbs.add_parser(verb, help=helptext, description=helptext)
-        sub.add_argument("name", metavar="NAME", help="the InferenceWorkload (or, with --cluster, cluster)")
+        name = sub.add_argument(
+            "name", metavar="NAME", help="the InferenceWorkload (or, with --cluster, cluster)"
+        )
+        name.completer = complete.workload_names
         common.add_cluster_options(sub)
         common.add_output_option(sub)
         if verb == "undo":

@@ -3,9 +3,11 @@
 - ``sparkrun-k8s shim serve --namespace sparkrun-system --tls-cert tls.crt --tls-key tls.key``
   runs the shim (``--insecure-plaintext`` for development without TLS, ``--aggregated-port`` to
   also serve the aggregated API ``v1alpha1.daemon.sparkrun.dev``);
-- ``sparkrun-k8s shim call NAME [--arg JSON] --url URL --token TOKEN [--ca-cert PEM]`` runs one
-  operation through :class:`sparkrun_operator.client.Client` and prints its result as JSON
-  (waiting for jobs); ``--token`` defaults to ``$SPARKRUN_DAEMON_TOKEN``.
+- ``sparkrun-k8s shim call NAME [--arg JSON] --url URL [--token-file PATH] [--ca-cert PEM]`` runs
+  one operation through :class:`sparkrun_operator.client.Client` and prints its result as JSON
+  (waiting for jobs); the bearer token comes from ``--token-file`` or ``$SPARKRUN_DAEMON_TOKEN``,
+  never from the command line (``ps`` shows argv). ``sparkrun-k8s daemon call`` is the fuller
+  verb (through the apiserver by default, typed errors, exit codes).
 """
 
 from __future__ import annotations
@@ -21,14 +23,38 @@ import sys
 from sparkrun_operator import runner
 from sparkrun_operator.api import namepolicy
 from sparkrun_operator.api.namepolicy import NamePolicy
+from sparkrun_operator.cli.common import CliError
+from sparkrun_operator.cli.daemonapi import check_url, read_token
 from sparkrun_operator.client import Client, DaemonError
 from sparkrun_operator.shim.listener import Limits
 from sparkrun_operator.shim.server import ServeOptions, serve
 
+EPILOG = """\
+examples:
+  sparkrun-k8s shim serve --namespace sparkrun-system
+  sparkrun-k8s shim call workloads.list --url https://localhost:8443 --ca-cert ca.pem \\
+      --token-file ~/.sparkrun/token
+
+exit codes:
+  0  done
+  1  the operation failed (its typed error is printed)
+  2  usage (a bad --arg, an unreadable token file)
+  3  the shim cannot be reached, or a job outlived --timeout
+"""
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``shim`` command to the top-level parser."""
-    parser = subparsers.add_parser("shim", help="the daemon-compatible API (serve it, or call it)")
+    parser = subparsers.add_parser(
+        "shim",
+        help="the daemon-compatible API (serve it, or call it)",
+        description="The daemon-compatible API (docs/daemon-api.md): `serve` runs it (the chart's shim\n"
+        "Deployment); `call` runs one operation on a shim's own listener (--url; the token from\n"
+        "--token-file or $SPARKRUN_DAEMON_TOKEN). `sparkrun-k8s daemon` does more, through the\n"
+        "apiserver by default.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="shim_command", metavar="SUBCOMMAND", required=True)
 
     run = commands.add_parser("serve", help="serve the daemon API until interrupted")
@@ -84,11 +110,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     run.set_defaults(func=_serve)
 
-    call = commands.add_parser("call", help="run one operation and print its result")
+    # NB: no abbreviations: `--token` must not be taken for --token-file (a token in argv)
+    call = commands.add_parser("call", help="run one operation and print its result", allow_abbrev=False)
     call.add_argument("name", help="operation, e.g. workloads.list")
     call.add_argument("--arg", default="{}", help="JSON object of arguments")
     call.add_argument("--url", required=True)
-    call.add_argument("--token", default=os.environ.get("SPARKRUN_DAEMON_TOKEN"))
+    call.add_argument("--token-file", metavar="PATH", help="bearer token (default: $SPARKRUN_DAEMON_TOKEN)")
     call.add_argument("--ca-cert", default=None)
     call.add_argument("--key", default=None, help="Idempotency-Key")
     call.add_argument(
@@ -140,7 +167,13 @@ def _call(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"--arg is not JSON: {error}", file=sys.stderr)
         return 2
-    with Client(args.url, args.token, ca_cert=args.ca_cert) as client:
+    try:
+        url = check_url(args.url)  # NB: https, or http to loopback: the token never in clear text
+        token = read_token(args.token_file)
+    except CliError as error:
+        print(f"sparkrun-k8s shim call: {error}", file=sys.stderr)
+        return error.code
+    with Client(url, token, ca_cert=args.ca_cert) as client:
         try:
             result = client.call(args.name, arguments, key=args.key, timeout=args.timeout)
         except DaemonError as error:

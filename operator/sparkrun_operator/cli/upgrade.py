@@ -39,11 +39,26 @@ MAX_OBJECTS: Final = 100_000
 MAX_FINDINGS: Final = 500
 
 
+EPILOG = """\
+examples:
+  sparkrun-k8s upgrade --check --chart ./sparkrun-operator-0.9.0.tgz
+  sparkrun-k8s upgrade --check --chart helm/sparkrun-operator -o json
+
+exit codes:
+  0  every stored object is accepted by the new chart's CRDs
+  1  some are not (each finding is listed)
+  2  usage (the chart cannot be read)
+  3  the cluster cannot be reached
+  5  objects could not be read (forbidden)
+"""
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "upgrade",
         help="check that a new chart's CRDs accept every stored object",
         description=__doc__,
+        epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(

@@ -259,9 +259,26 @@ def _namespace_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+_DESCRIPTION = """\
+The OpenAI/Anthropic/Ollama inference gateway: one endpoint for every served model
+(docs/gateway.md). In the cluster the chart runs it with --kubernetes.
+"""
+_EPILOG = """\
+examples:
+  sparkrun-k8s gateway --kubernetes --namespace team-a --port 8080
+  sparkrun-k8s gateway --routes routes.yaml --keys keys.yaml
+
+exit codes:
+  0  stopped cleanly
+  1  the server did not start (the port is taken)
+  2  usage (bad options, an unreadable routes or keys file)
+"""
+
+
 def _parser() -> argparse.ArgumentParser:
     d = GatewaySettings()
-    p = argparse.ArgumentParser(prog="sparkrun-k8s gateway", description="OpenAI/Anthropic/Ollama gateway")
+    p = argparse.ArgumentParser(prog="sparkrun-k8s gateway", description=_DESCRIPTION, epilog=_EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--routes", help="routing file (YAML or JSON), re-read on change")
     where.add_argument(

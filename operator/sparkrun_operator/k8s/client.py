@@ -221,8 +221,9 @@ class Kube:
         content_type: str = "application/json",
         accept: str = "application/json",
         limit: float | aiohttp.ClientTimeout | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> aiohttp.ClientResponse:
-        """Send one request; the response, unread. Only transport failures raise here."""
+        """Send one request (and ``headers``); the response, unread. Only transport failures raise."""
         params = dict(query or {})
         if method in _WRITES:
             params.setdefault("fieldManager", self.field_manager)
@@ -231,7 +232,7 @@ class Kube:
                 path,
                 method,
                 query_params=_query(params),
-                header_params={"Accept": accept, "Content-Type": content_type},
+                header_params={**(headers or {}), "Accept": accept, "Content-Type": content_type},
                 body=body,
                 auth_settings=["BearerToken"],
                 _preload_content=False,
@@ -246,9 +247,9 @@ class Kube:
         return response
 
     async def _refuse(self, response: aiohttp.ClientResponse, method: str, path: str) -> errors.KubeError:
-        """The typed error for a non-2xx ``response`` (its body read)."""
+        """The typed error for a non-2xx ``response`` (at most 1 MiB of its body read)."""
         try:
-            raw = await response.read()
+            raw = await _read_at_most(response.content, 1 << 20)  # NB: an aggregated API's may not end
         except _TRANSPORT:
             raw = b""
         return errors.from_response(
@@ -267,19 +268,29 @@ class Kube:
         body: Any,
         content_type: str,
         limit: float,
+        headers: Mapping[str, str] | None = None,
+        max_bytes: int | None = None,
     ) -> Any:
         response = await self._open(
-            method, path, query=query, body=body, content_type=content_type, limit=limit
+            method, path, query=query, body=body, content_type=content_type, limit=limit, headers=headers
         )
+        raw, cap = b"", max_bytes if max_bytes is not None else -1
         try:
             if not 200 <= response.status < 300:
                 raise await self._refuse(response, method, path)
             try:
-                raw = await response.read()
+                raw = await (response.read() if cap < 0 else _read_at_most(response.content, cap + 1))
             except _TRANSPORT as error:
                 raise errors.from_transport(error, method=method, path=path) from error
         finally:
-            response.release()
+            if 0 <= cap < len(raw):
+                response.close()  # NB: the rest unread: the connection is not reused
+            else:
+                response.release()
+        if 0 <= cap < len(raw):
+            raise errors.KubeError(
+                f"answer over {cap} bytes", status=response.status, method=method, path=path
+            )
         if method != "GET" and self.on_write is not None:
             self.on_write(method, path)
         return _decode(raw)
@@ -293,11 +304,14 @@ class Kube:
         body: Any = None,
         content_type: str = "application/json",
         request_timeout: float | None = None,
+        headers: Mapping[str, str] | None = None,
+        max_bytes: int | None = None,
     ) -> Any:
-        """One call; the decoded JSON answer (``None`` when empty). Non-2xx raise ``KubeError``."""
+        """One call (with ``headers``); the decoded JSON answer (``None`` when empty). Non-2xx
+        raise ``KubeError``, as does an answer over ``max_bytes`` (never read past it)."""
         timeout = request_timeout or self.timeout
         return await retry(
-            lambda: self._once(method, path, query, body, content_type, timeout),
+            lambda: self._once(method, path, query, body, content_type, timeout, headers, max_bytes),
             attempts=self.retries_429 + 1,
             retryable=lambda error: isinstance(error, errors.KubeTooManyRequests),
             backoff=self.backoff_429,
@@ -568,11 +582,12 @@ class Kube:
         query: Mapping[str, Any] | None = None,
         read_timeout: float | None = None,
         max_line: int = 1024 * 1024,
+        headers: Mapping[str, str] | None = None,
     ) -> AsyncIterator[bytes]:
-        """GET ``path`` and yield the body line by line (pod logs); lines longer than
-        ``max_line`` come in pieces. Failures raise typed errors like every call."""
+        """GET ``path`` (with ``headers``) and yield the body line by line (pod logs, events);
+        lines longer than ``max_line`` come in pieces. Failures raise typed errors like every call."""
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout, sock_read=read_timeout)
-        response = await self._open("GET", path, query=query, accept="*/*", limit=timeout)
+        response = await self._open("GET", path, query=query, accept="*/*", limit=timeout, headers=headers)
         try:
             if response.status != 200:
                 raise await self._refuse(response, "GET", path)
