@@ -129,7 +129,36 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             _load(name).register(subparsers)
         else:
             subparsers.add_parser(name, help=summary)
+    _for_people(parser)
     return parser
+
+
+class _ManPage(argparse.RawDescriptionHelpFormatter):
+    """A verb's help as written (its module docstring), without the docstrings' ````literal````
+    marks: help is read by people, not by Sphinx."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return super()._fill_text(text.replace("``", ""), width, indent)
+
+
+class _ManPageWrapped(argparse.HelpFormatter):
+    """The same for a parser whose text argparse re-wraps."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return super()._fill_text(text.replace("``", ""), width, indent)
+
+
+def _for_people(parser: argparse.ArgumentParser) -> None:
+    """Every parser under ``parser`` formats its help with :class:`_ManPage` (or its wrapping
+    twin), however its module made it."""
+    if parser.formatter_class is argparse.RawDescriptionHelpFormatter:
+        parser.formatter_class = _ManPage
+    elif parser.formatter_class is argparse.HelpFormatter:
+        parser.formatter_class = _ManPageWrapped
+    for action in parser._actions:  # NB: argparse has no public walk of its subparsers
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _for_people(child)
 
 
 def _completion_parser() -> argparse.ArgumentParser:
