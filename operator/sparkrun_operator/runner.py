@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import signal
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -52,3 +53,17 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     tune_gc()
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         return runner.run(main)
+
+
+def serve_until_signalled(serve: Callable[[asyncio.Event], Coroutine[Any, Any, None]]) -> None:
+    """Run ``serve(stop)`` with :func:`run` until it returns; SIGINT and SIGTERM set ``stop``
+    (a server's graceful end: the shim, the GPU agent)."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(stop)
+
+    run(main())

@@ -37,10 +37,8 @@ exit codes:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -112,15 +110,8 @@ def _run(args: argparse.Namespace) -> int:
         context=args.context,
     )
 
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await serve(options, stop=stop)
-
     try:
-        runner.run(main())
+        runner.serve_until_signalled(lambda stop: serve(options, stop=stop))
     except KubeError as error:
         sys.stderr.write(f"error: {error}\n")
         return common.EXIT_UNREACHABLE

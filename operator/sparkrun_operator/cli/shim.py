@@ -13,11 +13,9 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import os
-import signal
 import sys
 
 from sparkrun_operator import runner
@@ -146,15 +144,8 @@ def _serve(args: argparse.Namespace) -> int:
         name_policy=args.name_prefixes,
     )
 
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await serve(options, stop=stop)
-
     try:
-        runner.run(main())
+        runner.serve_until_signalled(lambda stop: serve(options, stop=stop))
     except ValueError as error:
         print(f"sparkrun-k8s shim serve: {error}", file=sys.stderr)
         return 2

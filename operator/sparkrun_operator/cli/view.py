@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from sparkrun_operator.api import meta
 from sparkrun_operator.cli.common import printable
 
 #: Characters of a condition's message shown in a one-line summary (the rest is ``...``).
@@ -45,13 +46,7 @@ def parse_time(value: Any) -> dt.datetime | None:
     ``None`` when absent or unreadable."""
     if isinstance(value, dt.datetime):
         return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-    if not isinstance(value, str) or not value or len(value) > 64:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+    return meta.parse_time(value)
 
 
 def duration(seconds: float) -> str:
