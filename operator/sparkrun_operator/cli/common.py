@@ -21,7 +21,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Literal, TextIO
 
@@ -168,7 +170,10 @@ def guard(work: Callable[[], Awaitable[int]]) -> Callable[[], Awaitable[int]]:
 
 def run_async(work: Callable[[], Awaitable[int]]) -> int:
     """Run ``work()`` with ``asyncio.run``; a :class:`CliError` or apiserver error is one line on
-    stderr and its exit code, Ctrl-C is 130."""
+    stderr and its exit code, Ctrl-C is 130, also when the command was started with SIGINT
+    ignored (what ``cmd &`` in a script, or ``nohup``, hands down): a verb that waits is always
+    ended by Ctrl-C, as ``lease hold`` is."""
+    hear_ctrl_c()
     try:
         return asyncio.run(_guarded(work))
     except KeyboardInterrupt:
@@ -180,6 +185,16 @@ def run_async(work: Callable[[], Awaitable[int]]) -> int:
     except errors.KubeError as error:
         sys.stderr.write(f"error: {printable(str(error))}\n")
         return exit_code_of(error)
+
+
+def hear_ctrl_c() -> None:
+    """SIGINT raises KeyboardInterrupt again when this process inherited it ignored (Python then
+    leaves it ignored); only from the main thread, where handlers can be set."""
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    ):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def read_bounded(path: str, limit: int, *, what: str | None = None) -> bytes:

@@ -19,6 +19,7 @@ import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
+from typing import Any
 
 #: command -> (module, one-line help shown by ``sparkrun-k8s --help``)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -112,7 +113,7 @@ def _overview() -> str:
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser; with ``only``, just that command is fully registered (others are stubs)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="sparkrun-k8s",
         usage="sparkrun-k8s [-h] COMMAND ...",
         description=_overview(),
@@ -129,7 +130,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             _load(name).register(subparsers)
         else:
             subparsers.add_parser(name, help=summary)
-    _for_people(parser)
     return parser
 
 
@@ -148,17 +148,17 @@ class _ManPageWrapped(argparse.HelpFormatter):
         return super()._fill_text(text.replace("``", ""), width, indent)
 
 
-def _for_people(parser: argparse.ArgumentParser) -> None:
-    """Every parser under ``parser`` formats its help with :class:`_ManPage` (or its wrapping
-    twin), however its module made it."""
-    if parser.formatter_class is argparse.RawDescriptionHelpFormatter:
-        parser.formatter_class = _ManPage
-    elif parser.formatter_class is argparse.HelpFormatter:
-        parser.formatter_class = _ManPageWrapped
-    for action in parser._actions:  # NB: argparse has no public walk of its subparsers
-        if isinstance(action, argparse._SubParsersAction):
-            for child in action.choices.values():
-                _for_people(child)
+class _Parser(argparse.ArgumentParser):
+    """The command's parser: its help formatted by :class:`_ManPage` (or its wrapping twin),
+    however a verb's module asked for it. ``add_subparsers`` makes its children of the parent's
+    class, so every verb's and sub-verb's parser is one of these."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.formatter_class is argparse.RawDescriptionHelpFormatter:
+            self.formatter_class = _ManPage
+        elif self.formatter_class is argparse.HelpFormatter:
+            self.formatter_class = _ManPageWrapped
 
 
 def _completion_parser() -> argparse.ArgumentParser:
