@@ -12,9 +12,6 @@ characters from the cluster never reach the terminal. Against a cluster: tests/c
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +19,7 @@ from typing import Any
 from sparkrun_operator.cli import cacheview
 from sparkrun_operator.cli.cacheview import bar, cache_row, progress_line, watch_lines
 from sparkrun_operator.rate import RateMeter
+from tests.completion import complete
 
 MIB = 1024 * 1024
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -245,27 +243,6 @@ def test_human_units() -> None:
     assert cacheview.human_bytes(512) == "512 B"
     assert cacheview.human_bytes(1536) == "1.5 KiB"
     assert cacheview.human_bytes(None) == "-"
-
-
-def complete(line: str, tmp_path: Path, **env: str) -> list[str]:
-    """What ``sparkrun-k8s`` completes for ``line`` (argcomplete's own protocol)."""
-    answer = tmp_path / "completions"
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "sparkrun-k8s")],
-        env={
-            **os.environ,
-            "_ARGCOMPLETE": "1",
-            "COMP_LINE": line,
-            "COMP_POINT": str(len(line)),
-            "_ARGCOMPLETE_STDOUT_FILENAME": str(answer),
-            **env,
-        },
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    return sorted(answer.read_text().replace("\v", "\n").split())
 
 
 def test_completion_of_verbs_and_of_names_without_a_cluster(tmp_path: Path) -> None:

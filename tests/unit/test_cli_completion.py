@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import json
-import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -27,25 +25,12 @@ import pytest
 
 from sparkrun_operator.api.resources import INFERENCE_BENCHMARK, INFERENCE_CLUSTER
 from sparkrun_operator.cli import complete, main
+from tests import completion
 
-SPARKRUN_K8S = str(Path(sys.executable).with_name("sparkrun-k8s"))
+SPARKRUN_K8S = completion.SPARKRUN_K8S
 
-
-def _complete(line: str, tmp_path: Path, **env: str) -> list[str]:
-    out = tmp_path / "completions"
-    full = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "_ARGCOMPLETE": "1",
-        "_ARGCOMPLETE_IFS": "\n",
-        "_ARGCOMPLETE_STDOUT_FILENAME": str(out),
-        "COMP_LINE": line,
-        "COMP_POINT": str(len(line)),
-        "COMP_TYPE": "9",
-        **env,
-    }
-    result = subprocess.run([SPARKRUN_K8S], capture_output=True, text=True, timeout=60, env=full, check=False)
-    assert result.returncode == 0, result.stderr
-    return [word.strip() for word in out.read_text().split("\n") if word.strip()]
+#: a TAB in a clean environment (no KUBECONFIG of this machine's)
+complete_line = functools.partial(completion.complete, inherit=False)
 
 
 def _help(verb: str) -> str:
@@ -82,14 +67,14 @@ def test_every_verb_has_a_description_examples_and_exit_codes(verb: str) -> None
 
 
 def test_a_verb_completes_from_its_prefix(tmp_path: Path) -> None:
-    assert _complete("sparkrun-k8s lo", tmp_path) == ["logs"]
-    assert _complete("sparkrun-k8s s", tmp_path) == ["shim", "status", "stop", "sleep"]
+    assert complete_line("sparkrun-k8s lo", tmp_path) == ["logs"]
+    assert complete_line("sparkrun-k8s s", tmp_path) == ["shim", "sleep", "status", "stop"]
 
 
 @pytest.mark.parametrize("verb", list(main.COMMANDS))
-def test_every_verbs_options_complete(verb: str, tmp_path: Path) -> None:
+def test_every_verbs_optionscomplete_line(verb: str, tmp_path: Path) -> None:
     """Only the verb on the line is imported; each one's own options come back."""
-    words = _complete(f"sparkrun-k8s {verb} --", tmp_path)
+    words = complete_line(f"sparkrun-k8s {verb} --", tmp_path)
     assert "--help" in words, words
 
 
@@ -133,7 +118,7 @@ def test_a_hung_cluster_is_given_up_on_within_the_bound(tmp_path: Path) -> None:
         assert time.monotonic() - started < complete.SECONDS + 1.0
         # and through the shell's path: a TAB after `rollout history` returns as fast
         started = time.monotonic()
-        words = _complete("sparkrun-k8s rollout history ", tmp_path, KUBECONFIG=args.kubeconfig)
+        words = complete_line("sparkrun-k8s rollout history ", tmp_path, KUBECONFIG=args.kubeconfig)
         assert all(word.startswith("-") for word in words), words  # options only: no names
         assert time.monotonic() - started < complete.SECONDS + 10.0  # + the interpreter's start
 

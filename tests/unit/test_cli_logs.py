@@ -11,9 +11,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +18,7 @@ from typing import Any
 import pytest
 
 from sparkrun_operator.cli import logs
+from tests.completion import complete
 
 
 def _pod(
@@ -124,31 +122,6 @@ def test_lines_are_printable_text_or_escaped_json() -> None:
         "line": "INFO ready \x1b[31mred\x1b[0m \ufffd",
     }
     assert logs.formatter("yaml", logs.painter(False))(source, 0, b"x\n").startswith("---\n")
-
-
-SCRIPT = Path(sys.executable).parent / "sparkrun-k8s"
-
-
-def complete(line: str, tmp_path: Path, **env: str) -> list[str]:
-    """What ``sparkrun-k8s`` offers for a TAB at the end of ``line`` (argcomplete's protocol)."""
-    answer = tmp_path / "completions"
-    done = subprocess.run(
-        [str(SCRIPT)],
-        env={
-            **os.environ,
-            "_ARGCOMPLETE": "1",
-            "COMP_LINE": line,
-            "COMP_POINT": str(len(line)),
-            "_ARGCOMPLETE_STDOUT_FILENAME": str(answer),
-            **env,
-        },
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return sorted(answer.read_text().replace("\v", "\n").split())
 
 
 def test_completion_of_names_without_a_cluster_offers_nothing_quickly(tmp_path: Path) -> None:

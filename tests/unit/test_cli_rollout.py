@@ -12,40 +12,19 @@ tests/testbed/test_rollout_cli.py.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 from sparkrun_operator.cli.rollout import history_text
-
-SCRIPT = Path(sys.executable).parent / "sparkrun-k8s"
-
-
-def _complete(line: str, tmp_path: Path, **env: str) -> list[str]:
-    answer = tmp_path / "completions"
-    done = subprocess.run(
-        [str(SCRIPT)],
-        env={
-            **os.environ,
-            "_ARGCOMPLETE": "1",
-            "COMP_LINE": line,
-            "COMP_POINT": str(len(line)),
-            "_ARGCOMPLETE_STDOUT_FILENAME": str(answer),
-            **env,
-        },
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    return sorted(answer.read_text().replace("\v", "\n").split())
+from tests import completion
+from tests.completion import complete
 
 
 def test_completion_of_a_rollout_verb(tmp_path: Path) -> None:
-    assert _complete("sparkrun-k8s rollout u", tmp_path) == ["undo", "unpin"]
-    assert _complete("sparkrun-k8s ro", tmp_path) == ["rollout"]
-    assert "--to-revision" in _complete("sparkrun-k8s rollout undo w --to", tmp_path)
+    assert complete("sparkrun-k8s rollout u", tmp_path) == ["undo", "unpin"]
+    assert complete("sparkrun-k8s ro", tmp_path) == ["rollout"]
+    assert "--to-revision" in complete("sparkrun-k8s rollout undo w --to", tmp_path)
 
 
 def test_completion_without_the_testbed(tmp_path: Path) -> None:
@@ -56,14 +35,14 @@ def test_completion_without_the_testbed(tmp_path: Path) -> None:
         "raise ModuleNotFoundError(\"No module named 'sparkrun_testbed'\", name='sparkrun_testbed')\n"
     )
     env = {"PYTHONPATH": str(shadow)}
-    assert "testbed" in _complete("sparkrun-k8s te", tmp_path, **env)
-    assert _complete("sparkrun-k8s testbed ", tmp_path, **env) == ["--help", "-h"]  # a name only
-    assert _complete("sparkrun-k8s rollout h", tmp_path, **env) == ["history"]
+    assert "testbed" in complete("sparkrun-k8s te", tmp_path, **env)
+    assert complete("sparkrun-k8s testbed ", tmp_path, **env) == ["--help", "-h"]  # a name only
+    assert complete("sparkrun-k8s rollout h", tmp_path, **env) == ["history"]
 
 
 def test_the_console_script_is_marked_for_completion() -> None:
     done = subprocess.run(
-        [sys.executable, "-W", "ignore", "-m", "argcomplete._check_console_script", str(SCRIPT)],
+        [sys.executable, "-W", "ignore", "-m", "argcomplete._check_console_script", completion.SPARKRUN_K8S],
         capture_output=True,
         text=True,
         timeout=60,
@@ -73,7 +52,7 @@ def test_the_console_script_is_marked_for_completion() -> None:
 
 def test_a_revision_below_one_is_a_usage_error() -> None:
     done = subprocess.run(
-        [str(SCRIPT), "rollout", "undo", "w", "--to-revision", "0"],
+        [completion.SPARKRUN_K8S, "rollout", "undo", "w", "--to-revision", "0"],
         capture_output=True,
         text=True,
         timeout=60,
