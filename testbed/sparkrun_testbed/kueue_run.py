@@ -29,7 +29,7 @@ import secrets
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -139,6 +139,14 @@ def start(
         api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": kueue.NAMESPACE}})
         crds = kueue.crds(kueue.upstream_crds(binary), base_url=base_url, ca_pem=testbed.ca_pem)
         names = testbed.apply_crds(crds, timeout=_left(deadline))
+        # NB: Established is not yet in discovery: right after an earlier module uninstalled
+        # these CRDs and this one installed them again, Kueue started, found no
+        # kueue.x-k8s.io/v1beta2 Workload and exited ("Unable to setup indexes")
+        api.wait(
+            functools.partial(_discovered, api, crds),
+            timeout=_left(deadline),
+            what="Kueue's resources in the apiserver's discovery",
+        )
         daemon = daemons.start(
             kueue.NAME,
             [
@@ -254,6 +262,35 @@ def _wait_ready(daemon: Daemon, url: str, deadline: float) -> None:
             if time.monotonic() > deadline:
                 raise KueueError(f"kueue was not ready at {url} in time")
             time.sleep(0.2)
+
+
+def _discovered(api: KubeApi, crds: Sequence[Mapping[str, Any]]) -> bool:
+    """Every served version of every CRD lists its resource in discovery (the per-version
+    document and the aggregated one, which controller-runtime's mapper reads)."""
+    aggregated = api.request(
+        "GET",
+        "/apis",
+        headers={"Accept": "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"},
+    ).json()
+    listed = {
+        (group["metadata"]["name"], version["version"], resource["resource"])
+        for group in aggregated.get("items") or []
+        for version in group.get("versions") or []
+        for resource in version.get("resources") or []
+    }
+    for crd in crds:
+        spec = crd["spec"]
+        for version in (v["name"] for v in spec["versions"] if v.get("served")):
+            key = (spec["group"], version, spec["names"]["plural"])
+            if key not in listed:
+                return False
+            try:
+                document = api.get_json(f"/apis/{spec['group']}/{version}")
+            except ApiError:
+                return False
+            if spec["names"]["plural"] not in {r.get("name") for r in document.get("resources") or []}:
+                return False
+    return True
 
 
 def _available(api: KubeApi, name: str) -> bool:
